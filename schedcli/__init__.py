@@ -1,0 +1,36 @@
+"""schedcli: replay LLM-serving scheduler traffic through batching policies."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
+from .policies import BUILTIN_POLICIES, DecodeFirstScheduler
+from .registry import build_policy, policy_sources, resolve_policy
+from .scheduler import Param, QueueScheduler, Scheduler
+from .task import Id, Task, TaskKind
+
+try:
+    __version__ = version("schedcli")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "BUILTIN_POLICIES",
+    "CheckFailed",
+    "DecodeFirstScheduler",
+    "Id",
+    "InputError",
+    "InvariantError",
+    "Param",
+    "QueueScheduler",
+    "SchedcliError",
+    "Scheduler",
+    "Task",
+    "TaskKind",
+    "UsageError",
+    "__version__",
+    "build_policy",
+    "policy_sources",
+    "resolve_policy",
+]

@@ -1,0 +1,186 @@
+"""decode-first: ExecuTorch's batching policy (decode_first_scheduler.h), ported."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..scheduler import Param, QueueScheduler, check_params
+from ..task import DECODE, Id, Task
+
+
+class DecodeFirstScheduler(QueueScheduler):
+    """Decodes first, in arrival order, one per session, up to max_decode_sequences.
+    Then prefill in passes over a rotation of sessions, one chunk per session per pass,
+    within max_batch_tokens. A session passed over (its decode is in the batch, or its
+    chunk does not fit) keeps its place at the front; a served one goes to the back.
+    """
+
+    name = "decode-first"
+    PARAMS = (
+        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
+        Param("max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1),
+        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
+    )
+
+    def __init__(
+        self,
+        max_batch_tokens: int = 544,
+        max_decode_sequences: int = 32,
+        max_prefill_chunk_size: int = 256,
+    ) -> None:
+        check_params(self.PARAMS, locals())
+        b, d, c = max_batch_tokens, max_decode_sequences, max_prefill_chunk_size
+        if d >= b:
+            raise ValueError(
+                f"max_decode_sequences ({d}) must be less than max_batch_tokens ({b}): "
+                "a full decode batch would leave no room for prefill"
+            )
+        # The floor: a saturated decode batch plus one full chunk must fit. Below it a
+        # chunk of max_prefill_chunk_size could be admitted and then never fit in any
+        # batch, stranded rather than delayed. It also lets the decode loop spend
+        # without checking the budget.
+        if c > b - d:
+            raise ValueError(
+                f"max_prefill_chunk_size ({c}) must be <= max_batch_tokens - "
+                f"max_decode_sequences ({b - d}): a full chunk must fit beside a full "
+                "decode batch"
+            )
+        super().__init__()
+        self.max_batch_tokens = b
+        self.max_decode_sequences = d
+        self.max_prefill_chunk_size = c
+        self._decodes: deque[Task] = deque()
+        self._decodes_of: dict[Id, int] = {}
+        # A session is in the rotation exactly when it has an entry here, so joining
+        # is decided by the entry's creation, not by its queue being empty. An entry
+        # emptied by cancel() stays until a pass reaches it: the session keeps its
+        # place, and rejoining before then cannot give it a second slot.
+        self._chunks: dict[Id, deque[Task]] = {}
+        self._rotation: deque[Id] = deque()
+
+    @property
+    def token_budget(self) -> int:
+        return self.max_batch_tokens
+
+    def _refuse(self, task: Task) -> str | None:
+        reason = super()._refuse(task)
+        if reason is None and task.kind is not DECODE and task.size > self.max_prefill_chunk_size:
+            return (
+                f"prefill chunk of {task.size} tokens exceeds "
+                f"max_prefill_chunk_size {self.max_prefill_chunk_size}"
+            )
+        return reason
+
+    def _enqueue(self, task: Task) -> None:
+        sid = task.sid
+        if task.kind is DECODE:
+            self._decodes.append(task)
+            self._decodes_of[sid] = self._decodes_of.get(sid, 0) + 1
+            return
+        chunks = self._chunks.get(sid)
+        if chunks is None:
+            chunks = self._chunks[sid] = deque()
+            self._rotation.append(sid)
+        chunks.append(task)
+
+    def _take(self) -> list[Task]:
+        taken: list[Task] = []
+        decoding: set[Id] = set()
+        self._take_decodes(taken, decoding)
+        spent = len(taken)
+        owing: set[Id] = set()
+        while spent < self.max_batch_tokens:
+            spent, progress = self._prefill_pass(taken, spent, decoding, owing)
+            if not progress:
+                break
+        return taken
+
+    def _take_decodes(self, taken: list[Task], decoding: set[Id]) -> None:
+        queue = self._decodes
+        counts = self._decodes_of
+        cap = self.max_decode_sequences
+        deferred: list[Task] = []
+        n = 0
+        while n < cap and queue:
+            t = queue.popleft()
+            sid = t.sid
+            if sid in decoding:
+                deferred.append(t)
+                continue
+            decoding.add(sid)
+            taken.append(t)
+            n += 1
+            left = counts[sid] - 1
+            if left:
+                counts[sid] = left
+            else:
+                del counts[sid]
+        # Back at the head in arrival order: a session passed over still leads next time.
+        queue.extendleft(reversed(deferred))
+
+    def _prefill_pass(
+        self, taken: list[Task], spent: int, decoding: set[Id], owing: set[Id]
+    ) -> tuple[int, bool]:
+        budget = self.max_batch_tokens
+        rotation = self._rotation
+        chunks_of = self._chunks
+        progress = False
+        deferred: list[Id] = []
+        served: list[Id] = []
+        # Nothing rejoins the rotation inside this loop: one turn per session per pass.
+        while spent < budget and rotation:
+            sid = rotation.popleft()
+            chunks = chunks_of[sid]
+            if not chunks:
+                del chunks_of[sid]
+                continue
+            if sid in decoding:
+                # No chunk beside the session's own decode: two ranges that do not
+                # adjoin, both producing output.
+                deferred.append(sid)
+                continue
+            if sid in owing:
+                # Its prompt's last chunk is already in this batch; the next prompt
+                # waits so the batch owes the session one output, not two.
+                served.append(sid)
+                continue
+            t = chunks[0]
+            if t.size > budget - spent:
+                # Pass the turn on: a smaller chunk behind this one may still fit.
+                deferred.append(sid)
+                continue
+            chunks.popleft()
+            taken.append(t)
+            spent += t.size
+            progress = True
+            if t.produce_output:
+                owing.add(sid)
+            if chunks:
+                served.append(sid)
+            else:
+                del chunks_of[sid]
+        # Got-nothing outranks got-something: the deferred were popped before whatever
+        # remains, so restoring them at the head keeps arrival order.
+        rotation.extendleft(reversed(deferred))
+        rotation.extend(served)
+        return spent, progress
+
+    def _remove_session(self, sid: Id) -> list[Task]:
+        dropped: list[Task] = []
+        chunks = self._chunks.get(sid)
+        if chunks:
+            dropped.extend(chunks)
+            chunks.clear()
+        if sid in self._decodes_of:
+            keep: deque[Task] = deque()
+            for t in self._decodes:
+                (dropped if t.sid == sid else keep).append(t)
+            self._decodes = keep
+            del self._decodes_of[sid]
+        return dropped
+
+    def _reset(self) -> None:
+        self._decodes.clear()
+        self._decodes_of.clear()
+        self._chunks.clear()
+        self._rotation.clear()

@@ -1,0 +1,159 @@
+"""Finding and building policies: built-ins by name, plugins by entry point or import string."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import orjson
+
+from .errors import UsageError
+from .policies import BUILTIN_POLICIES
+from .scheduler import Param, Scheduler
+
+ENTRY_POINT_GROUP = "schedcli.policies"
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """Where a policy name comes from: a built-in class or an installed entry point."""
+
+    name: str
+    origin: str
+    builtin: type[Scheduler] | None = None
+    entry_point: EntryPoint | None = None
+
+    def load(self) -> type[Scheduler]:
+        if self.builtin is not None:
+            return self.builtin
+        assert self.entry_point is not None
+        ep = self.entry_point
+        try:
+            obj = ep.load()
+        except Exception as e:
+            raise UsageError(
+                f"policy plugin {self.name!r} ({ep.value}) failed to import: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        return _check_class(obj, f"policy plugin {self.name!r} ({ep.value})")
+
+
+def policy_sources() -> dict[str, PolicySource]:
+    """Every policy name, built-ins first; a name claimed twice is an error."""
+    found: dict[str, PolicySource] = {
+        name: PolicySource(name, "built-in", builtin=cls) for name, cls in BUILTIN_POLICIES.items()
+    }
+    eps = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value))
+    for ep in eps:
+        dist = ep.dist.name if ep.dist is not None else "?"
+        origin = f"{dist}: {ep.value}"
+        if ep.name in found:
+            raise UsageError(
+                f"policy name {ep.name!r} is registered twice: by {found[ep.name].origin} "
+                f"and by plugin {origin}"
+            )
+        found[ep.name] = PolicySource(ep.name, origin, entry_point=ep)
+    return found
+
+
+def _check_class(obj: object, what: str) -> type[Scheduler]:
+    if not (inspect.isclass(obj) and issubclass(obj, Scheduler)):
+        raise UsageError(f"{what} is not a class implementing schedcli.Scheduler")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise UsageError(f"{what} does not implement the Scheduler interface (missing {missing})")
+    return obj
+
+
+def _import_class(spec: str) -> type[Scheduler]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"policy {spec!r}: an import string is 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        raise UsageError(f"policy plugin {spec!r} failed to import: {type(e).__name__}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"policy plugin {spec!r}: {module_name} has no {attr!r}") from None
+    return _check_class(obj, f"policy plugin {spec!r}")
+
+
+def resolve_policy(spec: str) -> type[Scheduler]:
+    """A policy class from a registered name or a ``module:Class`` import string."""
+    if ":" in spec:
+        return _import_class(spec)
+    sources = policy_sources()
+    source = sources.get(spec)
+    if source is None:
+        hint = difflib.get_close_matches(spec, list(sources), n=1)
+        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise UsageError(f"unknown policy {spec!r}{did_you_mean}; known: {', '.join(sources)}")
+    return source.load()
+
+
+def policy_label(cls: type[Scheduler], spec: str) -> str:
+    return cls.name or spec
+
+
+def _coerce(param: Param, value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return param.type(text)
+    except ValueError:
+        if param.type is int:
+            try:
+                as_float = float(text)
+            except ValueError:
+                return value
+            if as_float.is_integer() and "e" in text.lower():
+                return int(as_float)
+        return value
+
+
+def _parse_loose(value: object) -> object:
+    """A value for a plugin that declares no PARAMS: JSON if it parses, else the string."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return value
+
+
+def build_policy(spec: str, params: Mapping[str, object] | None = None) -> Scheduler:
+    """Instantiate a policy; any problem with it or its parameters is a UsageError."""
+    cls = resolve_policy(spec)
+    label = policy_label(cls, spec)
+    given = dict(params or {})
+    kwargs: dict[str, object] = {}
+    if cls.PARAMS:
+        declared = {p.name: p for p in cls.PARAMS}
+        for key, value in given.items():
+            p = declared.get(key)
+            if p is None:
+                hint = difflib.get_close_matches(key, list(declared), n=1)
+                did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise UsageError(
+                    f"policy {label!r} has no parameter {key!r}{did_you_mean}; "
+                    f"it takes {', '.join(declared)}"
+                )
+            kwargs[key] = _coerce(p, value)
+    else:
+        kwargs = {k: _parse_loose(v) for k, v in given.items()}
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"policy {label!r}: {e}") from e
+    except Exception as e:
+        raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e

@@ -1,0 +1,213 @@
+"""The scheduler seam: the interface every policy implements, and the shared bookkeeping.
+
+A scheduler is bookkeeping only. It never runs caller code, does no I/O and never
+blocks on anything but its own lock; it hands tasks back and the caller completes them.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import orjson
+
+from .task import DECODE, Id, Task, settle_outputs
+
+
+def show_id(value: Id) -> str:
+    """An id as JSON spells it, so ``1`` and ``"1"`` read differently in messages."""
+    return orjson.dumps(value).decode()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One constructor parameter a policy declares (name, type, default, one-line help)."""
+
+    name: str
+    type: type[int] | type[float]
+    default: int | float
+    help: str
+    minimum: int | float | None = None
+
+    def check(self, value: object) -> int | float:
+        """The value if it has the declared type and bound; ValueError naming the rule if not."""
+        if self.type is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{self.name} must be an integer, not {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{self.name} must be a number, not {value!r}")
+        elif value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{self.name} must be a finite number, not {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"{self.name} must be >= {self.minimum}, not {value!r}")
+        return value
+
+
+def check_params(declared: Sequence[Param], values: dict[str, Any]) -> None:
+    """Check each declared parameter's type and bound (cross-parameter rules are the policy's)."""
+    for p in declared:
+        p.check(values[p.name])
+
+
+class Scheduler(ABC):
+    """What a policy promises its caller.
+
+    - ``submit(tasks)`` is all or nothing: False means nothing was queued.
+      A tid is unique among queued tasks (the group included) and free again
+      once its task was dispatched or cancelled.
+    - ``get_work()`` returns the next batch, which the caller then owns. A session
+      appears more than once only as consecutive prefill chunks, at most one of its
+      tasks produces output, and a decode never shares a batch with another task of
+      its session.
+    - ``cancel(sid)`` / ``clear()`` drop queued tasks and return them, marked cancelled.
+      Tasks already handed out belong to the caller and are never returned again.
+    - Every method is safe to call from any thread.
+    """
+
+    name: ClassVar[str] = ""
+    """The name the policy is registered under."""
+    PARAMS: ClassVar[tuple[Param, ...]] = ()
+    """Constructor parameters, validated when the policy is built."""
+
+    def submit(self, tasks: Iterable[Task]) -> bool:
+        return self.try_submit(tasks) is None
+
+    @abstractmethod
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        """Queue the group and return None, or queue nothing and return why."""
+
+    @abstractmethod
+    def has_work(self) -> bool:
+        """Some task is queued. A hint, not a reservation."""
+
+    @abstractmethod
+    def get_work(self) -> list[Task]:
+        """The next batch, possibly empty."""
+
+    @abstractmethod
+    def cancel(self, sid: Id) -> list[Task]:
+        """Drop and return the session's queued tasks."""
+
+    @abstractmethod
+    def clear(self) -> list[Task]:
+        """Drop and return every queued task."""
+
+    @property
+    def token_budget(self) -> int | None:
+        """Tokens one batch may hold, if the policy has such a limit."""
+        return None
+
+    def params(self) -> dict[str, Any]:
+        """The values of the declared parameters this instance was built with."""
+        return {p.name: getattr(self, p.name) for p in self.PARAMS}
+
+
+class QueueScheduler(Scheduler):
+    """The bookkeeping every built-in policy shares; a policy supplies the queues.
+
+    This class owns the lock, the record of queued tasks, admission of tids, and
+    marking of dropped tasks. A subclass implements:
+
+    - ``_refuse(task)``: the policy's own admission rule for one task (None = fine);
+    - ``_enqueue(task)``: put an admitted task in the policy's queues;
+    - ``_take()``: remove and return the next batch from the queues;
+    - ``_remove_session(sid)``: remove and return the session's queued tasks;
+    - ``_reset()``: empty the queues.
+
+    Removal is eager: a queue never holds a task that is no longer queued, so a tid
+    reused after a cancel can never be confused with a stale entry.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # tid -> the queued task, in submission order. Membership is what
+        # "queued" means; clear() returns these values in this order.
+        self._queued: dict[Id, Task] = {}
+
+    def _refuse(self, task: Task) -> str | None:
+        if task.size <= 0:
+            return f"task {show_id(task.tid)} has size 0"
+        if task.kind is DECODE and task.size != 1:
+            return f"decode {show_id(task.tid)} has size {task.size}; a decode is 1 token"
+        return None
+
+    @abstractmethod
+    def _enqueue(self, task: Task) -> None: ...
+
+    @abstractmethod
+    def _take(self) -> list[Task]: ...
+
+    @abstractmethod
+    def _remove_session(self, sid: Id) -> list[Task]: ...
+
+    @abstractmethod
+    def _reset(self) -> None: ...
+
+    def _admission_problem(self, group: Sequence[Task]) -> str | None:
+        """The single place that decides whether a group is accepted, and why not."""
+        queued = self._queued
+        seen: set[Id] = set()
+        for t in group:
+            reason = self._refuse(t)
+            if reason is not None:
+                return reason
+            tid = t.tid
+            if tid in queued:
+                return f"tid {show_id(tid)} is already queued"
+            # 1 == True and hash(1) == hash(True) cannot arise: tids are int or str.
+            if tid in seen:
+                return f"tid {show_id(tid)} appears twice in the group"
+            seen.add(tid)
+        return None
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        group = tasks if isinstance(tasks, list) else list(tasks)
+        with self._lock:
+            reason = self._admission_problem(group)
+            if reason is not None:
+                return reason
+            settle_outputs(group)
+            queued = self._queued
+            enqueue = self._enqueue
+            for t in group:
+                t.cancelled = False
+                queued[t.tid] = t
+                enqueue(t)
+            return None
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self._queued)
+
+    def queued_count(self) -> int:
+        with self._lock:
+            return len(self._queued)
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            batch = self._take()
+            queued = self._queued
+            for t in batch:
+                del queued[t.tid]
+            return batch
+
+    def cancel(self, sid: Id) -> list[Task]:
+        with self._lock:
+            dropped = self._remove_session(sid)
+            queued = self._queued
+            for t in dropped:
+                del queued[t.tid]
+                t.cancelled = True
+            return dropped
+
+    def clear(self) -> list[Task]:
+        with self._lock:
+            dropped = list(self._queued.values())
+            self._queued.clear()
+            self._reset()
+            for t in dropped:
+                t.cancelled = True
+            return dropped

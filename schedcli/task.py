@@ -1,0 +1,116 @@
+"""The unit a scheduler queues: one slice of work for one session."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+Id = int | str
+"""Task and session ids. ``1`` and ``"1"`` are different ids."""
+
+
+class TaskKind(StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+PREFILL = TaskKind.PREFILL
+DECODE = TaskKind.DECODE
+
+_KINDS: dict[str, TaskKind] = {"prefill": PREFILL, "decode": DECODE}
+
+
+class Task:
+    """One decode token or one prompt chunk of session ``sid``.
+
+    Identity matters: a scheduler tracks the object it was given, so a tid reused
+    after dispatch or cancel names a new task. ``produce_output=None`` means "the
+    default", settled when the task is submitted (see :func:`settle_outputs`).
+    """
+
+    __slots__ = (
+        "cancelled",
+        "kind",
+        "meta",
+        "position",
+        "priority",
+        "produce_output",
+        "sid",
+        "size",
+        "tid",
+        "tokens",
+    )
+
+    tid: Id
+    sid: Id
+    kind: TaskKind
+    size: int
+    position: int | None
+    produce_output: bool | None
+    tokens: list[int] | None
+    priority: int
+    meta: Any
+    cancelled: bool
+
+    def __init__(
+        self,
+        tid: Id,
+        sid: Id,
+        kind: TaskKind | str,
+        size: int | None = None,
+        *,
+        position: int | None = None,
+        produce_output: bool | None = None,
+        tokens: Sequence[int] | None = None,
+        priority: int = 0,
+        meta: Any = None,
+    ) -> None:
+        k = _KINDS.get(kind)
+        if k is None:
+            raise ValueError(f"kind must be 'prefill' or 'decode', not {kind!r}")
+        if tokens is not None:
+            tokens = list(tokens)
+            if size is None:
+                size = len(tokens)
+            elif size != len(tokens):
+                raise ValueError(f"size {size} does not match the {len(tokens)} tokens given")
+        elif size is None:
+            raise ValueError("size is required unless tokens are given")
+        if size < 0:
+            raise ValueError(f"size must be >= 0, not {size}")
+        self.tid = tid
+        self.sid = sid
+        self.kind = k
+        self.size = size
+        self.position = position
+        self.produce_output = produce_output
+        self.tokens = tokens
+        self.priority = priority
+        self.meta = meta
+        self.cancelled = False
+
+    @property
+    def is_decode(self) -> bool:
+        return self.kind is DECODE
+
+    def __repr__(self) -> str:
+        extra = " cancelled" if self.cancelled else ""
+        return (
+            f"Task(tid={self.tid!r}, sid={self.sid!r}, {self.kind.value}, size={self.size}{extra})"
+        )
+
+
+def settle_outputs(tasks: Sequence[Task]) -> None:
+    """Fill in ``produce_output`` where the caller left it to the default.
+
+    A decode produces output; of a group's prefill chunks, the last chunk of each
+    session does (a group is normally one prompt's chunks, so that is the last chunk).
+    """
+    last_prefill: dict[Id, Task] = {}
+    for t in tasks:
+        if t.kind is PREFILL:
+            last_prefill[t.sid] = t
+    for t in tasks:
+        if t.produce_output is None:
+            t.produce_output = t.kind is DECODE or last_prefill.get(t.sid) is t
