@@ -1,18 +1,83 @@
-"""The command line: parse options, call library functions, map errors to exit codes."""
+"""The command line: parse options, call library functions, map errors to exit codes.
+
+Exit codes: 0 ok, 1 a check found a difference, 2 bad input or usage,
+3 a policy broke the Scheduler contract, 130 interrupted (143 on SIGTERM).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from enum import StrEnum
+from typing import IO, Annotated, Any, NoReturn, TypeVar
+
 import typer
+from rich.console import Console
 
 from . import __version__
+from .dump import GoldenCheck, JsonlWriter, RecordFilter, StepRange, atomic_output, parse_id_option
+from .errors import CheckFailed, InputError, SchedcliError, UsageError
+from .render import TableView, golden_view, mismatch_view, summary_table
+from .replay import ExpectMismatch, Record
+from .run import open_replay
+from .source import DEFAULT_MAX_LINE_BYTES, file_size
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
+    "3 a policy broke the Scheduler contract (a policy bug); 130 interrupted; 143 terminated."
+)
 
 app = typer.Typer(
     name="schedcli",
-    help="Replay LLM-serving scheduler traffic through batching policies.",
+    help="Replay LLM-serving scheduler traffic through batching policies.\n\n" + EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM, raised where the process is so that output ends cleanly.
+
+    A BaseException of our own, so that no library turns it into something else.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class PipeClosed(BaseException):
+    """The reader of stdout went away (``| head``): stop quietly."""
+
+
+def command(fn: F) -> F:
+    """Registers a command whose broken pipe ends the run quietly, not as an error."""
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BrokenPipeError:
+            raise PipeClosed() from None
+
+    app.command()(guarded)
+    return fn
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    jsonl = "jsonl"
 
 
 def _version(value: bool) -> None:
@@ -23,12 +88,288 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
-    ),
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+    ] = False,
 ) -> None:
     """Replay LLM-serving scheduler traffic through batching policies."""
 
 
-def main() -> None:
-    app()
+def parse_params(items: list[str] | None) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param {item!r}: expected KEY=VALUE")
+        params[key.strip()] = value
+    return params
+
+
+def _stdout_console() -> Console:
+    return Console(highlight=False)
+
+
+@contextmanager
+def _output(path: str | None) -> Iterator[IO[bytes]]:
+    """Where data goes: -o FILE or stdout, always flushed at a record boundary."""
+    if path is None or path == "-":
+        out = sys.stdout.buffer
+        try:
+            yield out
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                out.flush()
+        return
+    try:
+        f = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    try:
+        yield f
+    finally:
+        try:
+            f.close()
+        except OSError as e:
+            raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+class _Progress:
+    """A progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, path: str, position: Any, enabled: bool) -> None:
+        self._bar: Any = None
+        if not enabled or not err_console.is_terminal:
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._position = position
+        total = file_size(path)
+        self._bar = Progress(
+            TextColumn("replaying"),
+            BarColumn(),
+            TextColumn("{task.fields[steps]} steps"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._task = self._bar.add_task("replay", total=total, steps=0)
+        self._bar.start()
+
+    def step(self, step: int) -> None:
+        if self._bar is not None and step % 2048 == 0:
+            try:
+                done = self._position()
+            except (OSError, ValueError):
+                done = None
+            self._bar.update(self._task, completed=done, steps=step)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@command
+def replay(
+    trace: Annotated[str, typer.Argument(help="Trace file (JSON Lines, .gz ok), or - for stdin.")],
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            "-p",
+            help="Policy name or module:Class (default: the header's, else decode-first).",
+        ),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-P", help="Policy parameter KEY=VALUE (repeatable)."),
+    ] = None,
+    fmt: Annotated[
+        OutputFormat | None,
+        typer.Option(
+            "--format", "-f", help="table (default on a terminal) or jsonl (default otherwise)."
+        ),
+    ] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write to FILE.")] = None,
+    steps: Annotated[
+        str | None, typer.Option("--steps", help="Show only steps A:B (half-open), A: or :B.")
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="Show only this session (7 is an int, '\"7\"' a string)."),
+    ] = None,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="Explicit traces: keep calling get_work at the end.")
+    ] = False,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Compare every batch with the trace's expect; exit 1 if not."),
+    ] = False,
+    golden: Annotated[
+        str | None, typer.Option("--golden", help="Compare the whole dump with this golden dump.")
+    ] = None,
+    update_golden: Annotated[
+        bool, typer.Option("--update-golden", help="Rewrite the --golden file (atomically).")
+    ] = False,
+    max_line_bytes: Annotated[
+        int, typer.Option("--max-line-bytes", help="Reject longer lines.", min=1)
+    ] = DEFAULT_MAX_LINE_BYTES,
+) -> None:
+    """Replay a trace through a policy and show or dump every batch.
+
+    Exit codes: 0 ok; 1 --check or --golden found a difference; 2 bad input or usage;
+    3 the policy broke the Scheduler contract; 130 interrupted; 143 terminated.
+    """
+    if update_golden and not golden:
+        raise UsageError("--update-golden needs --golden FILE")
+    params = parse_params(param)
+    step_range = StepRange.parse(steps) if steps is not None else None
+    sid = parse_id_option(session) if session is not None else None
+    to_terminal = output is None and sys.stdout.isatty()
+    chosen = fmt or (OutputFormat.table if to_terminal else OutputFormat.jsonl)
+    with ExitStack() as stack:
+        opened = stack.enter_context(
+            open_replay(trace, policy=policy, params=params, max_line_bytes=max_line_bytes)
+        )
+        out = stack.enter_context(_output(output))
+        emitters: list[Any] = []
+        console: Console | None = None
+        if chosen is OutputFormat.table:
+            console = (
+                Console(file=open(output, "w"), highlight=False, width=120)  # noqa: SIM115
+                if output
+                else _stdout_console()
+            )
+            emitters.append(TableView(console, opened.policy.token_budget))
+        else:
+            emitters.append(JsonlWriter(out))
+        golden_check: GoldenCheck | None = None
+        golden_out: IO[bytes] | None = None
+        if golden and update_golden:
+            golden_out = stack.enter_context(atomic_output(golden))
+        elif golden:
+            try:
+                golden_file = stack.enter_context(open(golden, "rb"))
+            except OSError as e:
+                raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
+            golden_check = GoldenCheck(golden_file)
+        engine_ref: list[Any] = []
+
+        def upcoming() -> int:
+            return int(engine_ref[0]._next_step)
+
+        shown: Any = emitters[0]
+        if step_range is not None or sid is not None:
+            shown = RecordFilter(emitters[0], steps=step_range, session=sid, upcoming_step=upcoming)
+        sinks: list[Any] = [shown]
+        if golden_check is not None:
+            sinks.append(golden_check)
+        if golden_out is not None:
+            sinks.append(JsonlWriter(golden_out))
+
+        emit: Any
+        if len(sinks) == 1:
+            emit = sinks[0]
+        else:
+
+            def emit(record: Record) -> None:
+                for sink in sinks:
+                    sink(record)
+
+        stream = opened.reader
+        position = getattr(stream, "position", None)
+        progress = _Progress(trace, position, enabled=chosen is OutputFormat.jsonl)
+        engine = opened.replayer(emit, check=check, drain=drain, on_step=progress.step)
+        engine_ref.append(engine)
+        try:
+            totals = opened.run(emit, replayer=engine)
+        except ExpectMismatch as e:
+            progress.stop()
+            err_console.print(mismatch_view(e.mismatch))
+            raise
+        finally:
+            progress.stop()
+        if console is not None:
+            console.print(f"\n[bold]{opened.name}[/] under [bold]{opened.policy_name}[/]")
+            console.print(summary_table(totals, "summary"))
+        if golden_check is not None:
+            golden_check.finish()
+            if not golden_check.same:
+                err_console.print(
+                    golden_view(
+                        golden_check.divergences, golden_check.differing, golden_check.records
+                    ),
+                    soft_wrap=True,
+                )
+                raise CheckFailed(f"{trace}: dump differs from golden {golden}")
+        if golden_out is not None:
+            err_console.print(f"updated golden {golden}")
+
+
+@command
+def validate(
+    trace: Annotated[str, typer.Argument(help="Trace file (JSON Lines, .gz ok), or - for stdin.")],
+    max_line_bytes: Annotated[
+        int, typer.Option("--max-line-bytes", help="Reject longer lines.", min=1)
+    ] = DEFAULT_MAX_LINE_BYTES,
+) -> None:
+    """Check a trace against format v1 and report every problem, not only the first.
+
+    Exit codes: 0 valid; 2 problems found (each as FILE:LINE: message on stderr).
+    """
+    from .validate import validate_trace
+
+    problems, events = validate_trace(trace, max_line_bytes=max_line_bytes)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s) in {events} event(s)", file=sys.stderr)
+        raise typer.Exit(2)
+    print(f"{trace}: valid, {events} event(s)", file=sys.stderr)
+
+
+def _exit(code: int) -> NoReturn:
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        _silence_stdout()
+    sys.exit(code)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise Stopped(signum)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: the one place exceptions become messages and exit codes."""
+    signal.signal(signal.SIGINT, _raise_stop)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        app(args=argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        _exit(code)
+    except SchedcliError as e:
+        print(str(e) if isinstance(e, InputError) else f"schedcli: {e}", file=sys.stderr)
+        _exit(e.exit_code)
+    except Stopped as e:
+        print(
+            "schedcli: interrupted" if e.signum == signal.SIGINT else "schedcli: terminated",
+            file=sys.stderr,
+        )
+        _exit(130 if e.signum == signal.SIGINT else 143)
+    except (BrokenPipeError, PipeClosed):
+        _silence_stdout()
+        sys.exit(0)
+    except OSError as e:
+        print(f"schedcli: {e.strerror or e}", file=sys.stderr)
+        _exit(2)
+    _exit(0)

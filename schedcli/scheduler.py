@@ -121,17 +121,20 @@ class QueueScheduler(Scheduler):
     reused after a cancel can never be confused with a stale entry.
     """
 
+    #: Largest prefill chunk admitted, and the parameter that sets it (for the reason).
+    _chunk_limit: int | None = None
+    _chunk_limit_name: str = ""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # tid -> the queued task, in submission order. Membership is what
         # "queued" means; clear() returns these values in this order.
         self._queued: dict[Id, Task] = {}
+        # Subclasses that add an admission rule pay for the call; the rest do not.
+        self._extra_rule = type(self)._refuse is not QueueScheduler._refuse
 
     def _refuse(self, task: Task) -> str | None:
-        if task.size <= 0:
-            return f"task {show_id(task.tid)} has size 0"
-        if task.kind is DECODE and task.size != 1:
-            return f"decode {show_id(task.tid)} has size {task.size}; a decode is 1 token"
+        """A policy's own admission rule for one task, beyond the shared ones."""
         return None
 
     @abstractmethod
@@ -149,15 +152,24 @@ class QueueScheduler(Scheduler):
     def _admission_problem(self, group: Sequence[Task]) -> str | None:
         """The single place that decides whether a group is accepted, and why not."""
         queued = self._queued
+        limit = self._chunk_limit
         seen: set[Id] = set()
         for t in group:
-            reason = self._refuse(t)
-            if reason is not None:
-                return reason
+            size = t.size
+            if size <= 0:
+                return f"task {show_id(t.tid)} has size {size}"
+            if t.kind is DECODE:
+                if size != 1:
+                    return f"decode {show_id(t.tid)} has size {size}; a decode is 1 token"
+            elif limit is not None and size > limit:
+                return f"prefill chunk of {size} tokens exceeds {self._chunk_limit_name} {limit}"
+            if self._extra_rule:
+                reason = self._refuse(t)
+                if reason is not None:
+                    return reason
             tid = t.tid
             if tid in queued:
                 return f"tid {show_id(tid)} is already queued"
-            # 1 == True and hash(1) == hash(True) cannot arise: tids are int or str.
             if tid in seen:
                 return f"tid {show_id(tid)} appears twice in the group"
             seen.add(tid)
@@ -169,6 +181,14 @@ class QueueScheduler(Scheduler):
             reason = self._admission_problem(group)
             if reason is not None:
                 return reason
+            if len(group) == 1:
+                t = group[0]
+                if t.produce_output is None:
+                    t.produce_output = True  # a decode, or the last chunk of its group
+                t.cancelled = False
+                self._queued[t.tid] = t
+                self._enqueue(t)
+                return None
             settle_outputs(group)
             queued = self._queued
             enqueue = self._enqueue

@@ -90,6 +90,32 @@ class Task:
         self.meta = meta
         self.cancelled = False
 
+    @classmethod
+    def trusted(
+        cls,
+        tid: Id,
+        sid: Id,
+        kind: TaskKind,
+        size: int,
+        position: int | None,
+        produce_output: bool | None,
+        priority: int,
+        meta: Any,
+    ) -> Task:
+        """A task from values already validated (the trace reader's fast path)."""
+        t = cls.__new__(cls)
+        t.tid = tid
+        t.sid = sid
+        t.kind = kind
+        t.size = size
+        t.position = position
+        t.produce_output = produce_output
+        t.tokens = None
+        t.priority = priority
+        t.meta = meta
+        t.cancelled = False
+        return t
+
     @property
     def is_decode(self) -> bool:
         return self.kind is DECODE

@@ -49,6 +49,8 @@ class DecodeFirstScheduler(QueueScheduler):
         self.max_batch_tokens = b
         self.max_decode_sequences = d
         self.max_prefill_chunk_size = c
+        self._chunk_limit = c
+        self._chunk_limit_name = "max_prefill_chunk_size"
         self._decodes: deque[Task] = deque()
         self._decodes_of: dict[Id, int] = {}
         # A session is in the rotation exactly when it has an entry here, so joining
@@ -61,15 +63,6 @@ class DecodeFirstScheduler(QueueScheduler):
     @property
     def token_budget(self) -> int:
         return self.max_batch_tokens
-
-    def _refuse(self, task: Task) -> str | None:
-        reason = super()._refuse(task)
-        if reason is None and task.kind is not DECODE and task.size > self.max_prefill_chunk_size:
-            return (
-                f"prefill chunk of {task.size} tokens exceeds "
-                f"max_prefill_chunk_size {self.max_prefill_chunk_size}"
-            )
-        return reason
 
     def _enqueue(self, task: Task) -> None:
         sid = task.sid

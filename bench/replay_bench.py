@@ -1,0 +1,142 @@
+"""Replay speed against parsing alone, and replay memory, on a generated 2,000,000-event trace.
+
+    python bench/replay_bench.py [--events N] [--keep PATH]
+
+Prints the parse-only time, the replay time (``schedcli replay --format jsonl -o /dev/null``
+in a subprocess, so start-up is included), their ratio, and the replay's peak RSS.
+Target: ratio <= 3 and peak RSS < 100 MB at 2,000,000 events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+
+def generate(path: Path, events: int, seed: int = 2026) -> None:
+    """A runner's explicit call log: prompts in chunk groups, one decode per live session
+    per step, the odd cancel, and a get_work per step. Deterministic for a seed."""
+    rng = random.Random(seed)
+    dumps = orjson.dumps
+    tid = 0
+    sid = 0
+    live: dict[int, int] = {}  # sid -> decodes still to submit
+    written = 0
+    with path.open("wb", buffering=1 << 20) as f:
+        f.write(
+            dumps(
+                {
+                    "schedcli": 1,
+                    "policy": "decode-first",
+                    "params": {
+                        "max_batch_tokens": 544,
+                        "max_decode_sequences": 32,
+                        "max_prefill_chunk_size": 256,
+                    },
+                    "meta": {"source": "bench/replay_bench.py", "seed": seed},
+                }
+            )
+            + b"\n"
+        )
+        while written < events:
+            if len(live) < 24 or rng.random() < 0.3:
+                sid += 1
+                prompt = rng.randint(20, 700)
+                chunks = []
+                pos = 0
+                while pos < prompt:
+                    size = min(256, prompt - pos)
+                    tid += 1
+                    chunks.append(
+                        {"tid": tid, "sid": sid, "kind": "prefill", "size": size, "position": pos}
+                    )
+                    pos += size
+                f.write(dumps({"op": "submit", "tasks": chunks}) + b"\n")
+                written += 1
+                live[sid] = rng.randint(5, 120)
+            for s in list(live):
+                if written >= events:
+                    break
+                tid += 1
+                f.write(
+                    dumps({"op": "submit", "tid": tid, "sid": s, "kind": "decode", "size": 1})
+                    + b"\n"
+                )
+                written += 1
+                live[s] -= 1
+                if live[s] == 0:
+                    del live[s]
+            if live and rng.random() < 0.02 and written < events:
+                victim = rng.choice(sorted(live))
+                f.write(dumps({"op": "cancel", "sid": victim}) + b"\n")
+                written += 1
+                del live[victim]
+            if written < events:
+                f.write(b'{"op": "get_work"}\n')
+                written += 1
+
+
+def parse_only(path: Path) -> float:
+    start = time.perf_counter()
+    loads = orjson.loads
+    with path.open("rb") as f:
+        for line in f:
+            loads(line)
+    return time.perf_counter() - start
+
+
+def replay(path: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of the real command."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "schedcli",
+        "replay",
+        str(path),
+        "--format",
+        "jsonl",
+        "-o",
+        "/dev/null",
+    ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    elapsed = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return elapsed, max(peak_kb, before) / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--keep", type=Path, help="write the trace here and keep it")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N for each timing")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.keep or Path(tmp) / "bench.jsonl"
+        t0 = time.perf_counter()
+        generate(path, args.events)
+        size_mb = path.stat().st_size / 1e6
+        took = time.perf_counter() - t0
+        print(f"generated {args.events:,} events ({size_mb:.0f} MB) in {took:.1f} s")
+        parse = min(parse_only(path) for _ in range(args.repeat))
+        runs = [replay(path) for _ in range(args.repeat)]
+        rep = min(r[0] for r in runs)
+        rss = max(r[1] for r in runs)
+        print(f"parse only (orjson, every line): {parse:.2f} s")
+        print(f"schedcli replay -f jsonl -o /dev/null: {rep:.2f} s")
+        print(f"ratio replay / parse-only: {rep / parse:.2f}  (target <= 3)")
+        print(f"replay peak RSS: {rss:.0f} MB  (target < 100 MB)")
+        print(f"replay throughput: {args.events / rep:,.0f} events/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""The replay dump: writing records as JSON Lines, filtering them, comparing with a golden."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from .errors import UsageError
+from .task import Id
+
+Record = dict[str, Any]
+_DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
+
+
+def encode(record: Record) -> bytes:
+    """One dump line. orjson writes keys in insertion order, so output is byte-stable."""
+    return orjson.dumps(record, option=_DUMP_OPTIONS)
+
+
+class JsonlWriter:
+    """Writes whole lines only, so a stream cut short still ends at a record boundary."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._write = out.write
+        self.out = out
+
+    def __call__(self, record: Record) -> None:
+        self._write(orjson.dumps(record, option=_DUMP_OPTIONS))
+
+
+@contextmanager
+def atomic_output(path: str) -> Iterator[IO[bytes]]:
+    """A file written beside ``path`` and renamed over it only when complete."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    ok = False
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+            yield f
+        os.replace(tmp, target)
+        ok = True
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    finally:
+        if not ok:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def parse_id_option(text: str) -> Id:
+    """``--session 7`` is the integer 7; ``--session '"7"'`` the string "7"; others strings."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    if type(value) in (int, str):
+        return value  # type: ignore[no-any-return]
+    return text
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """``A:B`` (half-open, like a Python slice), ``A:``, ``:B`` or a single step ``A``."""
+
+    start: int
+    stop: int | None
+
+    @classmethod
+    def parse(cls, text: str) -> StepRange:
+        try:
+            if ":" in text:
+                a, b = text.split(":", 1)
+                start = int(a) if a.strip() else 0
+                stop = int(b) if b.strip() else None
+            else:
+                start = int(text)
+                stop = start + 1
+        except ValueError:
+            raise UsageError(f"--steps {text!r}: expected A:B, A:, :B or A (integers)") from None
+        if start < 0 or (stop is not None and stop < start):
+            raise UsageError(f"--steps {text!r}: need 0 <= A <= B")
+        return cls(start, stop)
+
+    def __contains__(self, step: object) -> bool:
+        return (
+            isinstance(step, int) and step >= self.start and (self.stop is None or step < self.stop)
+        )
+
+
+def same_id(a: object, b: object) -> bool:
+    return a == b and type(a) is type(b)
+
+
+class RecordFilter:
+    """Passes on the records a user asked to see (--steps, --session); ``end`` always."""
+
+    def __init__(
+        self,
+        emit: Callable[[Record], None],
+        *,
+        steps: StepRange | None,
+        session: Id | None,
+        upcoming_step: Callable[[], int],
+    ) -> None:
+        self.emit = emit
+        self.steps = steps
+        self.session = session
+        self.upcoming_step = upcoming_step
+
+    def __call__(self, record: Record) -> None:
+        if "end" in record:
+            self.emit(record)
+            return
+        steps, sid = self.steps, self.session
+        if steps is not None:
+            step = record.get("step")
+            if step is None:
+                step = self.upcoming_step()
+            if step not in steps:
+                return
+        if sid is not None:
+            record = self._only_session(record, sid)
+            if not record:
+                return
+        self.emit(record)
+
+    @staticmethod
+    def _only_session(record: Record, sid: Id) -> Record:
+        if "batch" in record:
+            mine = [e for e in record["batch"] if same_id(e["sid"], sid)]
+            return {**record, "batch": mine} if mine else {}
+        op = record.get("op")
+        if op == "cancel":
+            return record if same_id(record["sid"], sid) else {}
+        if op == "submit":
+            return record if any(same_id(s, sid) for s in record.get("sids", ())) else {}
+        return record
+
+
+@dataclass
+class Divergence:
+    index: int  # 1-based record number
+    expected: bytes | None  # None: the golden ended first
+    got: bytes | None  # None: the replay ended first
+
+
+class GoldenCheck:
+    """Compares each dump line with the golden file's, streaming both."""
+
+    def __init__(self, golden: IO[bytes], keep: int = 3) -> None:
+        self._golden = golden
+        self.keep = keep
+        self.records = 0
+        self.differing = 0
+        self.divergences: list[Divergence] = []
+
+    def _note(self, d: Divergence) -> None:
+        self.differing += 1
+        if len(self.divergences) < self.keep:
+            self.divergences.append(d)
+
+    def __call__(self, record: Record) -> None:
+        got = encode(record)
+        self.records += 1
+        expected = self._golden.readline()
+        if expected.rstrip(b"\r\n") != got[:-1]:
+            self._note(Divergence(self.records, expected or None, got))
+
+    def finish(self) -> None:
+        for line in iter(self._golden.readline, b""):
+            self.records += 1
+            self._note(Divergence(self.records, line, None))
+
+    @property
+    def same(self) -> bool:
+        return self.differing == 0

@@ -1,0 +1,190 @@
+"""Rich views for people: the replay as tables, mismatches side by side, summaries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from .dump import Divergence, Record
+from .replay import Mismatch, Totals
+from .scheduler import show_id
+from .task import Id, Task
+
+
+def _step_table(header: bool) -> Table:
+    # Fixed widths and ratios, so the per-step tables line up as one.
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        show_header=header,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        expand=True,
+    )
+    table.add_column("step", justify="right", width=6, no_wrap=True)
+    table.add_column("decodes sid:tid", ratio=2)
+    table.add_column("prefill sid:tid (size)", ratio=3)
+    table.add_column("tokens", justify="right", width=11, no_wrap=True)
+    table.add_column("queued", justify="right", width=7, no_wrap=True)
+    return table
+
+
+def _ids(values: Iterable[Id]) -> str:
+    return ", ".join(show_id(v) for v in values)
+
+
+class TableView:
+    """Prints each record as it arrives, so a long replay streams instead of piling up."""
+
+    def __init__(self, console: Console, budget: int | None) -> None:
+        self.console = console
+        self.budget = budget
+        self._header_done = False
+
+    def __call__(self, record: Record) -> None:
+        if "batch" in record:
+            self._batch(record)
+        elif "end" in record:
+            return
+        else:
+            self._event(record)
+
+    def _batch(self, record: Record) -> None:
+        decodes, chunks = [], []
+        for e in record["batch"]:
+            if e["kind"] == "decode":
+                decodes.append(f"{show_id(e['sid'])}:{show_id(e['tid'])}")
+            else:
+                chunks.append(f"{show_id(e['sid'])}:{show_id(e['tid'])} ({e['size']})")
+        tokens = record["tokens"]
+        if self.budget:
+            style = "bold" if tokens == self.budget else ""
+            used = Text(f"{tokens}/{self.budget}", style=style)
+        else:
+            used = Text(str(tokens))
+        table = _step_table(not self._header_done)
+        self._header_done = True
+        table.add_row(
+            str(record["step"]),
+            Text(" ".join(decodes) or "-", style="cyan" if decodes else "dim"),
+            Text(" ".join(chunks) or "-", style="green" if chunks else "dim"),
+            used,
+            str(record["queued"]),
+        )
+        self.console.print(table)
+
+    def _event(self, record: Record) -> None:
+        op = record.get("op")
+        line = record.get("line")
+        if op == "submit":
+            text = Text(f"  line {line}: submit [{_ids(record['tids'])}] rejected: ", style="red")
+            text.append(str(record["reason"]), style="bold red")
+        elif op == "cancel":
+            text = Text(
+                f"  line {line}: cancel session {show_id(record['sid'])}, "
+                f"dropped [{_ids(record['dropped'])}]",
+                style="yellow",
+            )
+        else:
+            text = Text(
+                f"  line {line}: clear, dropped [{_ids(record['dropped'])}]", style="magenta"
+            )
+        self.console.print(text, overflow="fold")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def summary_table(totals: Totals, title: str = "summary") -> Table:
+    table = Table(title=title, box=box.ROUNDED, show_header=False, title_justify="left")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows: Sequence[tuple[str, str]] = (
+        ("step mode", totals.mode),
+        ("steps", str(totals.steps)),
+        ("accepted tasks", str(totals.accepted)),
+        ("dispatched", str(totals.dispatched)),
+        ("cancelled", str(totals.cancelled)),
+        ("rejected submits", f"{totals.rejected} ({totals.rejected_tasks} tasks)"),
+        ("still queued", str(totals.queued)),
+        ("token budget", "none" if totals.budget is None else str(totals.budget)),
+        ("mean token utilisation", _pct(totals.mean_utilisation)),
+        ("peak token utilisation", _pct(totals.peak_utilisation)),
+    )
+    for what, value in rows:
+        table.add_row(what, value)
+    return table
+
+
+def _describe(t: Task | None, tid: Id) -> str:
+    if t is None:
+        return f"{show_id(tid)} (not queued)"
+    return f"{show_id(tid)}  s{show_id(t.sid)} {t.kind.value} {t.size}"
+
+
+def mismatch_view(m: Mismatch) -> Table:
+    """The first step whose batch differs from ``expect``, side by side."""
+    got_ids = [t.tid for t in m.got]
+    got_keys = {(type(i), i) for i in got_ids}
+    exp_keys = {(type(i), i) for i in m.expected}
+    by_tid: dict[tuple[type, Id], Task] = {(type(t.tid), t.tid): t for t in m.got}
+    for tid, t in m.queued.items():
+        by_tid.setdefault((type(tid), tid), t)
+    table = Table(
+        title=f"step {m.step} (trace line {m.line}): batch differs from the recording",
+        box=box.ROUNDED,
+        title_justify="left",
+    )
+    table.add_column("#", justify="right")
+    table.add_column("expected (recorded)")
+    table.add_column("got (replayed)")
+    for i in range(max(len(m.expected), len(got_ids))):
+        left = right = Text("")
+        if i < len(m.expected):
+            tid = m.expected[i]
+            key = (type(tid), tid)
+            style = "" if key in got_keys else "red"
+            left = Text(_describe(by_tid.get(key), tid), style=style)
+        if i < len(got_ids):
+            tid = got_ids[i]
+            style = "" if (type(tid), tid) in exp_keys else "green"
+            right = Text(_describe(m.got[i], tid), style=style)
+        table.add_row(str(i), left, right)
+    moved_out = [tid for tid in m.expected if (type(tid), tid) not in got_keys]
+    moved_in = [tid for tid in got_ids if (type(tid), tid) not in exp_keys]
+    table.caption = (
+        f"moved out (expected, not dispatched): [{_ids(moved_out)}]   "
+        f"moved in (dispatched, not expected): [{_ids(moved_in)}]"
+    )
+    if not moved_in and not moved_out:
+        table.caption = "same tasks, different order"
+    return table
+
+
+def golden_view(divergences: Sequence[Divergence], differing: int, records: int) -> Group:
+    """The first divergent dump records, one per line (unwrapped, so they can be copied)."""
+    parts: list[Text] = [
+        Text(f"{differing} of {records} dump records differ from the golden; first ones:", "bold")
+    ]
+    for d in divergences:
+        expected = d.expected.decode(errors="replace").rstrip() if d.expected else "(golden ended)"
+        got = d.got.decode(errors="replace").rstrip() if d.got else "(replay ended)"
+        parts.append(Text(f"record {d.index}:"))
+        parts.append(Text(f"  - golden: {expected}", "red"))
+        parts.append(Text(f"  + replay: {got}", "green"))
+    return Group(*parts)
+
+
+def kv_table(title: str, rows: Mapping[str, Any]) -> Table:
+    table = Table(title=title, box=box.ROUNDED, show_header=False, title_justify="left")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for k, v in rows.items():
+        table.add_row(k, str(v))
+    return table

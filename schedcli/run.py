@@ -1,0 +1,125 @@
+"""Replaying a trace file: choosing the policy, the step mode, and running the engine."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from .errors import InputError, UsageError
+from .registry import build_policy, resolve_policy
+from .replay import Emit, Replayer, Totals
+from .scheduler import Scheduler
+from .source import DEFAULT_MAX_LINE_BYTES, display_name, readable_twice
+from .trace import Header, TraceReader, has_get_work, open_trace
+
+DEFAULT_POLICY = "decode-first"
+
+
+def _stderr_note(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def choose_policy(
+    header: Header | None,
+    trace_name: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    note: Callable[[str], None] = _stderr_note,
+) -> tuple[Scheduler, str, dict[str, object]]:
+    """The policy to replay with: the command line's, else the header's, else decode-first.
+
+    The header's params apply only to the header's own policy; ``params`` (from the
+    command line) override them key by key.
+    """
+    header_policy = (header.policy if header else None) or DEFAULT_POLICY
+    spec = policy or header_policy
+    merged: dict[str, object] = {}
+    header_params = dict(header.params) if header else {}
+    if header_params:
+        if spec == header_policy:
+            cls = resolve_policy(spec)
+            declared = {p.name for p in cls.PARAMS}
+            for key in header_params:
+                if cls.PARAMS and key not in declared:
+                    assert header is not None
+                    raise InputError(
+                        trace_name,
+                        header.line,
+                        f"header param {key!r} is not a parameter of policy {spec!r} "
+                        f"(it takes {', '.join(sorted(declared))})",
+                    )
+            merged.update(header_params)
+        else:
+            note(
+                f"note: the trace header's params are for {header_policy!r}; "
+                f"not applied to {spec!r}"
+            )
+    merged.update(params)
+    try:
+        built = build_policy(spec, merged)
+    except UsageError as e:
+        if header is not None and header_params and spec == header_policy and not params:
+            raise InputError(trace_name, header.line, str(e)) from None
+        raise
+    return built, built.name or spec, merged
+
+
+@dataclass
+class OpenTrace:
+    """A trace ready to replay: its reader, its policy and its step mode."""
+
+    reader: TraceReader
+    policy: Scheduler
+    policy_name: str
+    params: dict[str, object]
+    explicit: bool
+    name: str
+
+    def run(
+        self,
+        emit: Emit,
+        *,
+        check: bool = False,
+        drain: bool = False,
+        on_step: Callable[[int], None] | None = None,
+        replayer: Replayer | None = None,
+    ) -> Totals:
+        engine = replayer or self.replayer(emit, check=check, drain=drain, on_step=on_step)
+        return engine.run(self.reader, explicit=self.explicit)
+
+    def replayer(
+        self,
+        emit: Emit,
+        *,
+        check: bool = False,
+        drain: bool = False,
+        on_step: Callable[[int], None] | None = None,
+    ) -> Replayer:
+        return Replayer(
+            self.policy,
+            emit,
+            policy_name=self.policy_name,
+            check=check,
+            drain=drain,
+            on_step=on_step,
+        )
+
+
+@contextmanager
+def open_replay(
+    path: str,
+    *,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    note: Callable[[str], None] = _stderr_note,
+) -> Iterator[OpenTrace]:
+    name = display_name(path)
+    with ExitStack() as stack:
+        real = stack.enter_context(readable_twice(path))
+        explicit = has_get_work(real, max_line_bytes=max_line_bytes)
+        reader = stack.enter_context(open_trace(real, name=name, max_line_bytes=max_line_bytes))
+        built, label, used = choose_policy(reader.header, name, policy, params or {}, note)
+        yield OpenTrace(reader, built, label, used, explicit, name)

@@ -1,0 +1,123 @@
+"""Opening input files as streams of numbered lines: gzip, stdin, BOM, CRLF, long lines."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sys
+import tempfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import InputError
+
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 20
+
+
+def display_name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
+
+
+@contextmanager
+def open_binary(path: str, name: str | None = None) -> Iterator[BinaryIO]:
+    """The file's bytes, decompressed when it is gzip (recognised by its magic bytes).
+
+    ``-`` is standard input.
+    """
+    name = name or display_name(path)
+    raw: BinaryIO
+    if path == "-":
+        raw = sys.stdin.buffer
+    else:
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            raise InputError(name, None, "no such file") from None
+        except IsADirectoryError:
+            raise InputError(name, None, "is a directory, not a file") from None
+        except PermissionError:
+            raise InputError(name, None, "permission denied") from None
+        except OSError as e:
+            raise InputError(name, None, f"cannot open: {e.strerror or e}") from None
+    try:
+        head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+        if not head and raw.seekable():
+            pos = raw.tell()
+            head = raw.read(2)
+            raw.seek(pos)
+        if head == _GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                yield gz  # type: ignore[misc]
+        else:
+            yield raw
+    finally:
+        if raw is not sys.stdin.buffer:
+            raw.close()
+
+
+def numbered_lines(
+    stream: BinaryIO, name: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(line_number, content, complete)`` for each non-blank line.
+
+    Line numbers are 1-based and count blank lines. ``content`` has its line end
+    (``\\n`` or ``\\r\\n``) removed; ``complete`` is False only for a last line with no
+    newline. A line longer than ``max_line_bytes`` is an error, found without holding
+    more than ``max_line_bytes`` of it in memory.
+    """
+    readline = stream.readline
+    limit = max_line_bytes + 2  # room for the line end
+    lineno = 0
+    try:
+        while True:
+            line = readline(limit)
+            if not line:
+                return
+            lineno += 1
+            if lineno == 1 and line.startswith(_BOM):
+                line = line[3:]
+            if line[-1:] == b"\n":
+                complete = True
+                line = line[:-2] if line[-2:-1] == b"\r" else line[:-1]
+            else:
+                complete = False
+            if len(line) > max_line_bytes:
+                raise InputError(
+                    name,
+                    lineno,
+                    f"line is longer than --max-line-bytes ({max_line_bytes} bytes)",
+                )
+            if not line.strip():
+                continue
+            yield lineno, line, complete
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise InputError(name, lineno + 1, f"corrupt gzip data: {e}") from None
+    except EOFError:
+        raise InputError(name, lineno + 1, "gzip data ends early: the file was cut short") from None
+
+
+@contextmanager
+def readable_twice(path: str) -> Iterator[str]:
+    """A path that can be opened more than once: standard input is spooled to disk."""
+    if path != "-":
+        yield path
+        return
+    with tempfile.NamedTemporaryFile(prefix="schedcli-stdin-") as spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool, _CHUNK)
+        spool.flush()
+        yield spool.name
+
+
+def file_size(path: str) -> int | None:
+    if path == "-":
+        return None
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return None
