@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from enum import StrEnum
 from typing import IO, Annotated, Any, NoReturn, TypeVar
 
+import orjson
 import typer
 from rich.console import Console
 
@@ -326,6 +327,81 @@ def validate(
         print(f"{len(problems)} problem(s) in {events} event(s)", file=sys.stderr)
         raise typer.Exit(2)
     print(f"{trace}: valid, {events} event(s)", file=sys.stderr)
+
+
+class ViewFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+@command
+def policies(
+    fmt: Annotated[
+        ViewFormat, typer.Option("--format", "-f", help="table or json.")
+    ] = ViewFormat.table,
+) -> None:
+    """List the policies: built-ins and plugins, with parameters, defaults and rule."""
+    from .registry import describe_policies
+    from .render import policies_table
+
+    described = describe_policies()
+    if fmt is ViewFormat.json:
+        sys.stdout.buffer.write(orjson.dumps(described, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _stdout_console().print(policies_table(described))
+
+
+@command
+def diff(
+    inputs: Annotated[
+        list[str],
+        typer.Argument(help="One trace (replayed under A and B), or two dumps to compare."),
+    ],
+    a_policy: Annotated[
+        str | None, typer.Option("--a", help="Policy of side A (default: the trace header's).")
+    ] = None,
+    b_policy: Annotated[
+        str | None, typer.Option("--b", help="Policy of side B (default: the trace header's).")
+    ] = None,
+    a_param: Annotated[
+        list[str] | None, typer.Option("--a-param", help="Side A parameter KEY=VALUE.")
+    ] = None,
+    b_param: Annotated[
+        list[str] | None, typer.Option("--b-param", help="Side B parameter KEY=VALUE.")
+    ] = None,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="Explicit traces: drain both sides at the end.")
+    ] = False,
+    fmt: Annotated[
+        ViewFormat, typer.Option("--format", "-f", help="table or json.")
+    ] = ViewFormat.table,
+) -> None:
+    """Find where two schedules part ways: one trace under two configurations, or two dumps.
+
+    Exit codes: 0 identical; 1 different; 2 bad input or usage; 3 a policy broke the contract.
+    """
+    from .diff import Config, diff_dumps, diff_trace
+    from .render import diff_view
+
+    if len(inputs) == 1:
+        result = diff_trace(
+            inputs[0],
+            Config(a_policy, dict(parse_params(a_param))),
+            Config(b_policy, dict(parse_params(b_param))),
+            drain=drain,
+        )
+    elif len(inputs) == 2:
+        if a_policy or b_policy or a_param or b_param:
+            raise UsageError("--a/--b and their params apply to a trace, not to two dumps")
+        result = diff_dumps(inputs[0], inputs[1])
+    else:
+        raise UsageError("diff takes one trace, or two dumps")
+    if fmt is ViewFormat.json:
+        sys.stdout.buffer.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _stdout_console().print(diff_view(result))
+    if not result.identical:
+        raise typer.Exit(1)
 
 
 def _exit(code: int) -> NoReturn:

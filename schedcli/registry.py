@@ -96,6 +96,8 @@ def resolve_policy(spec: str) -> type[Scheduler]:
     if source is None:
         hint = difflib.get_close_matches(spec, list(sources), n=1)
         did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        if "." in spec:
+            did_you_mean = " (a plugin class is named as package.module:ClassName)"
         raise UsageError(f"unknown policy {spec!r}{did_you_mean}; known: {', '.join(sources)}")
     return source.load()
 
@@ -157,3 +159,23 @@ def build_policy(spec: str, params: Mapping[str, object] | None = None) -> Sched
         raise UsageError(f"policy {label!r}: {e}") from e
     except Exception as e:
         raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e
+
+
+def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, Any]:
+    """Name, origin, declared parameters and rule of a policy, as plain data."""
+    doc = inspect.getdoc(cls) or ""
+    return {
+        "name": name,
+        "origin": origin,
+        "class": f"{cls.__module__}:{cls.__qualname__}",
+        "params": [
+            {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help}
+            for p in cls.PARAMS
+        ],
+        "rule": " ".join(doc.split()),
+    }
+
+
+def describe_policies() -> list[dict[str, Any]]:
+    """Every registered policy, built-ins first; a plugin that cannot load is an error."""
+    return [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]

@@ -188,3 +188,107 @@ def kv_table(title: str, rows: Mapping[str, Any]) -> Table:
     for k, v in rows.items():
         table.add_row(k, str(v))
     return table
+
+
+_METRIC_LABELS = (
+    ("steps", "get_work calls"),
+    ("steps_to_drain", "steps to drain"),
+    ("dispatched", "tasks dispatched"),
+    ("cancelled", "tasks cancelled"),
+    ("mean_tokens_per_batch", "mean tokens per batch"),
+    ("mean_utilisation", "mean token utilisation"),
+    ("mean_wait_steps", "mean wait (steps, submit to dispatch)"),
+    ("max_wait_steps", "max wait (steps)"),
+    ("worst_session_mean_wait_steps", "worst session's mean wait (steps)"),
+    ("jain_fairness", "Jain's fairness index (tokens served)"),
+    ("sessions", "sessions"),
+)
+
+
+def _metric(key: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if key == "mean_utilisation":
+        return _pct(value)
+    if isinstance(value, float):
+        return f"{value:.3f}" if key == "jain_fairness" else f"{value:.2f}"
+    return str(value)
+
+
+def metrics_comparison(labels: Sequence[str], summaries: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="summary", box=box.ROUNDED, title_justify="left")
+    table.add_column("metric")
+    for label in labels:
+        table.add_column(label, justify="right", overflow="fold")
+    for key, label in _METRIC_LABELS:
+        table.add_row(label, *(_metric(key, s.get(key)) for s in summaries))
+    return table
+
+
+def diff_view(result: Any) -> Group:
+    """A DiffResult for people: the first differing step side by side, then the summary."""
+    a_label, b_label = result.labels
+    parts: list[Any] = [Text(f"A: {a_label}\nB: {b_label}", "bold")]
+    if result.identical:
+        parts.append(Text(f"identical: all {result.steps_compared} steps match", "green"))
+    else:
+        parts.append(
+            Text(
+                f"{result.steps_differing} of {result.steps_compared} steps differ"
+                + (
+                    f"; {result.events_differing} event records differ"
+                    if result.events_differing
+                    else ""
+                ),
+                "yellow",
+            )
+        )
+    first = result.first
+    if first is not None:
+        table = Table(
+            title=f"first difference: step {first.step}", box=box.ROUNDED, title_justify="left"
+        )
+        table.add_column("#", justify="right")
+        table.add_column("A")
+        table.add_column("B")
+        only_a, only_b = first.moved()
+        a_keys = {(type(t), t) for t in only_a}
+        b_keys = {(type(t), t) for t in only_b}
+        a_rows = first.a or []
+        b_rows = first.b or []
+        for i in range(max(len(a_rows), len(b_rows), 1)):
+            cells = []
+            for rows, keys, style, missing in (
+                (a_rows, a_keys, "red", first.a is None),
+                (b_rows, b_keys, "green", first.b is None),
+            ):
+                if i < len(rows):
+                    e = rows[i]
+                    tid = e["tid"]
+                    cells.append(
+                        Text(
+                            f"{show_id(tid)}  sid {show_id(e['sid'])} {e['kind']} {e['size']}",
+                            style if (type(tid), tid) in keys else "",
+                        )
+                    )
+                else:
+                    cells.append(Text("(no batch)" if missing and i == 0 else "", "dim"))
+            table.add_row(str(i), *cells)
+        table.caption = f"only in A: [{_ids(only_a)}]   only in B: [{_ids(only_b)}]"
+        parts.append(table)
+    parts.append(metrics_comparison(["A", "B"], result.summaries))
+    return Group(*parts)
+
+
+def policies_table(described: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(box=box.ROUNDED, show_lines=True, title="policies", title_justify="left")
+    table.add_column("policy", style="bold", no_wrap=True)
+    table.add_column("parameters (default)")
+    table.add_column("rule", ratio=1)
+    for d in described:
+        params = "\n".join(f"{p['name']}={p['default']}  {p['help']}" for p in d["params"])
+        name = Text(d["name"])
+        if d["origin"] != "built-in":
+            name.append(f"\n{d['origin']}", "dim")
+        table.add_row(name, params or "-", d["rule"])
+    return table

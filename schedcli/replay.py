@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import CheckFailed, InvariantError, UsageError
 from .scheduler import Scheduler, show_id
@@ -104,6 +104,16 @@ def task_entry(t: Task) -> Record:
     return {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}
 
 
+class Observer(Protocol):
+    """Sees what the engine sees, with step numbers (metrics, timelines)."""
+
+    def accepted(self, tasks: list[Task], step: int) -> None: ...
+
+    def dispatched(self, batch: list[Task], step: int) -> None: ...
+
+    def dropped(self, tasks: list[Task], step: int) -> None: ...
+
+
 class Replayer:
     """Drives one policy through one trace's events."""
 
@@ -116,8 +126,10 @@ class Replayer:
         check: bool = False,
         drain: bool = False,
         on_step: Callable[[int], None] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.policy = policy
+        self.observer = observer
         self.emit = emit
         self.policy_name = policy_name or type(policy).__name__
         self.check = check
@@ -194,6 +206,8 @@ class Replayer:
                 queued[t.tid] = t
                 per_session[t.sid] = per_session.get(t.sid, 0) + 1
             totals.accepted += len(tasks)
+            if self.observer is not None:
+                self.observer.accepted(tasks, self._next_step)
             return
         totals.rejected += 1
         totals.rejected_tasks += len(tasks)
@@ -226,6 +240,8 @@ class Replayer:
         if left:
             raise self._broken(f"cancel({show_id(sid)}) kept {left} of its queued tasks")
         self.totals.cancelled += len(dropped)
+        if self.observer is not None:
+            self.observer.dropped(dropped, self._next_step)
         self.emit(
             {"line": event.line, "op": "cancel", "sid": sid, "dropped": [t.tid for t in dropped]}
         )
@@ -240,6 +256,8 @@ class Replayer:
         if self.queued:
             raise self._broken(f"clear() kept {len(self.queued)} queued tasks")
         self.totals.cancelled += len(dropped)
+        if self.observer is not None:
+            self.observer.dropped(dropped, self._next_step)
         self.emit({"line": event.line, "op": "clear", "dropped": [t.tid for t in dropped]})
 
     def get_work(self, step: int, event: Event | None = None) -> int:
@@ -287,6 +305,8 @@ class Replayer:
         if tokens > totals.peak_tokens:
             totals.peak_tokens = tokens
         self._next_step = step + 1
+        if self.observer is not None:
+            self.observer.dispatched(batch, step)
         if (
             self.check
             and event is not None
@@ -326,17 +346,76 @@ class Replayer:
         return step
 
     def run(self, events: Iterable[Event], *, explicit: bool) -> Totals:
-        self.totals.mode = EXPLICIT if explicit else STEPPED
+        """Replay every event, then finish (drain as the mode says, and account)."""
+        self.start(explicit=explicit)
         if explicit:
-            self._run_explicit(events)
+            # The hot loop of explicit traces, inlined from feed().
+            submit, get_work = self.submit, self.get_work
+            for event in events:
+                op = event.op
+                self._line = event.line
+                if op == "submit":
+                    submit(event)
+                elif op == "get_work":
+                    get_work(self._step, event)
+                    self._step += 1
+                else:
+                    self._apply(event)
         else:
-            self._run_stepped(events)
+            feed = self.feed
+            for event in events:
+                feed(event)
+        return self.close()
+
+    def start(self, *, explicit: bool) -> None:
+        self._explicit = explicit
+        self.totals.mode = EXPLICIT if explicit else PLAIN
+        self._step = 0
+        self._current: int | None = None
+
+    def feed(self, event: Event) -> None:
+        """Apply one event, calling get_work where the step mode says."""
+        self._line = event.line
+        if self._explicit:
+            if event.op == "get_work":
+                self.get_work(self._step, event)
+                self._step += 1
+            else:
+                self._apply(event)
+            return
+        # Stepped and plain: an event without a step belongs to the step of the event
+        # before it (0 at the start); a trace with no steps is one step 0, then a drain.
+        step = event.step
+        current = self._current
+        if step is not None:
+            self.totals.mode = STEPPED
+        else:
+            step = current if current is not None else 0
+        if current is None:
+            self._current = self._next_step = step
+        elif step > current:
+            if self._has_work():
+                self.get_work(current)
+            self._drain_from(current + 1, until=step)
+            self._current = self._next_step = step
+            self._line = event.line
+        self._apply(event)
+
+    def close(self) -> Totals:
+        """After the last event: drain (stepped and plain, or --drain) and account."""
         self._line = 0
+        if self._explicit:
+            if self.drain:
+                self._drain_from(self._step)
+        else:
+            current = self._current if self._current is not None else 0
+            if self._has_work():
+                self.get_work(current)
+            self._drain_from(current + 1)
         self.finish()
         return self.totals
 
     def _apply(self, event: Event) -> None:
-        self._line = event.line
         op = event.op
         if op == "submit":
             self.submit(event)
@@ -346,50 +425,6 @@ class Replayer:
             self.clear(event)
         else:
             raise AssertionError(op)
-
-    def _run_explicit(self, events: Iterable[Event]) -> None:
-        step = 0
-        submit = self.submit
-        for event in events:
-            op = event.op
-            if op == "submit":
-                self._line = event.line
-                submit(event)
-            elif op == "get_work":
-                self._line = event.line
-                self.get_work(step, event)
-                step += 1
-            else:
-                self._apply(event)
-        if self.drain:
-            self._line = 0
-            self._drain_from(step)
-
-    def _run_stepped(self, events: Iterable[Event]) -> None:
-        # An event without a step belongs to the step of the event before it (0 at
-        # the start); a trace with no steps at all is one step 0, then a drain.
-        current: int | None = None
-        self.totals.mode = PLAIN
-        for event in events:
-            step = event.step
-            if step is not None:
-                self.totals.mode = STEPPED
-            else:
-                step = current if current is not None else 0
-            if current is None:
-                current = self._next_step = step
-            elif step > current:
-                if self._has_work():
-                    self.get_work(current)
-                self._drain_from(current + 1, until=step)
-                current = self._next_step = step
-            self._apply(event)
-        self._line = 0
-        if current is None:
-            current = 0
-        if self._has_work():
-            self.get_work(current)
-        self._drain_from(current + 1)
 
     def finish(self) -> None:
         """The accounting check: every accepted task dispatched, cancelled or queued."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .errors import InputError, UsageError
 from .registry import build_policy, resolve_policy
-from .replay import Emit, Replayer, Totals
+from .replay import Emit, Observer, Replayer, Totals
 from .scheduler import Scheduler
 from .source import DEFAULT_MAX_LINE_BYTES, display_name, readable_twice
 from .trace import Header, TraceReader, has_get_work, open_trace
@@ -63,7 +63,8 @@ def choose_policy(
         if header is not None and header_params and spec == header_policy and not params:
             raise InputError(trace_name, header.line, str(e)) from None
         raise
-    return built, built.name or spec, merged
+    used = built.params() if built.PARAMS else merged
+    return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
 
 
 @dataclass
@@ -84,9 +85,12 @@ class OpenTrace:
         check: bool = False,
         drain: bool = False,
         on_step: Callable[[int], None] | None = None,
+        observer: Observer | None = None,
         replayer: Replayer | None = None,
     ) -> Totals:
-        engine = replayer or self.replayer(emit, check=check, drain=drain, on_step=on_step)
+        engine = replayer or self.replayer(
+            emit, check=check, drain=drain, on_step=on_step, observer=observer
+        )
         return engine.run(self.reader, explicit=self.explicit)
 
     def replayer(
@@ -96,6 +100,7 @@ class OpenTrace:
         check: bool = False,
         drain: bool = False,
         on_step: Callable[[int], None] | None = None,
+        observer: Observer | None = None,
     ) -> Replayer:
         return Replayer(
             self.policy,
@@ -104,6 +109,7 @@ class OpenTrace:
             check=check,
             drain=drain,
             on_step=on_step,
+            observer=observer,
         )
 
 

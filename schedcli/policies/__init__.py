@@ -4,7 +4,30 @@ from __future__ import annotations
 
 from ..scheduler import Scheduler
 from .decode_first import DecodeFirstScheduler
+from .fair import FairScheduler
+from .fcfs import FcfsScheduler
+from .prefill_first import PrefillFirstScheduler
+from .priority import PriorityScheduler
+from .sjf import SjfScheduler
 
-BUILTIN_POLICIES: dict[str, type[Scheduler]] = {cls.name: cls for cls in (DecodeFirstScheduler,)}
+BUILTIN_POLICIES: dict[str, type[Scheduler]] = {
+    cls.name: cls
+    for cls in (
+        DecodeFirstScheduler,
+        FcfsScheduler,
+        PrefillFirstScheduler,
+        PriorityScheduler,
+        SjfScheduler,
+        FairScheduler,
+    )
+}
 
-__all__ = ["BUILTIN_POLICIES", "DecodeFirstScheduler"]
+__all__ = [
+    "BUILTIN_POLICIES",
+    "DecodeFirstScheduler",
+    "FairScheduler",
+    "FcfsScheduler",
+    "PrefillFirstScheduler",
+    "PriorityScheduler",
+    "SjfScheduler",
+]

@@ -6,6 +6,7 @@ from collections import deque
 
 from ..scheduler import Param, QueueScheduler, check_params
 from ..task import DECODE, Id, Task
+from ._queues import remove_decodes, take_decodes
 
 
 class DecodeFirstScheduler(QueueScheduler):
@@ -79,7 +80,7 @@ class DecodeFirstScheduler(QueueScheduler):
     def _take(self) -> list[Task]:
         taken: list[Task] = []
         decoding: set[Id] = set()
-        self._take_decodes(taken, decoding)
+        take_decodes(self._decodes, self._decodes_of, taken, decoding, self.max_decode_sequences)
         spent = len(taken)
         owing: set[Id] = set()
         while spent < self.max_batch_tokens:
@@ -87,29 +88,6 @@ class DecodeFirstScheduler(QueueScheduler):
             if not progress:
                 break
         return taken
-
-    def _take_decodes(self, taken: list[Task], decoding: set[Id]) -> None:
-        queue = self._decodes
-        counts = self._decodes_of
-        cap = self.max_decode_sequences
-        deferred: list[Task] = []
-        n = 0
-        while n < cap and queue:
-            t = queue.popleft()
-            sid = t.sid
-            if sid in decoding:
-                deferred.append(t)
-                continue
-            decoding.add(sid)
-            taken.append(t)
-            n += 1
-            left = counts[sid] - 1
-            if left:
-                counts[sid] = left
-            else:
-                del counts[sid]
-        # Back at the head in arrival order: a session passed over still leads next time.
-        queue.extendleft(reversed(deferred))
 
     def _prefill_pass(
         self, taken: list[Task], spent: int, decoding: set[Id], owing: set[Id]
@@ -164,12 +142,7 @@ class DecodeFirstScheduler(QueueScheduler):
         if chunks:
             dropped.extend(chunks)
             chunks.clear()
-        if sid in self._decodes_of:
-            keep: deque[Task] = deque()
-            for t in self._decodes:
-                (dropped if t.sid == sid else keep).append(t)
-            self._decodes = keep
-            del self._decodes_of[sid]
+        dropped.extend(remove_decodes(self._decodes, self._decodes_of, sid))
         return dropped
 
     def _reset(self) -> None:

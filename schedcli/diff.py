@@ -1,0 +1,277 @@
+"""Where two schedules part ways: one trace under two configurations, or two dumps."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .dump import Record
+from .errors import InputError
+from .metrics import StepMetrics
+from .replay import Replayer
+from .run import choose_policy, open_replay
+from .source import DEFAULT_MAX_LINE_BYTES, display_name, numbered_lines, open_binary
+from .task import Task
+from .trace import Event
+
+
+@dataclass
+class Config:
+    """One side of a diff: a policy and its parameters (None: the trace header's)."""
+
+    policy: str | None = None
+    params: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class FirstDifference:
+    step: int
+    a: list[Record] | None  # None: no batch at this step on that side
+    b: list[Record] | None
+
+    def moved(self) -> tuple[list[Any], list[Any]]:
+        """Tids only in a, and only in b."""
+        a_ids = [e["tid"] for e in self.a or ()]
+        b_ids = [e["tid"] for e in self.b or ()]
+        a_keys = {(type(t), t) for t in a_ids}
+        b_keys = {(type(t), t) for t in b_ids}
+        return (
+            [t for t in a_ids if (type(t), t) not in b_keys],
+            [t for t in b_ids if (type(t), t) not in a_keys],
+        )
+
+
+@dataclass
+class DiffResult:
+    labels: tuple[str, str]
+    params: tuple[dict[str, object], dict[str, object]]
+    steps_compared: int = 0
+    steps_differing: int = 0
+    events_differing: int = 0
+    first: FirstDifference | None = None
+    summaries: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+
+    @property
+    def identical(self) -> bool:
+        return self.steps_differing == 0 and self.events_differing == 0
+
+    def to_json(self) -> dict[str, Any]:
+        first: dict[str, Any] | None = None
+        if self.first is not None:
+            only_a, only_b = self.first.moved()
+            first = {
+                "step": self.first.step,
+                "a": self.first.a,
+                "b": self.first.b,
+                "only_in_a": only_a,
+                "only_in_b": only_b,
+            }
+        return {
+            "identical": self.identical,
+            "steps_compared": self.steps_compared,
+            "steps_differing": self.steps_differing,
+            "events_differing": self.events_differing,
+            "first_difference": first,
+            "a": {"label": self.labels[0], "params": self.params[0], "metrics": self.summaries[0]},
+            "b": {"label": self.labels[1], "params": self.params[1], "metrics": self.summaries[1]},
+        }
+
+
+def _entries_key(entries: list[Record]) -> bytes:
+    return orjson.dumps(entries)
+
+
+class _Aligner:
+    """Pairs the two sides' batch records by step number as they arrive."""
+
+    def __init__(self, result: DiffResult) -> None:
+        self.result = result
+        self.a: deque[Record] = deque()
+        self.b: deque[Record] = deque()
+        self.events_a: deque[bytes] = deque()
+        self.events_b: deque[bytes] = deque()
+
+    def sink(self, side: str) -> Any:
+        batches = self.a if side == "a" else self.b
+        events = self.events_a if side == "a" else self.events_b
+
+        def emit(record: Record) -> None:
+            if "batch" in record:
+                batches.append(record)
+            elif "end" not in record:
+                events.append(orjson.dumps(record))
+
+        return emit
+
+    def _differ(self, step: int, a: list[Record] | None, b: list[Record] | None) -> None:
+        self.result.steps_differing += 1
+        if self.result.first is None:
+            self.result.first = FirstDifference(step, a, b)
+
+    def settle(self, final: bool = False) -> None:
+        a, b, result = self.a, self.b, self.result
+        while a and b:
+            ra, rb = a[0], b[0]
+            sa, sb = ra["step"], rb["step"]
+            result.steps_compared += 1
+            if sa == sb:
+                a.popleft()
+                b.popleft()
+                if _entries_key(ra["batch"]) != _entries_key(rb["batch"]):
+                    self._differ(sa, ra["batch"], rb["batch"])
+            elif sa < sb:
+                a.popleft()
+                self._differ(sa, ra["batch"], None)
+            else:
+                b.popleft()
+                self._differ(sb, None, rb["batch"])
+        while self.events_a and self.events_b:
+            if self.events_a.popleft() != self.events_b.popleft():
+                result.events_differing += 1
+        if final:
+            for r in a:
+                result.steps_compared += 1
+                self._differ(r["step"], r["batch"], None)
+            for r in b:
+                result.steps_compared += 1
+                self._differ(r["step"], None, r["batch"])
+            a.clear()
+            b.clear()
+            result.events_differing += len(self.events_a) + len(self.events_b)
+
+
+def _clone(event: Event) -> Event:
+    """The same event with its own task objects, so two policies never share one."""
+    if not event.tasks:
+        return event
+    tasks = [
+        Task(
+            t.tid,
+            t.sid,
+            t.kind,
+            t.size,
+            position=t.position,
+            produce_output=t.produce_output,
+            tokens=t.tokens,
+            priority=t.priority,
+            meta=t.meta,
+        )
+        for t in event.tasks
+    ]
+    return Event(event.op, event.line, event.step, event.t, tasks=tasks, expect=event.expect)
+
+
+def _label(name: str, params: Mapping[str, object]) -> str:
+    if not params:
+        return name
+    return name + " " + " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def diff_trace(
+    path: str,
+    a: Config,
+    b: Config,
+    *,
+    drain: bool = False,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> DiffResult:
+    """Replay one trace under two configurations in lockstep and compare every step."""
+    with open_replay(path, policy=a.policy, params=a.params, max_line_bytes=max_line_bytes) as ta:
+        name = display_name(path)
+        policy_b, label_b, params_b = choose_policy(
+            ta.reader.header, name, b.policy, b.params, note=lambda _: None
+        )
+        result = DiffResult(
+            (_label(ta.policy_name, ta.params), _label(label_b, params_b)),
+            (dict(ta.params), dict(params_b)),
+        )
+        aligner = _Aligner(result)
+        metrics_a = StepMetrics(ta.policy.token_budget)
+        metrics_b = StepMetrics(policy_b.token_budget)
+        side_a = Replayer(
+            ta.policy,
+            aligner.sink("a"),
+            policy_name=ta.policy_name,
+            drain=drain,
+            observer=metrics_a,
+        )
+        side_b = Replayer(
+            policy_b, aligner.sink("b"), policy_name=label_b, drain=drain, observer=metrics_b
+        )
+        side_a.start(explicit=ta.explicit)
+        side_b.start(explicit=ta.explicit)
+        for event in ta.reader:
+            twin = _clone(event)
+            side_a.feed(event)
+            side_b.feed(twin)
+            aligner.settle()
+        side_a.close()
+        side_b.close()
+        aligner.settle(final=True)
+        result.summaries = (metrics_a.summary(), metrics_b.summary())
+        return result
+
+
+def _dump_records(path: str, stack: ExitStack) -> Iterator[Record]:
+    name = display_name(path)
+    stream = stack.enter_context(open_binary(path, name))
+    for lineno, raw, _ in numbered_lines(stream, name):
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise InputError(name, lineno, f"not valid JSON: {e}") from None
+        if type(record) is not dict:
+            raise InputError(name, lineno, "each dump line must be a JSON object")
+        if ("op" in record and "line" not in record) or "schedcli" in record:
+            raise InputError(
+                name, lineno, "this is a trace, not a dump (diff takes one trace or two dumps)"
+            )
+        if "batch" in record and (
+            type(record.get("step")) is not int or type(record["batch"]) is not list
+        ):
+            raise InputError(name, lineno, "a batch record needs an integer step and a batch array")
+        yield record
+
+
+def _dump_metrics_feed(metrics: StepMetrics, record: Record) -> None:
+    tasks = [
+        Task(e.get("tid", 0), e.get("sid", 0), e.get("kind", "prefill"), int(e.get("size", 0)))
+        for e in record["batch"]
+    ]
+    metrics.dispatched(tasks, record["step"])
+
+
+def diff_dumps(path_a: str, path_b: str) -> DiffResult:
+    """Compare two dumps record by record (batches aligned by step)."""
+    result = DiffResult((display_name(path_a), display_name(path_b)), ({}, {}))
+    aligner = _Aligner(result)
+    metrics = (StepMetrics(waits_known=False), StepMetrics(waits_known=False))
+    with ExitStack() as stack:
+        streams = (_dump_records(path_a, stack), _dump_records(path_b, stack))
+        sinks = (aligner.sink("a"), aligner.sink("b"))
+        done = [False, False]
+        while not all(done):
+            for i in (0, 1):
+                if done[i]:
+                    continue
+                record = next(streams[i], None)
+                if record is None:
+                    done[i] = True
+                    continue
+                if "batch" in record:
+                    try:
+                        _dump_metrics_feed(metrics[i], record)
+                    except (ValueError, TypeError) as e:
+                        raise InputError(
+                            (path_a, path_b)[i], None, f"bad batch record: {e}"
+                        ) from None
+                sinks[i](record)
+            aligner.settle()
+        aligner.settle(final=True)
+    result.summaries = (metrics[0].summary(), metrics[1].summary())
+    return result

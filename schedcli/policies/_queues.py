@@ -1,0 +1,189 @@
+"""Queue structures and batch-building steps that several built-in policies share."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from ..task import DECODE, Id, Task
+
+
+class OrderedQueue:
+    """Queued tasks in (key, arrival) order, removable by session in O(session).
+
+    Entries taken out of the heap but not dispatched are put back with their original
+    (key, arrival), so a task that waits never loses its place. A task's key is raised
+    to that of its session's previous queued task, so keys never reorder a session.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int]] = []
+        self._live: dict[int, Task] = {}
+        # sid -> {arrival: key}, in arrival order; a dict so removal is O(1).
+        self._of_session: dict[Id, dict[int, int]] = {}
+        self._arrivals = 0
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def count(self, sid: Id) -> int:
+        return len(self._of_session.get(sid, ()))
+
+    def push(self, task: Task, key: int = 0) -> None:
+        arrival = self._arrivals
+        self._arrivals += 1
+        mine = self._of_session.setdefault(task.sid, {})
+        if mine:
+            key = max(key, next(reversed(mine.values())))
+        heapq.heappush(self._heap, (key, arrival))
+        self._live[arrival] = task
+        mine[arrival] = key
+
+    def pop(self) -> tuple[tuple[int, int], Task] | None:
+        """The next live entry, taken out of the heap (put it back or ``taken`` it)."""
+        heap, live = self._heap, self._live
+        while heap:
+            entry = heapq.heappop(heap)
+            t = live.get(entry[1])
+            if t is not None:
+                return entry, t
+        return None
+
+    def is_oldest(self, entry: tuple[int, int], task: Task) -> bool:
+        """Whether no earlier task of the same session is still queued."""
+        return next(iter(self._of_session[task.sid])) == entry[1]
+
+    def put_back(self, entries: list[tuple[int, int]]) -> None:
+        for entry in entries:
+            heapq.heappush(self._heap, entry)
+
+    def taken(self, entry: tuple[int, int], task: Task) -> None:
+        arrival = entry[1]
+        del self._live[arrival]
+        mine = self._of_session[task.sid]
+        del mine[arrival]
+        if not mine:
+            del self._of_session[task.sid]
+
+    def remove_session(self, sid: Id) -> list[Task]:
+        """The session's queued tasks in arrival order; their heap entries go stale."""
+        arrivals = self._of_session.pop(sid, None)
+        if not arrivals:
+            return []
+        live = self._live
+        return [live.pop(a) for a in arrivals]
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._live.clear()
+        self._of_session.clear()
+
+
+class BatchSessions:
+    """Which sessions a batch under construction holds, for the interface's session rule.
+
+    A session may appear more than once only as consecutive prefill chunks, and only
+    until one of its tasks produces output: a decode or an output chunk closes it.
+    """
+
+    __slots__ = ("closed", "present")
+
+    def __init__(self) -> None:
+        self.present: set[Id] = set()
+        self.closed: set[Id] = set()
+
+    def allows(self, t: Task) -> bool:
+        sid = t.sid
+        if sid in self.closed:
+            return False
+        return not (t.kind is DECODE and sid in self.present)
+
+    def add(self, t: Task) -> None:
+        self.present.add(t.sid)
+        if t.kind is DECODE or t.produce_output:
+            self.closed.add(t.sid)
+
+
+def take_in_order(
+    queue: OrderedQueue,
+    taken: list[Task],
+    sessions: BatchSessions,
+    *,
+    budget: int,
+    spent: int,
+    cap: int,
+) -> int:
+    """Take from the head while tasks fit; returns the tokens spent.
+
+    A task the session rule forbids, or one behind an older task of its session, waits
+    (as do its session's later tasks, which keep their order) without ending the batch;
+    the first task that does not fit the budget ends it: head-of-line blocking, on purpose.
+    """
+    waiting: list[tuple[int, int]] = []
+    blocked: set[Id] = set()
+    blocked_total = 0
+    while len(taken) < cap and len(queue) > blocked_total:
+        item = queue.pop()
+        if item is None:
+            break
+        entry, t = item
+        sid = t.sid
+        if not queue.is_oldest(entry, t):
+            # A session's tasks leave in its submission order, whatever their keys:
+            # this one waits for the older one, which is still to come.
+            waiting.append(entry)
+            continue
+        if sid in blocked or not sessions.allows(t):
+            waiting.append(entry)
+            if sid not in blocked:
+                blocked.add(sid)
+                blocked_total += queue.count(sid)
+            continue
+        if t.size > budget - spent:
+            waiting.append(entry)
+            break
+        queue.taken(entry, t)
+        taken.append(t)
+        sessions.add(t)
+        spent += t.size
+    queue.put_back(waiting)
+    return spent
+
+
+def take_decodes(
+    queue: deque[Task], counts: dict[Id, int], taken: list[Task], decoding: set[Id], cap: int
+) -> None:
+    """Decodes in arrival order, at most one per session, up to ``cap``.
+
+    A session's second decode is passed over and goes back to the head in arrival
+    order, so it still leads the queue next time.
+    """
+    deferred: list[Task] = []
+    n = 0
+    while n < cap and queue:
+        t = queue.popleft()
+        sid = t.sid
+        if sid in decoding:
+            deferred.append(t)
+            continue
+        decoding.add(sid)
+        taken.append(t)
+        n += 1
+        left = counts[sid] - 1
+        if left:
+            counts[sid] = left
+        else:
+            del counts[sid]
+    queue.extendleft(reversed(deferred))
+
+
+def remove_decodes(queue: deque[Task], counts: dict[Id, int], sid: Id) -> list[Task]:
+    """Take the session's decodes out of ``queue`` (in place), in arrival order."""
+    if sid not in counts:
+        return []
+    dropped = [t for t in queue if t.sid == sid]
+    kept = [t for t in queue if t.sid != sid]
+    queue.clear()
+    queue.extend(kept)
+    del counts[sid]
+    return dropped

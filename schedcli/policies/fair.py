@@ -1,0 +1,105 @@
+"""fair: virtual token counters per session (VTC, Sheng et al., OSDI 2024)."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from ..scheduler import Param, QueueScheduler, check_params
+from ..task import DECODE, Id, Task
+from ._limits import chunk_fits_budget
+from ._queues import BatchSessions
+
+
+class FairScheduler(QueueScheduler):
+    """Each session has a virtual token counter. A batch is filled by repeatedly serving
+    the backlogged session with the lowest counter (ties by arrival): its oldest task,
+    if the session rule and the budget allow, else the session sits this batch out.
+    Serving charges prefill tokens x prefill_weight and decode tokens x decode_weight.
+    A session that becomes backlogged again is lifted to the lowest counter among the
+    backlogged sessions, so idle time earns no credit.
+    """
+
+    name = "fair"
+    PARAMS = (
+        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
+        Param("max_num_seqs", int, 64, "tasks one batch may hold", minimum=1),
+        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
+        Param("prefill_weight", float, 1.0, "counter charge per prefill token", minimum=0),
+        Param("decode_weight", float, 2.0, "counter charge per decode token", minimum=0),
+    )
+
+    def __init__(
+        self,
+        max_batch_tokens: int = 544,
+        max_num_seqs: int = 64,
+        max_prefill_chunk_size: int = 256,
+        prefill_weight: float = 1.0,
+        decode_weight: float = 2.0,
+    ) -> None:
+        check_params(self.PARAMS, locals())
+        chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
+        super().__init__()
+        self.max_batch_tokens = max_batch_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_prefill_chunk_size = max_prefill_chunk_size
+        self.prefill_weight = float(prefill_weight)
+        self.decode_weight = float(decode_weight)
+        self._chunk_limit = max_prefill_chunk_size
+        self._chunk_limit_name = "max_prefill_chunk_size"
+        # Backlogged sessions, in the order they became backlogged (the tie-break).
+        self._backlog: dict[Id, deque[Task]] = {}
+        # Counters outlive backlogs: one float per session seen.
+        self._counter: dict[Id, float] = {}
+
+    @property
+    def token_budget(self) -> int:
+        return self.max_batch_tokens
+
+    def counter(self, sid: Id) -> float:
+        with self._lock:
+            return self._counter.get(sid, 0.0)
+
+    def _enqueue(self, task: Task) -> None:
+        sid = task.sid
+        queue = self._backlog.get(sid)
+        if queue is None:
+            own = self._counter.get(sid, 0.0)
+            if self._backlog:
+                own = max(own, min(self._counter[s] for s in self._backlog))
+            self._counter[sid] = own
+            queue = self._backlog[sid] = deque()
+        queue.append(task)
+
+    def _take(self) -> list[Task]:
+        taken: list[Task] = []
+        backlog, counter = self._backlog, self._counter
+        heap = [(counter[sid], order, sid) for order, sid in enumerate(backlog)]
+        heapq.heapify(heap)
+        sessions = BatchSessions()
+        budget, cap = self.max_batch_tokens, self.max_num_seqs
+        spent = 0
+        while heap and len(taken) < cap and spent < budget:
+            _, order, sid = heapq.heappop(heap)
+            queue = backlog[sid]
+            t = queue[0]
+            if not sessions.allows(t) or t.size > budget - spent:
+                continue  # sits this batch out
+            queue.popleft()
+            taken.append(t)
+            sessions.add(t)
+            spent += t.size
+            weight = self.decode_weight if t.kind is DECODE else self.prefill_weight
+            counter[sid] += weight * t.size
+            if not queue:
+                del backlog[sid]
+            elif sid not in sessions.closed:
+                heapq.heappush(heap, (counter[sid], order, sid))
+        return taken
+
+    def _remove_session(self, sid: Id) -> list[Task]:
+        queue = self._backlog.pop(sid, None)
+        return list(queue) if queue else []
+
+    def _reset(self) -> None:
+        self._backlog.clear()

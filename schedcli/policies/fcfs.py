@@ -1,0 +1,67 @@
+"""fcfs: one queue, one token budget, head-of-line blocking (vLLM V1's unified budget)."""
+
+from __future__ import annotations
+
+from ..scheduler import Param, QueueScheduler, check_params
+from ..task import Id, Task
+from ._limits import chunk_fits_budget
+from ._queues import BatchSessions, OrderedQueue, take_in_order
+
+
+class FcfsScheduler(QueueScheduler):
+    """One queue in submission order under one token budget and a sequence cap.
+    Tasks are taken from the head while they fit. A task that would break the session
+    rule waits for the next batch without losing its place; the first task that does
+    not fit the budget ends the batch (head-of-line blocking).
+    """
+
+    name = "fcfs"
+    PARAMS = (
+        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
+        Param("max_num_seqs", int, 64, "tasks one batch may hold", minimum=1),
+        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
+    )
+
+    def __init__(
+        self,
+        max_batch_tokens: int = 544,
+        max_num_seqs: int = 64,
+        max_prefill_chunk_size: int = 256,
+    ) -> None:
+        check_params(self.PARAMS, locals())
+        chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
+        super().__init__()
+        self.max_batch_tokens = max_batch_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_prefill_chunk_size = max_prefill_chunk_size
+        self._chunk_limit = max_prefill_chunk_size
+        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._queue = OrderedQueue()
+
+    @property
+    def token_budget(self) -> int:
+        return self.max_batch_tokens
+
+    def _key(self, task: Task) -> int:
+        return 0
+
+    def _enqueue(self, task: Task) -> None:
+        self._queue.push(task, self._key(task))
+
+    def _take(self) -> list[Task]:
+        taken: list[Task] = []
+        take_in_order(
+            self._queue,
+            taken,
+            BatchSessions(),
+            budget=self.max_batch_tokens,
+            spent=0,
+            cap=self.max_num_seqs,
+        )
+        return taken
+
+    def _remove_session(self, sid: Id) -> list[Task]:
+        return self._queue.remove_session(sid)
+
+    def _reset(self) -> None:
+        self._queue.clear()

@@ -1,0 +1,77 @@
+"""prefill-first: vLLM V0's default; a batch is all prefill while any prompt waits."""
+
+from __future__ import annotations
+
+from ..scheduler import Param, QueueScheduler, check_params
+from ..task import DECODE, Id, Task
+from ._limits import chunk_fits_budget, decodes_fit_budget
+from ._queues import BatchSessions, OrderedQueue, take_in_order
+
+
+class PrefillFirstScheduler(QueueScheduler):
+    """While prefill chunks are queued, a batch holds only prefill, first come first
+    served within max_batch_tokens (the first chunk that does not fit ends the batch).
+    Otherwise the batch holds decodes, first come first served, one per session, up
+    to max_decode_sequences.
+    """
+
+    name = "prefill-first"
+    PARAMS = (
+        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
+        Param("max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1),
+        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
+    )
+
+    def __init__(
+        self,
+        max_batch_tokens: int = 544,
+        max_decode_sequences: int = 32,
+        max_prefill_chunk_size: int = 256,
+    ) -> None:
+        check_params(self.PARAMS, locals())
+        chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
+        decodes_fit_budget(max_decode_sequences, max_batch_tokens)
+        super().__init__()
+        self.max_batch_tokens = max_batch_tokens
+        self.max_decode_sequences = max_decode_sequences
+        self.max_prefill_chunk_size = max_prefill_chunk_size
+        self._chunk_limit = max_prefill_chunk_size
+        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._prefill = OrderedQueue()
+        self._decodes = OrderedQueue()
+
+    @property
+    def token_budget(self) -> int:
+        return self.max_batch_tokens
+
+    def _enqueue(self, task: Task) -> None:
+        (self._decodes if task.kind is DECODE else self._prefill).push(task)
+
+    def _take(self) -> list[Task]:
+        taken: list[Task] = []
+        if len(self._prefill):
+            take_in_order(
+                self._prefill,
+                taken,
+                BatchSessions(),
+                budget=self.max_batch_tokens,
+                spent=0,
+                cap=self.max_batch_tokens,
+            )
+        else:
+            take_in_order(
+                self._decodes,
+                taken,
+                BatchSessions(),
+                budget=self.max_batch_tokens,
+                spent=0,
+                cap=self.max_decode_sequences,
+            )
+        return taken
+
+    def _remove_session(self, sid: Id) -> list[Task]:
+        return self._prefill.remove_session(sid) + self._decodes.remove_session(sid)
+
+    def _reset(self) -> None:
+        self._prefill.clear()
+        self._decodes.clear()

@@ -1,0 +1,117 @@
+"""sjf: decodes first, then the prefill of the session with the shortest remaining prompt."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..scheduler import Param, QueueScheduler, check_params
+from ..task import DECODE, Id, Task
+from ._limits import chunk_fits_budget
+from ._queues import remove_decodes, take_decodes
+
+
+class SjfScheduler(QueueScheduler):
+    """Decodes first, in arrival order, one per session, up to max_decode_sequences.
+    Then prefill in passes: each pass orders the sessions with queued chunks by their
+    queued prefill tokens (shortest remaining prompt first, ties by arrival) and gives
+    each at most one chunk, within max_batch_tokens. Passes repeat while one took
+    something.
+    """
+
+    name = "sjf"
+    PARAMS = (
+        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
+        Param("max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1),
+        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
+    )
+
+    def __init__(
+        self,
+        max_batch_tokens: int = 544,
+        max_decode_sequences: int = 32,
+        max_prefill_chunk_size: int = 256,
+    ) -> None:
+        check_params(self.PARAMS, locals())
+        if max_decode_sequences >= max_batch_tokens:
+            raise ValueError(
+                f"max_decode_sequences ({max_decode_sequences}) must be less than "
+                f"max_batch_tokens ({max_batch_tokens}): a full decode batch would leave "
+                "no room for prefill"
+            )
+        chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
+        super().__init__()
+        self.max_batch_tokens = max_batch_tokens
+        self.max_decode_sequences = max_decode_sequences
+        self.max_prefill_chunk_size = max_prefill_chunk_size
+        self._chunk_limit = max_prefill_chunk_size
+        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._decodes: deque[Task] = deque()
+        self._decodes_of: dict[Id, int] = {}
+        # Insertion order is arrival order: the tie-break. A drained session leaves,
+        # and comes back as a new arrival.
+        self._chunks: dict[Id, deque[Task]] = {}
+        self._remaining: dict[Id, int] = {}
+
+    @property
+    def token_budget(self) -> int:
+        return self.max_batch_tokens
+
+    def _enqueue(self, task: Task) -> None:
+        sid = task.sid
+        if task.kind is DECODE:
+            self._decodes.append(task)
+            self._decodes_of[sid] = self._decodes_of.get(sid, 0) + 1
+            return
+        chunks = self._chunks.get(sid)
+        if chunks is None:
+            chunks = self._chunks[sid] = deque()
+            self._remaining[sid] = 0
+        chunks.append(task)
+        self._remaining[sid] += task.size
+
+    def _take(self) -> list[Task]:
+        taken: list[Task] = []
+        decoding: set[Id] = set()
+        take_decodes(self._decodes, self._decodes_of, taken, decoding, self.max_decode_sequences)
+        spent = len(taken)
+        owing: set[Id] = set()
+        budget = self.max_batch_tokens
+        chunks_of, remaining = self._chunks, self._remaining
+        progress = True
+        while progress and spent < budget and chunks_of:
+            progress = False
+            order = sorted(enumerate(chunks_of), key=lambda item: (remaining[item[1]], item[0]))
+            for _, sid in order:
+                if spent >= budget:
+                    break
+                if sid in decoding or sid in owing:
+                    continue
+                chunks = chunks_of[sid]
+                t = chunks[0]
+                if t.size > budget - spent:
+                    continue
+                chunks.popleft()
+                taken.append(t)
+                spent += t.size
+                progress = True
+                if t.produce_output:
+                    owing.add(sid)
+                if chunks:
+                    remaining[sid] -= t.size
+                else:
+                    del chunks_of[sid]
+                    del remaining[sid]
+        return taken
+
+    def _remove_session(self, sid: Id) -> list[Task]:
+        chunks = self._chunks.pop(sid, None)
+        self._remaining.pop(sid, None)
+        dropped = list(chunks) if chunks else []
+        dropped.extend(remove_decodes(self._decodes, self._decodes_of, sid))
+        return dropped
+
+    def _reset(self) -> None:
+        self._decodes.clear()
+        self._decodes_of.clear()
+        self._chunks.clear()
+        self._remaining.clear()

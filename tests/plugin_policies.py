@@ -1,0 +1,89 @@
+"""Policies defined outside schedcli, loaded by import string or entry point in the tests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from schedcli import Scheduler, Task
+from schedcli.scheduler import Param
+from schedcli.task import Id
+
+
+class OnePerBatch(Scheduler):
+    """Implements the interface directly (no shared base): one task per batch, in order."""
+
+    name = "one-per-batch"
+    PARAMS = (Param("max_batch_tokens", int, 64, "largest task accepted", minimum=1),)
+
+    def __init__(self, max_batch_tokens: int = 64) -> None:
+        self.max_batch_tokens = max_batch_tokens
+        self._lock = threading.Lock()
+        self._queue: list[Task] = []
+
+    @property
+    def token_budget(self) -> int:
+        return self.max_batch_tokens
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        group = list(tasks)
+        with self._lock:
+            tids = {t.tid for t in self._queue}
+            seen: set[Id] = set()
+            for t in group:
+                if t.size <= 0 or (t.is_decode and t.size != 1) or t.size > self.max_batch_tokens:
+                    return f"task {t.tid} has an unacceptable size {t.size}"
+                if t.tid in tids or t.tid in seen:
+                    return f"tid {t.tid} is taken"
+                seen.add(t.tid)
+            for t in group:
+                if t.produce_output is None:
+                    t.produce_output = True
+                self._queue.append(t)
+            return None
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self._queue)
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            return [self._queue.pop(0)] if self._queue else []
+
+    def cancel(self, sid: Id) -> list[Task]:
+        with self._lock:
+            dropped = [t for t in self._queue if t.sid == sid]
+            self._queue = [t for t in self._queue if t.sid != sid]
+            for t in dropped:
+                t.cancelled = True
+            return dropped
+
+    def clear(self) -> list[Task]:
+        with self._lock:
+            dropped, self._queue = self._queue, []
+            for t in dropped:
+                t.cancelled = True
+            return dropped
+
+
+class NotAPolicy:
+    """Has the right name and nothing else."""
+
+
+class DoublesDispatch(OnePerBatch):
+    """A broken policy: hands the same task out twice."""
+
+    name = "doubles-dispatch"
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            return [self._queue[0]] if self._queue else []
+
+
+class RaisesInGetWork(OnePerBatch):
+    """A broken policy: raises when asked for work."""
+
+    name = "raises"
+
+    def get_work(self) -> list[Task]:
+        raise RuntimeError("boom")

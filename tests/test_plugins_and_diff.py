@@ -1,0 +1,194 @@
+"""Third-party policies (import string, entry points), `schedcli policies`, `schedcli diff`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from schedcli import BUILTIN_POLICIES
+from tests.helpers import ROOT, TRACES, run_cli
+
+PLUGIN = "tests.plugin_policies:OnePerBatch"
+
+
+def make_dist(tmp_path: Path, entries: dict[str, str], module: str | None = None) -> dict[str, str]:
+    """An installed distribution (dist-info on PYTHONPATH) declaring schedcli.policies."""
+    info = tmp_path / "fakeplug-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeplug\nVersion: 1.0\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
+    (info / "entry_points.txt").write_text(f"[schedcli.policies]\n{lines}")
+    if module is not None:
+        (tmp_path / "fakeplug.py").write_text(module)
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+
+
+def test_import_string_loads_a_policy_class() -> None:
+    r = run_cli("replay", str(TRACES / "rejections.jsonl"), "-p", PLUGIN)
+    assert r.returncode == 0, r.stderr.decode()
+    batches = [orjson.loads(x) for x in r.stdout.splitlines() if b'"batch"' in x]
+    assert all(len(b["batch"]) == 1 for b in batches)
+    assert b"header's params are for 'decode-first'; not applied" in r.stderr
+
+
+def test_import_string_errors_name_the_plugin() -> None:
+    cases = {
+        "no_such_module_xyz:Thing": "failed to import",
+        "tests.plugin_policies:Missing": "has no 'Missing'",
+        "tests.plugin_policies:NotAPolicy": "is not a class implementing schedcli.Scheduler",
+        "tests.plugin_policies": "package.module:ClassName",
+    }
+    for spec, message in cases.items():
+        r = run_cli("replay", str(TRACES / "rejections.jsonl"), "-p", spec)
+        assert r.returncode == 2, spec
+        err = r.stderr.decode()
+        assert message in err and b"Traceback" not in r.stderr, err
+        if ":" in spec:
+            assert spec in err
+
+
+def test_entry_point_registers_a_policy_by_name(tmp_path: Path) -> None:
+    env = make_dist(tmp_path, {"one-per-batch": PLUGIN})
+    listed = run_cli("policies", "--format", "json", env=env)
+    assert listed.returncode == 0, listed.stderr.decode()
+    names = [p["name"] for p in orjson.loads(listed.stdout)]
+    assert names[: len(BUILTIN_POLICIES)] == list(BUILTIN_POLICIES)
+    assert "one-per-batch" in names
+    r = run_cli("replay", str(TRACES / "deferral-order.jsonl"), "-p", "one-per-batch", env=env)
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def test_entry_point_name_clash_is_an_error_naming_the_plugin(tmp_path: Path) -> None:
+    env = make_dist(tmp_path, {"fcfs": PLUGIN})
+    r = run_cli("replay", str(TRACES / "deferral-order.jsonl"), env=env)
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "policy name 'fcfs' is registered twice" in err
+    assert "fakeplug" in err and PLUGIN in err
+
+
+def test_entry_point_import_failure_names_the_plugin(tmp_path: Path) -> None:
+    env = make_dist(tmp_path, {"broken": "fakeplug:Policy"}, module="raise ImportError('nope')\n")
+    r = run_cli("replay", str(TRACES / "deferral-order.jsonl"), "-p", "broken", env=env)
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "policy plugin 'broken' (fakeplug:Policy) failed to import: ImportError: nope" in err
+
+
+def test_entry_point_that_is_not_a_scheduler_is_refused(tmp_path: Path) -> None:
+    env = make_dist(tmp_path, {"bogus": "tests.plugin_policies:NotAPolicy"})
+    r = run_cli("policies", env=env)
+    assert r.returncode == 2
+    assert b"'bogus'" in r.stderr and b"not a class implementing" in r.stderr
+
+
+def test_policy_that_raises_is_reported_with_its_name_and_step() -> None:
+    r = run_cli(
+        "replay",
+        str(TRACES / "deferral-order.jsonl"),
+        "-p",
+        "tests.plugin_policies:RaisesInGetWork",
+    )
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "policy 'raises' raised in get_work at step 0 (line 7): RuntimeError: boom" in err
+    assert "Traceback" not in err
+
+
+def test_policy_that_returns_a_task_twice_is_a_contract_breach_exit_3() -> None:
+    r = run_cli(
+        "replay", str(TRACES / "rejections.jsonl"), "-p", "tests.plugin_policies:DoublesDispatch"
+    )
+    assert r.returncode == 3
+    assert b"broke the Scheduler contract" in r.stderr
+    assert b"returned twice, or never accepted" in r.stderr
+
+
+def test_policies_lists_parameters_defaults_and_rules() -> None:
+    r = run_cli("policies")
+    assert r.returncode == 0
+    out = r.stdout.decode()
+    for name in BUILTIN_POLICIES:
+        assert name in out
+    assert "max_num_seqs=64" in out and "decode_weight=2.0" in out
+    data = orjson.loads(run_cli("policies", "-f", "json").stdout)
+    fair = next(p for p in data if p["name"] == "fair")
+    assert {
+        "name": "prefill_weight",
+        "type": "float",
+        "default": 1.0,
+        "help": "counter charge per prefill token",
+    } in fair["params"]
+    assert "lowest counter" in fair["rule"]
+
+
+def test_diff_of_decode_first_and_fcfs_shows_where_they_part() -> None:
+    trace = TRACES / "long-prompts-and-chat.jsonl"
+    r = run_cli("diff", str(trace), "--b", "fcfs")
+    assert r.returncode == 1
+    out = r.stdout.decode()
+    assert "first difference: step 0" in out
+    assert 'only in A: ["p2.1"]' in out and 'only in B: ["p1.2"]' in out
+    data = orjson.loads(run_cli("diff", str(trace), "--b", "fcfs", "-f", "json").stdout)
+    assert data["identical"] is False
+    assert data["first_difference"]["step"] == 0
+    assert data["steps_differing"] >= 1
+    for side in ("a", "b"):
+        m = data[side]["metrics"]
+        for key in (
+            "steps_to_drain",
+            "mean_tokens_per_batch",
+            "mean_wait_steps",
+            "max_wait_steps",
+            "worst_session_mean_wait_steps",
+            "jain_fairness",
+        ):
+            assert m[key] is not None, key
+    assert data["a"]["label"] == "decode-first" and data["b"]["label"] == "fcfs"
+
+
+def test_diff_of_a_policy_with_itself_is_identical_exit_0() -> None:
+    r = run_cli("diff", str(TRACES / "rotation-fairness.jsonl"), "-f", "json")
+    assert r.returncode == 0
+    assert orjson.loads(r.stdout)["identical"] is True
+
+
+def test_diff_params_per_side() -> None:
+    trace = TRACES / "rotation-fairness.jsonl"
+    r = run_cli("diff", str(trace), "--b-param", "max_batch_tokens=12", "-f", "json")
+    assert r.returncode == 1
+    data = orjson.loads(r.stdout)
+    assert data["b"]["params"]["max_batch_tokens"] == 12
+    assert data["a"]["params"]["max_batch_tokens"] == 10
+
+
+def test_diff_of_two_dumps(tmp_path: Path) -> None:
+    golden = TRACES / "golden" / "rotation-fairness.dump.jsonl"
+    assert run_cli("diff", str(golden), str(golden)).returncode == 0
+    other = tmp_path / "other.jsonl"
+    run_cli("replay", str(TRACES / "rotation-fairness.jsonl"), "-p", "fcfs", "-o", str(other))
+    r = run_cli("diff", str(golden), str(other), "-f", "json")
+    assert r.returncode == 1
+    data = orjson.loads(r.stdout)
+    assert data["first_difference"]["step"] == 0
+    assert data["a"]["metrics"]["mean_wait_steps"] is None  # a dump has no submit times
+
+
+def test_diff_refuses_a_trace_where_a_dump_belongs() -> None:
+    r = run_cli(
+        "diff",
+        str(TRACES / "golden" / "rotation-fairness.dump.jsonl"),
+        str(TRACES / "rotation-fairness.jsonl"),
+    )
+    assert r.returncode == 2
+    assert b"this is a trace, not a dump" in r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_POLICIES))
+def test_every_policy_replays_every_example_without_breaking_the_contract(name: str) -> None:
+    for trace in sorted(TRACES.glob("*.jsonl")):
+        r = run_cli("replay", str(trace), "-p", name, "--drain", "-o", os.devnull)
+        assert r.returncode == 0, (trace, r.stderr.decode())
