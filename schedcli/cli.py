@@ -404,6 +404,251 @@ def diff(
         raise typer.Exit(1)
 
 
+class ConvertFormat(StrEnum):
+    auto = "auto"
+    azure = "azure"
+    mooncake = "mooncake"
+    vidur = "vidur"
+    lengths = "lengths"
+    burstgpt = "burstgpt"
+
+
+@command
+def convert(
+    fmt: Annotated[ConvertFormat, typer.Argument(help="Source format, or auto to recognise it.")],
+    src: Annotated[str, typer.Argument(help="Source file (.gz ok), or - for stdin.")],
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="Workload file to write (- for stdout).")
+    ] = "-",
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Keep the first N requests.", min=1)
+    ] = None,
+    start: Annotated[
+        float, typer.Option("--start", help="Window start, seconds after the first request.")
+    ] = 0.0,
+    duration: Annotated[
+        float | None, typer.Option("--duration", help="Window length in seconds.")
+    ] = None,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="Multiply arrival times (0.5 = twice the rate).")
+    ] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for generated arrivals.")] = 0,
+    rate: Annotated[
+        float | None, typer.Option("--rate", help="lengths: requests per second (Poisson).")
+    ] = None,
+    cv: Annotated[
+        float | None,
+        typer.Option(
+            "--cv", help="lengths: coefficient of variation of gaps (gamma; 1 = Poisson)."
+        ),
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip and count bad rows instead of stopping.")
+    ] = False,
+    keep_failed: Annotated[
+        bool,
+        typer.Option(
+            "--keep-failed", help="burstgpt: keep failed requests (1 token, meta.failed)."
+        ),
+    ] = False,
+) -> None:
+    """Turn a public request trace into a workload (arrival, prompt and output tokens).
+
+    Exit codes: 0 ok; 2 bad input (FILE:LINE: message) or usage.
+    """
+    from .convert import ConvertOptions, to_text
+    from .convert import convert as run_convert
+
+    options = ConvertOptions(
+        limit=limit,
+        start=start,
+        duration=duration,
+        time_scale=time_scale,
+        seed=seed,
+        rate=rate,
+        cv=cv,
+        skip_bad=skip_bad,
+        keep_failed=keep_failed,
+    )
+
+    def warn(message: str) -> None:
+        print(f"schedcli: {message}", file=sys.stderr)
+
+    if output == "-":
+        report = run_convert(fmt.value, src, sys.stdout.buffer, options, warn)
+        sys.stdout.buffer.flush()
+    else:
+        with atomic_output(output) as out:
+            report = run_convert(fmt.value, src, out, options, warn)
+    print(to_text(report), file=sys.stderr)
+
+
+@command
+def simulate(
+    workload: Annotated[str, typer.Argument(help="Workload file (JSON Lines, .gz ok), or -.")],
+    policy: Annotated[
+        str, typer.Option("--policy", "-p", help="Policy name or module:Class.")
+    ] = "decode-first",
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-P", help="Policy parameter KEY=VALUE.")
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="Write the event trace (explicit mode) to FILE."),
+    ] = None,
+    metrics: Annotated[
+        str | None, typer.Option("--metrics", help="Write the metrics as JSON to FILE.")
+    ] = None,
+    chunk_size: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-size",
+            help="Prompt chunk size (default: the policy's max_prefill_chunk_size, else 256).",
+            min=1,
+        ),
+    ] = None,
+    cost_a: Annotated[float, typer.Option("--cost-a", help="Seconds per step.")] = 0.005,
+    cost_b: Annotated[float, typer.Option("--cost-b", help="Seconds per batch token.")] = 0.00002,
+    cost_c: Annotated[
+        float, typer.Option("--cost-c", help="Seconds per decode in the batch.")
+    ] = 0.0001,
+    slo_ttft: Annotated[
+        float | None, typer.Option("--slo-ttft", help="Goodput: TTFT target, seconds.")
+    ] = None,
+    slo_tpot: Annotated[
+        float | None, typer.Option("--slo-tpot", help="Goodput: TPOT target, seconds.")
+    ] = None,
+    fmt: Annotated[
+        ViewFormat, typer.Option("--format", "-f", help="table or json.")
+    ] = ViewFormat.table,
+) -> None:
+    """Play the runner over a workload: emit scheduler traffic and measure latencies.
+
+    step_seconds = a + b * batch_tokens + c * decodes_in_batch (--cost-a/-b/-c).
+    Exit codes: 0 ok; 2 bad input or usage; 3 the policy broke the contract.
+    """
+    from .registry import build_policy
+    from .render import simulation_tables
+    from .simulate import CostModel
+    from .simulate import simulate as run_simulation
+    from .workload import read_workload
+
+    params = parse_params(param)
+    built = build_policy(policy, params)
+    label = built.name or policy
+    declared = built.params()
+    size = chunk_size or int(declared.get("max_prefill_chunk_size", 256))
+    cost = CostModel(cost_a, cost_b, cost_c)
+    with ExitStack() as stack:
+        emit = None
+        if output is not None:
+            out = stack.enter_context(atomic_output(output))
+            writer = JsonlWriter(out)
+            writer(
+                {
+                    "schedcli": 1,
+                    "policy": label,
+                    "params": declared,
+                    "meta": {
+                        "generated_by": "schedcli simulate",
+                        "workload": workload,
+                        "chunk_size": size,
+                        "cost_model": {"a": cost.a, "b": cost.b, "c": cost.c},
+                    },
+                }
+            )
+            emit = writer
+        progress = _SimProgress(workload)
+        try:
+            result = run_simulation(
+                read_workload(workload),
+                built,
+                policy_name=label,
+                params=declared,
+                chunk_size=size,
+                cost=cost,
+                emit=emit,
+                slo_ttft=slo_ttft,
+                slo_tpot=slo_tpot,
+                on_progress=progress.update,
+            )
+        finally:
+            progress.stop()
+    summary = result.summary()
+    if metrics:
+        with atomic_output(metrics) as f:
+            f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    if fmt is ViewFormat.json:
+        sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _stdout_console().print(simulation_tables(summary))
+
+
+class _SimProgress:
+    """Requests admitted and simulated time, on stderr when it is a terminal."""
+
+    def __init__(self, path: str) -> None:
+        self._bar: Any = None
+        if not err_console.is_terminal:
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        total = None
+        if path != "-":
+            try:
+                with open(path, "rb") as f:
+                    total = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+            except OSError:
+                total = None
+        self._bar = Progress(
+            TextColumn("simulating"),
+            BarColumn(),
+            TextColumn("{task.completed} requests, t={task.fields[t]:.0f}s"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._task = self._bar.add_task("sim", total=total, t=0.0)
+        self._bar.start()
+
+    def update(self, requests: int, t: float) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=requests, t=t)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@command
+def stats(
+    input_path: Annotated[str, typer.Argument(metavar="INPUT", help="An event trace or a dump.")],
+    policy: Annotated[
+        str | None, typer.Option("--policy", "-p", help="Traces: policy (default: the header's).")
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-P", help="Traces: parameter KEY=VALUE.")
+    ] = None,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="Explicit traces: drain at the end.")
+    ] = False,
+    fmt: Annotated[
+        ViewFormat, typer.Option("--format", "-f", help="table or json.")
+    ] = ViewFormat.table,
+) -> None:
+    """Step-based metrics of a recorded trace (replayed) or of a dump: waits in steps,
+    utilisation, fairness, rejections and cancellations.
+    """
+    from .render import stats_table
+    from .stats import stats_of
+
+    summary, title = stats_of(input_path, policy, parse_params(param), drain=drain)
+    if fmt is ViewFormat.json:
+        sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _stdout_console().print(stats_table(summary, title))
+
+
 def _exit(code: int) -> NoReturn:
     try:
         sys.stdout.flush()

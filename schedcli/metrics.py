@@ -39,6 +39,7 @@ class _Session:
     served_tokens: int = 0
     wait_sum: int = 0
     dispatched: int = 0
+    pending: int = 0
 
 
 class StepMetrics:
@@ -74,7 +75,7 @@ class StepMetrics:
     def accepted(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
             self._submitted[id(t)] = step
-            self._session(t.sid)
+            self._session(t.sid).pending += 1
 
     def dispatched(self, batch: list[Task], step: int) -> None:
         self.steps += 1
@@ -87,6 +88,7 @@ class StepMetrics:
             if wait > self.wait_max:
                 self.wait_max = wait
             s = self._session(t.sid)
+            s.pending = max(0, s.pending - 1)
             s.wait_sum += wait
             s.dispatched += 1
             s.served_tokens += t.size
@@ -102,12 +104,19 @@ class StepMetrics:
     def dropped(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
             self._submitted.pop(id(t), None)
+            self._session(t.sid).pending -= 1
         self.dropped_count += len(tasks)
 
     def summary(self) -> dict[str, Any]:
         waits = [s.wait_sum / s.dispatched for s in self._sessions.values() if s.dispatched]
         known = self.waits_known and self.dispatched_count > 0
-        served = [float(s.served_tokens) for s in self._sessions.values()]
+        # Service across the sessions that wanted it: served ones, and ones still
+        # waiting at the end. A session cancelled before any service chose to leave.
+        served = [
+            float(s.served_tokens)
+            for s in self._sessions.values()
+            if s.served_tokens or s.pending > 0
+        ]
         return {
             "steps": self.steps,
             "steps_to_drain": self.last_step + 1,

@@ -292,3 +292,82 @@ def policies_table(described: Sequence[Mapping[str, Any]]) -> Table:
             name.append(f"\n{d['origin']}", "dim")
         table.add_row(name, params or "-", d["rule"])
     return table
+
+
+def _secs(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value < 1:
+        return f"{value * 1000:.1f} ms"
+    return f"{value:.2f} s"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def simulation_tables(summary: Mapping[str, Any]) -> Group:
+    """Latency percentiles (seconds and steps) and run totals of a simulation."""
+    lat = Table(title="latency per request", box=box.ROUNDED, title_justify="left")
+    lat.add_column("metric")
+    for col in ("p50", "p90", "p99", "mean"):
+        lat.add_column(col, justify="right")
+    for key, label in (
+        ("queue_delay", "queue delay"),
+        ("ttft", "time to first token"),
+        ("tpot", "time per output token"),
+        ("e2e", "end-to-end latency"),
+    ):
+        secs, steps = summary[key], summary[f"{key}_steps"]
+        lat.add_row(label, *(_secs(secs[c]) for c in ("p50", "p90", "p99", "mean")))
+        lat.add_row(
+            Text(f"  {label} (steps)", "dim"),
+            *(Text(_num(steps[c]), "dim") for c in ("p50", "p90", "p99", "mean")),
+        )
+    totals = Table(title="run", box=box.ROUNDED, show_header=False, title_justify="left")
+    totals.add_column("what")
+    totals.add_column("value", justify="right")
+    rows = [
+        ("policy", summary["policy"]),
+        ("requests", str(summary["requests"])),
+        (
+            "finished / cancelled / rejected",
+            f"{summary['finished']} / {summary['cancelled']} / {summary['rejected']}",
+        ),
+        ("steps", str(summary["steps"])),
+        ("simulated time", _secs(summary["simulated_seconds"])),
+        ("output tokens", str(summary["output_tokens"])),
+        ("throughput (output tokens/s)", _num(summary["throughput_output_tokens_per_s"])),
+        ("throughput (all tokens/s)", _num(summary["throughput_tokens_per_s"])),
+        ("mean token utilisation", _pct(summary["mean_token_utilisation"])),
+        (
+            "Jain's fairness (service rate)",
+            _metric("jain_fairness", summary["jain_fairness_service_rate"]),
+        ),
+    ]
+    goodput = summary.get("goodput")
+    if goodput:
+        rows.append(
+            (
+                "goodput (requests meeting SLO)",
+                f"{goodput['requests_meeting_slo']} ({_pct(goodput['fraction'])})",
+            )
+        )
+        rows.append(("goodput (requests/s)", _num(goodput["requests_per_s"])))
+    for what, value in rows:
+        totals.add_row(what, value)
+    return Group(lat, totals)
+
+
+def stats_table(summary: Mapping[str, Any], title: str) -> Table:
+    table = Table(title=title, box=box.ROUNDED, show_header=False, title_justify="left")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for key, label in (
+        *_METRIC_LABELS,
+        ("rejected", "rejected submits"),
+        ("queued", "still queued"),
+    ):
+        if key in summary:
+            table.add_row(label, _metric(key, summary[key]))
+    return table

@@ -1,0 +1,109 @@
+"""The workload format (request level): a streaming, validating reader."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import InputError
+from .source import display_name, numbered_lines, open_binary
+from .task import Id
+
+FIELDS = frozenset(
+    ("sid", "arrival", "prompt_tokens", "output_tokens", "cancel_after", "priority", "meta")
+)
+_INT_END = 2**63
+
+
+@dataclass(slots=True)
+class Request:
+    sid: Id
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    cancel_after: float | None = None
+    priority: int = 0
+    meta: Any = None
+    line: int = 0
+
+
+def _number(obj: dict[str, Any], key: str, where: tuple[str, int]) -> float:
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(*where, f"{key} must be a number of seconds")
+    if not math.isfinite(value) or value < 0:
+        raise InputError(*where, f"{key} must be a finite number >= 0, not {value}")
+    return float(value)
+
+
+def _count(obj: dict[str, Any], key: str, where: tuple[str, int]) -> int:
+    value = obj[key]
+    if type(value) is not int:
+        raise InputError(*where, f"{key} must be an integer >= 1")
+    if not 1 <= value < _INT_END:
+        raise InputError(*where, f"{key} must be an integer >= 1 within 64 bits, not {value}")
+    return value
+
+
+def read_workload(path: str) -> Iterator[Request]:
+    """Requests in file order, each checked; arrivals must not decrease, sids not repeat."""
+    name = display_name(path)
+    seen: set[tuple[type, Id]] = set()
+    last = 0.0
+    with open_binary(path, name) as stream:
+        for lineno, raw, complete in numbered_lines(stream, name):
+            where = (name, lineno)
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                what = "truncated last line" if not complete else "not valid JSON"
+                raise InputError(name, lineno, f"{what}: {e}") from None
+            if type(obj) is not dict:
+                raise InputError(name, lineno, "each line must be a JSON object (a request)")
+            if "op" in obj or "schedcli" in obj:
+                raise InputError(
+                    name, lineno, "this is an event trace, not a workload (use schedcli replay)"
+                )
+            extra = obj.keys() - FIELDS
+            if extra:
+                key = min(extra)
+                hint = difflib.get_close_matches(key, sorted(FIELDS), n=1)
+                mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise InputError(name, lineno, f"unknown field {key!r} in a request{mean}")
+            for key in ("sid", "arrival", "prompt_tokens", "output_tokens"):
+                if key not in obj:
+                    raise InputError(name, lineno, f"request has no {key}")
+            sid = obj["sid"]
+            if type(sid) not in (int, str) or (
+                type(sid) is int and not -_INT_END <= sid < _INT_END
+            ):
+                raise InputError(name, lineno, "sid must be an integer or a string")
+            key_sid = (type(sid), sid)
+            if key_sid in seen:
+                raise InputError(name, lineno, f"sid {orjson.dumps(sid).decode()} appears twice")
+            seen.add(key_sid)
+            arrival = _number(obj, "arrival", where)
+            if arrival < last:
+                raise InputError(
+                    name, lineno, f"arrival {arrival} goes backwards (lines are sorted by it)"
+                )
+            last = arrival
+            cancel_after = _number(obj, "cancel_after", where) if "cancel_after" in obj else None
+            priority = obj.get("priority", 0)
+            if type(priority) is not int or not -_INT_END <= priority < _INT_END:
+                raise InputError(name, lineno, "priority must be an integer")
+            yield Request(
+                sid,
+                arrival,
+                _count(obj, "prompt_tokens", where),
+                _count(obj, "output_tokens", where),
+                cancel_after,
+                priority,
+                obj.get("meta"),
+                lineno,
+            )

@@ -1,0 +1,242 @@
+"""`schedcli simulate` and `schedcli stats`: invariants, reproducibility, a real-trace golden."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedcli import BUILTIN_POLICIES, build_policy
+from schedcli.simulate import CostModel, simulate
+from schedcli.workload import Request
+from tests.helpers import REAL, ROOT, run_cli
+
+GOLDEN = ROOT / "tests" / "golden" / "azure-conv-60.json"
+AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+
+requests_strategy = st.lists(
+    st.tuples(
+        st.floats(0, 2, allow_nan=False),  # gap to the previous arrival
+        st.integers(1, 700),
+        st.integers(1, 40),
+        st.one_of(st.none(), st.floats(0, 0.5, allow_nan=False)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def workload(spec: list[tuple[float, int, int, float | None]]) -> list[Request]:
+    t = 0.0
+    out = []
+    for i, (gap, prompt, output, cancel) in enumerate(spec):
+        t += gap
+        out.append(Request(f"r{i}", t, prompt, output, cancel, line=i + 1))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_POLICIES))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=requests_strategy)
+def test_every_request_finishes_or_is_cancelled_and_tokens_add_up(
+    name: str, spec: list[tuple[float, int, int, float | None]]
+) -> None:
+    reqs = workload(spec)
+    policy = build_policy(name, {"max_batch_tokens": 300, "max_prefill_chunk_size": 128})
+    events: list[dict[str, object]] = []
+    result = simulate(
+        reqs,
+        policy,
+        policy_name=name,
+        params={},
+        chunk_size=128,
+        cost=CostModel(),
+        emit=events.append,
+    )
+    assert result.requests == len(reqs)
+    assert result.finished + result.cancelled == len(reqs)
+    assert result.rejected == 0
+    assert not policy.has_work()
+    uncancelled = [r for r in reqs if r.cancel_after is None]
+    assert result.finished >= len(uncancelled)
+    assert result.prefill_tokens <= sum(r.prompt_tokens for r in reqs)
+    if result.cancelled == 0:
+        assert result.prefill_tokens == sum(r.prompt_tokens for r in reqs)
+        assert result.output_tokens == sum(r.output_tokens for r in reqs)
+        assert result.decode_tokens == sum(r.output_tokens - 1 for r in reqs)
+    assert len(result.ttft) <= len(reqs) and len(result.e2e) == result.finished
+    # Every dispatched task was submitted first, and get_work records every batch.
+    submitted = set()
+    for e in events:
+        if e["op"] == "submit":
+            for t in e.get("tasks", [e]):  # type: ignore[attr-defined]
+                submitted.add(t["tid"])
+        elif e["op"] == "get_work":
+            assert set(e["expect"]) <= submitted  # type: ignore[arg-type]
+
+
+def write_workload(path: Path, reqs: list[Request]) -> None:
+    lines = []
+    for r in reqs:
+        obj: dict[str, object] = {
+            "sid": r.sid,
+            "arrival": r.arrival,
+            "prompt_tokens": r.prompt_tokens,
+            "output_tokens": r.output_tokens,
+        }
+        if r.cancel_after is not None:
+            obj["cancel_after"] = r.cancel_after
+        lines.append(json.dumps(obj))
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_POLICIES))
+def test_replay_check_reproduces_the_simulated_trace_exactly(tmp_path: Path, name: str) -> None:
+    reqs = workload(
+        [
+            (0.01 * (i % 7), 50 + 37 * i, 1 + (i * 5) % 23, 0.08 if i % 9 == 4 else None)
+            for i in range(40)
+        ]
+    )
+    w = tmp_path / "w.jsonl"
+    write_workload(w, reqs)
+    trace = tmp_path / "t.jsonl"
+    r = run_cli("simulate", str(w), "-p", name, "-o", str(trace), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    summary = json.loads(r.stdout)
+    assert summary["finished"] + summary["cancelled"] == 40
+    check = run_cli("replay", str(trace), "--check", "-o", str(tmp_path / "dump.jsonl"))
+    assert check.returncode == 0, check.stderr.decode()
+    again = tmp_path / "t2.jsonl"
+    run_cli(
+        "simulate",
+        str(w),
+        "-p",
+        name,
+        "-o",
+        str(again),
+        "-f",
+        "json",
+        env={"PYTHONHASHSEED": "123"},
+    )
+    assert again.read_bytes() == trace.read_bytes()
+
+
+def test_cost_model_and_slo_options_shape_the_metrics(tmp_path: Path) -> None:
+    reqs = workload([(0.0, 300, 20, None)] * 3)
+    w = tmp_path / "w.jsonl"
+    write_workload(w, reqs)
+    r = run_cli(
+        "simulate",
+        str(w),
+        "-f",
+        "json",
+        "--cost-a",
+        "0.01",
+        "--cost-b",
+        "0",
+        "--cost-c",
+        "0",
+        "--slo-ttft",
+        "0.025",
+        "--slo-tpot",
+        "1",
+    )
+    s = json.loads(r.stdout)
+    assert s["cost_model"] == {"a": 0.01, "b": 0.0, "c": 0.0}
+    # 900 prompt tokens in 256-token chunks at 544 per batch: two steps to finish all prompts.
+    assert s["ttft"]["p50"] == pytest.approx(0.02)
+    assert s["tpot"]["p50"] == pytest.approx(0.01)
+    assert s["goodput"]["requests_meeting_slo"] == 3
+    assert s["queue_delay"]["count"] == 3
+
+
+def test_idle_time_jumps_to_the_next_arrival(tmp_path: Path) -> None:
+    reqs = [Request("a", 0.0, 10, 2), Request("b", 100.0, 10, 2)]
+    result = simulate(
+        reqs,
+        build_policy("decode-first"),
+        policy_name="decode-first",
+        params={},
+        chunk_size=256,
+        cost=CostModel(0.01, 0, 0),
+    )
+    assert result.steps == 4
+    assert result.end == pytest.approx(100.02)
+    assert result.ttft == pytest.approx([0.01, 0.01])
+
+
+def test_table_output_and_metrics_file(tmp_path: Path) -> None:
+    w = tmp_path / "w.jsonl"
+    write_workload(w, workload([(0.1, 400, 10, None)] * 5))
+    metrics = tmp_path / "m.json"
+    r = run_cli("simulate", str(w), "--metrics", str(metrics))
+    assert r.returncode == 0
+    out = r.stdout.decode()
+    for label in (
+        "queue delay",
+        "time to first token",
+        "time per output token",
+        "end-to-end latency",
+        "throughput",
+        "Jain's fairness",
+    ):
+        assert label in out
+    assert json.loads(metrics.read_text())["requests"] == 5
+
+
+def test_bad_workload_line_is_file_line_exit_2(tmp_path: Path) -> None:
+    w = tmp_path / "w.jsonl"
+    w.write_text(
+        '{"sid": 1, "arrival": 0, "prompt_tokens": 5, "output_tokens": 1}\n'
+        '{"sid": 2, "arrival": 1, "prompt_tokens": 0, "output_tokens": 1}\n'
+    )
+    r = run_cli("simulate", str(w))
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{w}:2: prompt_tokens must be an integer >= 1")
+    w.write_text('{"sid": 1, "arival": 0, "prompt_tokens": 5, "output_tokens": 1}\n')
+    r = run_cli("simulate", str(w))
+    assert b"did you mean 'arrival'" in r.stderr
+
+
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=f"{AZURE_CONV} is absent (CI provides it)")
+def test_small_azure_slice_matches_its_golden(tmp_path: Path) -> None:
+    w = tmp_path / "w.jsonl"
+    assert (
+        run_cli("convert", "auto", str(AZURE_CONV), "--limit", "60", "-o", str(w)).returncode == 0
+    )
+    trace = tmp_path / "t.jsonl"
+    r = run_cli("simulate", str(w), "-o", str(trace), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    got = {
+        "metrics": json.loads(r.stdout),
+        "trace_sha256": hashlib.sha256(
+            trace.read_bytes().replace(str(w).encode(), b"WORKLOAD")
+        ).hexdigest(),
+        "trace_lines": trace.read_bytes().count(b"\n"),
+    }
+    if os.environ.get("SCHEDCLI_UPDATE_GOLDEN"):  # pragma: no cover - deliberate refresh
+        GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+    assert GOLDEN.is_file(), "missing golden: rerun with SCHEDCLI_UPDATE_GOLDEN=1"
+    assert got == json.loads(GOLDEN.read_text())
+
+
+def test_stats_on_a_trace_and_on_its_dump(tmp_path: Path) -> None:
+    trace = ROOT / "traces" / "cancel-and-rejoin.jsonl"
+    r = run_cli("stats", str(trace), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    s = json.loads(r.stdout)
+    assert s["dispatched"] == 4 and s["cancelled"] == 3 and s["rejected"] == 0
+    assert s["mean_wait_steps"] is not None and s["jain_fairness"] is not None
+    dump = ROOT / "traces" / "golden" / "cancel-and-rejoin.dump.jsonl"
+    d = json.loads(run_cli("stats", str(dump), "-f", "json").stdout)
+    assert d["dispatched"] == 4 and d["cancelled"] == 3
+    assert d["mean_wait_steps"] is None
+    assert d["jain_fairness"] == s["jain_fairness"]
+    table = run_cli("stats", str(ROOT / "traces" / "rejections.jsonl")).stdout.decode()
+    assert "rejected submits" in table and "6" in table
