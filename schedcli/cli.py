@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -20,9 +19,10 @@ import orjson
 import typer
 from rich.console import Console
 
-from . import __version__
+from . import __version__, interrupt
 from .dump import GoldenCheck, JsonlWriter, RecordFilter, StepRange, atomic_output, parse_id_option
 from .errors import CheckFailed, InputError, SchedcliError, UsageError
+from .interrupt import Stopped, guard
 from .render import TableView, golden_view, mismatch_view, summary_table
 from .replay import ExpectMismatch, Record
 from .run import open_replay
@@ -45,17 +45,6 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=False)
-
-
-class Stopped(BaseException):
-    """SIGINT or SIGTERM, raised where the process is so that output ends cleanly.
-
-    A BaseException of our own, so that no library turns it into something else.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 class PipeClosed(BaseException):
@@ -650,6 +639,7 @@ def stats(
 
 
 def _exit(code: int) -> NoReturn:
+    guard.writing = True  # the last flush is a write too: a signal now waits for it
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError, OSError):
@@ -665,14 +655,9 @@ def _silence_stdout() -> None:
         pass
 
 
-def _raise_stop(signum: int, frame: object) -> None:
-    raise Stopped(signum)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place exceptions become messages and exit codes."""
-    signal.signal(signal.SIGINT, _raise_stop)
-    signal.signal(signal.SIGTERM, _raise_stop)
+    interrupt.install()
     try:
         app(args=argv)
     except SystemExit as e:
@@ -682,11 +667,9 @@ def main(argv: list[str] | None = None) -> None:
         print(str(e) if isinstance(e, InputError) else f"schedcli: {e}", file=sys.stderr)
         _exit(e.exit_code)
     except Stopped as e:
-        print(
-            "schedcli: interrupted" if e.signum == signal.SIGINT else "schedcli: terminated",
-            file=sys.stderr,
-        )
-        _exit(130 if e.signum == signal.SIGINT else 143)
+        message = "interrupted" if e.exit_code == 130 else "terminated"
+        print(f"schedcli: {message}", file=sys.stderr)
+        _exit(e.exit_code)
     except (BrokenPipeError, PipeClosed):
         _silence_stdout()
         sys.exit(0)

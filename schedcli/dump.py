@@ -14,6 +14,7 @@ from typing import IO, Any
 import orjson
 
 from .errors import UsageError
+from .interrupt import guard, raise_held
 from .task import Id
 
 Record = dict[str, Any]
@@ -33,7 +34,14 @@ class JsonlWriter:
         self.out = out
 
     def __call__(self, record: Record) -> None:
-        self._write(orjson.dumps(record, option=_DUMP_OPTIONS))
+        data = orjson.dumps(record, option=_DUMP_OPTIONS)
+        guard.writing = True
+        try:
+            self._write(data)
+        finally:
+            guard.writing = False
+        if guard.held is not None:
+            raise_held()
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .dump import Divergence, Record
+from .interrupt import whole_write
 from .replay import Mismatch, Totals
 from .scheduler import show_id
 from .task import Id, Task
@@ -76,7 +77,8 @@ class TableView:
             used,
             str(record["queued"]),
         )
-        self.console.print(table)
+        with whole_write():
+            self.console.print(table)
 
     def _event(self, record: Record) -> None:
         op = record.get("op")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -165,7 +166,8 @@ def _parse_task_checked(d: object, what: str, allowed: frozenset[str]) -> Task:
     if "sid" not in d:
         raise LineError(f"{what} {orjson.dumps(tid).decode()} has no sid")
     sid = _id(d["sid"], "sid")
-    kind = _KINDS.get(d.get("kind"))  # type: ignore[arg-type]
+    raw_kind = d.get("kind")
+    kind = _KINDS.get(raw_kind) if type(raw_kind) is str else None
     if kind is None:
         if "kind" not in d:
             raise LineError(f'{what} has no kind ("prefill" or "decode")')
@@ -305,6 +307,60 @@ def parse_header(obj: dict[str, Any], line: int) -> Header:
     return Header(line, policy, params, obj.get("meta"))
 
 
+# orjson writes at most 255 levels; 200 leaves room for the dump's own wrapping.
+MAX_DEPTH = 200
+
+
+def _key_total(obj: dict[str, Any]) -> int:
+    """Keys in ``obj`` and everything nested in it (iterative: nesting may be deep).
+
+    Also refuses nesting deeper than MAX_DEPTH, which could be read but not written back.
+    """
+    total = 0
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise LineError(f"nested deeper than {MAX_DEPTH} levels")
+        inner = value.values() if type(value) is dict else value
+        if type(value) is dict:
+            total += len(value)
+        stack.extend((v, depth + 1) for v in inner if type(v) is dict or type(v) is list)
+    return total
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+def check_duplicate_keys(raw: bytes, obj: dict[str, Any]) -> None:
+    """JSON parsers keep the last of two equal keys; a trace with them is ambiguous.
+
+    Cheap test first: each key is followed by ``":``, so the count of that pair in the
+    line matches the number of keys parsed, unless a key repeats (or the spacing or a
+    string's contents differ, which the exact check then clears).
+    """
+    nested = "tasks" in obj or "meta" in obj or "params" in obj
+    expected = _key_total(obj) if nested else len(obj)
+    if raw.count(b'":') == expected:
+        return
+    try:
+        json.loads(raw, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKey as e:
+        raise LineError(f"duplicate key {e.args[0]!r} in one object") from None
+    except ValueError:
+        return  # orjson accepted it; nothing to add
+
+
 def decode_line(raw: bytes, complete: bool) -> dict[str, Any]:
     try:
         obj = orjson.loads(raw)
@@ -316,6 +372,7 @@ def decode_line(raw: bytes, complete: bool) -> dict[str, Any]:
         raise LineError(f"not valid JSON: {_json_message(e, raw)}") from None
     if type(obj) is not dict:
         raise LineError(f"each line must be a JSON object, not {_json_type(obj)}")
+    check_duplicate_keys(raw, obj)
     return obj
 
 
@@ -410,6 +467,7 @@ class TraceReader:
                         obj = decode_line(raw, complete)
                     if type(obj) is not dict:
                         obj = decode_line(raw, complete)
+                    check_duplicate_keys(raw, obj)
                 event = parse_event(obj, lineno)
             except LineError as e:
                 fail(lineno, str(e))

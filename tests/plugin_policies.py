@@ -87,3 +87,16 @@ class RaisesInGetWork(OnePerBatch):
 
     def get_work(self) -> list[Task]:
         raise RuntimeError("boom")
+
+
+class LosesTasks(OnePerBatch):
+    """A broken policy: accepts a task, then forgets it."""
+
+    name = "loses-tasks"
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        reason = super().try_submit(tasks)
+        with self._lock:
+            if reason is None and len(self._queue) > 1:
+                self._queue.pop()
+        return reason

@@ -1,0 +1,63 @@
+"""SIGINT and SIGTERM end a run at a record boundary, never inside a write.
+
+The handlers raise :class:`Stopped` where the program is, except while a record is
+being written: then the signal is held and raised right after that write, so output
+always ends with a whole line (a signal inside a blocked write would otherwise cut it).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class Stopped(BaseException):
+    """A stop signal. A BaseException of our own, so no library turns it into another."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 130 if self.signum == signal.SIGINT else 143
+
+
+class _Guard:
+    writing = False
+    held: int | None = None
+
+
+guard = _Guard()
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if guard.writing:
+        guard.held = signum
+        return
+    raise Stopped(signum)
+
+
+def install() -> None:
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+
+
+@contextmanager
+def whole_write() -> Iterator[None]:
+    """Hold stop signals for the duration of one record's write."""
+    guard.writing = True
+    try:
+        yield
+    finally:
+        guard.writing = False
+    raise_held()
+
+
+def raise_held() -> None:
+    held = guard.held
+    if held is not None:
+        guard.held = None
+        raise Stopped(held)
