@@ -23,6 +23,7 @@ from . import __version__, interrupt
 from .dump import GoldenCheck, JsonlWriter, RecordFilter, StepRange, atomic_output, parse_id_option
 from .errors import CheckFailed, InputError, SchedcliError, UsageError
 from .interrupt import Stopped, guard
+from .perfetto import PerfettoWriter
 from .render import TableView, golden_view, mismatch_view, summary_table
 from .replay import ExpectMismatch, Record
 from .run import open_replay
@@ -204,6 +205,10 @@ def replay(
     max_line_bytes: Annotated[
         int, typer.Option("--max-line-bytes", help="Reject longer lines.", min=1)
     ] = DEFAULT_MAX_LINE_BYTES,
+    perfetto: Annotated[
+        str | None,
+        typer.Option("--perfetto", help="Also write a Chrome trace-event timeline (Perfetto)."),
+    ] = None,
 ) -> None:
     """Replay a trace through a policy and show or dump every batch.
 
@@ -252,6 +257,14 @@ def replay(
         if step_range is not None or sid is not None:
             shown = RecordFilter(emitters[0], steps=step_range, session=sid, upcoming_step=upcoming)
         sinks: list[Any] = [shown]
+        timeline: PerfettoWriter | None = None
+        if perfetto:
+            timeline = PerfettoWriter(
+                stack.enter_context(atomic_output(perfetto)),
+                title=f"schedcli replay {opened.name} ({opened.policy_name})",
+                budget=opened.policy.token_budget,
+            )
+            sinks.append(timeline)
         if golden_check is not None:
             sinks.append(golden_check)
         if golden_out is not None:
@@ -279,6 +292,8 @@ def replay(
             raise
         finally:
             progress.stop()
+        if timeline is not None:
+            timeline.close()
         if console is not None:
             console.print(f"\n[bold]{opened.name}[/] under [bold]{opened.policy_name}[/]")
             console.print(summary_table(totals, "summary"))
@@ -510,6 +525,10 @@ def simulate(
     fmt: Annotated[
         ViewFormat, typer.Option("--format", "-f", help="table or json.")
     ] = ViewFormat.table,
+    perfetto: Annotated[
+        str | None,
+        typer.Option("--perfetto", help="Also write a Chrome trace-event timeline (Perfetto)."),
+    ] = None,
 ) -> None:
     """Play the runner over a workload: emit scheduler traffic and measure latencies.
 
@@ -547,6 +566,15 @@ def simulate(
                 }
             )
             emit = writer
+        on_batch = None
+        timeline: PerfettoWriter | None = None
+        if perfetto:
+            timeline = PerfettoWriter(
+                stack.enter_context(atomic_output(perfetto)),
+                title=f"schedcli simulate {workload} ({label})",
+                budget=built.token_budget,
+            )
+            on_batch = _timeline_feeder(timeline)
         progress = _SimProgress(workload)
         try:
             result = run_simulation(
@@ -560,9 +588,12 @@ def simulate(
                 slo_ttft=slo_ttft,
                 slo_tpot=slo_tpot,
                 on_progress=progress.update,
+                on_batch=on_batch,
             )
         finally:
             progress.stop()
+        if timeline is not None:
+            timeline.close()
     summary = result.summary()
     if metrics:
         with atomic_output(metrics) as f:
@@ -571,6 +602,15 @@ def simulate(
         sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         _stdout_console().print(simulation_tables(summary))
+
+
+def _timeline_feeder(timeline: PerfettoWriter) -> Any:
+    def on_batch(step: int, start: float, end: float, batch: list[Any], queued: int) -> None:
+        entries = [{"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size} for t in batch]
+        tokens = sum(t.size for t in batch)
+        timeline.batch(step, start * 1e6, (end - start) * 1e6, entries, tokens, queued)
+
+    return on_batch
 
 
 class _SimProgress:
@@ -638,6 +678,38 @@ def stats(
         _stdout_console().print(stats_table(summary, title))
 
 
+@command
+def report(
+    input_path: Annotated[
+        str, typer.Argument(metavar="INPUT", help="A trace, a dump or a workload.")
+    ],
+    output: Annotated[str, typer.Option("--output", "-o", help="The HTML file to write.")],
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            "-p",
+            help="A configuration to show: NAME or NAME,KEY=VALUE,... (repeat to compare).",
+        ),
+    ] = None,
+    cost_a: Annotated[float, typer.Option("--cost-a", help="Workloads: seconds per step.")] = 0.005,
+    cost_b: Annotated[
+        float, typer.Option("--cost-b", help="Workloads: s per batch token.")
+    ] = 0.00002,
+    cost_c: Annotated[float, typer.Option("--cost-c", help="Workloads: s per decode.")] = 0.0001,
+) -> None:
+    """Write one self-contained HTML report (works offline): tokens per step against the
+    budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy.
+    """
+    from .report import build_report
+    from .simulate import CostModel
+
+    page = build_report(input_path, policy or [], cost=CostModel(cost_a, cost_b, cost_c))
+    with atomic_output(output) as out:
+        out.write(page.encode())
+    print(f"wrote {output} ({len(page) // 1024} KiB)", file=sys.stderr)
+
+
 def _exit(code: int) -> NoReturn:
     guard.writing = True  # the last flush is a write too: a signal now waits for it
     try:
@@ -676,4 +748,14 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         print(f"schedcli: {e.strerror or e}", file=sys.stderr)
         _exit(2)
+    except Exception as e:
+        # A bug in schedcli itself: still one line, and the internal-error code.
+        if os.environ.get("SCHEDCLI_DEBUG"):
+            raise
+        print(
+            f"schedcli: internal error: {type(e).__name__}: {e} "
+            "(set SCHEDCLI_DEBUG=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        _exit(3)
     _exit(0)

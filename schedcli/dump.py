@@ -54,6 +54,9 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
     except OSError as e:
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
     ok = False
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # a new file's usual mode, not mkstemp's private one
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as f:
             yield f

@@ -107,8 +107,12 @@ class StepMetrics:
             self._session(t.sid).pending -= 1
         self.dropped_count += len(tasks)
 
+    def session_mean_waits(self) -> list[float]:
+        """Each served session's mean wait in steps, in the order sessions appeared."""
+        return [s.wait_sum / s.dispatched for s in self._sessions.values() if s.dispatched]
+
     def summary(self) -> dict[str, Any]:
-        waits = [s.wait_sum / s.dispatched for s in self._sessions.values() if s.dispatched]
+        waits = self.session_mean_waits()
         known = self.waits_known and self.dispatched_count > 0
         # Service across the sessions that wanted it: served ones, and ones still
         # waiting at the end. A session cancelled before any service chose to leave.

@@ -210,7 +210,7 @@ _METRIC_LABELS = (
 def _metric(key: str, value: Any) -> str:
     if value is None:
         return "n/a"
-    if key == "mean_utilisation":
+    if "utilisation" in key:
         return _pct(value)
     if isinstance(value, float):
         return f"{value:.3f}" if key == "jain_fairness" else f"{value:.2f}"

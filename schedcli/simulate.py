@@ -179,8 +179,12 @@ def simulate(
     slo_ttft: float | None = None,
     slo_tpot: float | None = None,
     on_progress: Callable[[int, float], None] | None = None,
+    on_batch: Callable[[int, float, float, list[Task], int], None] | None = None,
 ) -> SimResult:
-    """Run the workload through ``policy``; ``emit`` receives the explicit-mode trace."""
+    """Run the workload through ``policy``; ``emit`` receives the explicit-mode trace.
+
+    ``on_batch(step, start, end, batch, queued)`` sees every dispatched batch in time.
+    """
     if chunk_size < 1:
         raise UsageError("chunk size must be >= 1")
     result = SimResult(policy_name, params, cost, chunk_size, budget=policy.token_budget)
@@ -196,6 +200,7 @@ def simulate(
     step = 0
     next_tid = 0
     empty_run = 0
+    queued = 0  # tasks accepted and not yet dispatched or cancelled
     submit = policy.try_submit
     get_work = policy.get_work
 
@@ -263,6 +268,7 @@ def simulate(
             if reason is not None:
                 result.rejected += 1
                 continue
+            queued += len(tasks)
             live[req.sid] = _Live(req, step)
             if req.cancel_after is not None:
                 heapq.heappush(deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
@@ -271,7 +277,7 @@ def simulate(
             victim = live.pop(sid, None)
             if victim is None:
                 continue  # finished in time
-            policy.cancel(sid)
+            queued -= len(policy.cancel(sid))
             if emit is not None:
                 emit({"op": "cancel", "t": t, "sid": sid})
             victim.cancelled = True
@@ -305,6 +311,9 @@ def simulate(
             if x.kind is DECODE:
                 decodes += 1
         end = t + a + b * tokens + c * decodes
+        queued -= len(batch)
+        if on_batch is not None:
+            on_batch(step, t, end, batch, queued)
         result.batch_tokens += tokens
         result.decode_tokens += decodes
         result.prefill_tokens += tokens - decodes
@@ -346,6 +355,7 @@ def simulate(
             next_tid += 1
             task = Task(decode_tid, req_live.sid, DECODE, 1, produce_output=True)
             reason = submit([task])
+            queued += 1
             if emit is not None:
                 emit(
                     {

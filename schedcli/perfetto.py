@@ -1,0 +1,125 @@
+"""Chrome trace-event JSON of a schedule, for ui.perfetto.dev and chrome://tracing.
+
+One track (thread) per session, with a slice per dispatched task at its step (replay:
+one step is drawn as 1 ms) or at its simulated time (simulate); counter tracks for the
+queued tasks and for batch tokens against the budget. Written as it happens, so memory
+holds one entry per session seen, not the schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import IO, Any
+
+import orjson
+
+from .scheduler import show_id
+from .task import Id
+
+STEP_US = 1000.0  # a replayed step on the timeline
+PID = 1
+
+
+def _us(value: float) -> float | int:
+    """Microseconds, to the nanosecond; whole numbers written as integers (stable output)."""
+    rounded = round(value, 3)
+    return int(rounded) if rounded == int(rounded) else rounded
+
+
+class PerfettoWriter:
+    """Streams trace events into ``out`` (a JSON object with a ``traceEvents`` array)."""
+
+    def __init__(self, out: IO[bytes], *, title: str, budget: int | None) -> None:
+        self._out = out
+        self._budget = budget
+        self._tracks: dict[tuple[type, Id], int] = {}
+        self._first = True
+        out.write(b'{"displayTimeUnit":"ms","traceEvents":[\n')
+        self._event(
+            {"name": "process_name", "ph": "M", "pid": PID, "tid": 0, "args": {"name": title}}
+        )
+        self._event(
+            {"name": "thread_name", "ph": "M", "pid": PID, "tid": 0, "args": {"name": "scheduler"}}
+        )
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if not self._first:
+            self._out.write(b",\n")
+        self._first = False
+        self._out.write(orjson.dumps(event))
+
+    def _meta(self, name: str, track: int, args: dict[str, Any]) -> None:
+        self._event({"name": name, "ph": "M", "pid": PID, "tid": track, "args": args})
+
+    def _counter(self, name: str, ts: float | int, args: dict[str, int]) -> None:
+        self._event({"name": name, "ph": "C", "ts": ts, "pid": PID, "tid": 0, "args": args})
+
+    def _track(self, sid: Id) -> int:
+        key = (type(sid), sid)
+        track = self._tracks.get(key)
+        if track is None:
+            track = self._tracks[key] = len(self._tracks) + 1
+            self._meta("thread_name", track, {"name": f"session {show_id(sid)}"})
+            self._meta("thread_sort_index", track, {"sort_index": track})
+        return track
+
+    def batch(
+        self,
+        step: int,
+        start_us: float,
+        duration_us: float,
+        entries: Sequence[dict[str, Any]],
+        tokens: int,
+        queued: int,
+    ) -> None:
+        """One get_work: a slice per task, its session's tasks sharing the step side by side."""
+        ts = _us(start_us)
+        self._counter("queued tasks", ts, {"queued": queued})
+        counter: dict[str, int] = {"tokens": tokens}
+        if self._budget is not None:
+            counter["budget"] = self._budget
+        self._counter("batch tokens", ts, counter)
+        by_session: dict[tuple[type, Id], list[dict[str, Any]]] = {}
+        for e in entries:
+            by_session.setdefault((type(e["sid"]), e["sid"]), []).append(e)
+        slices: list[dict[str, Any]] = []
+        for (_, sid), mine in by_session.items():
+            track = self._track(sid)
+            share = duration_us / len(mine)
+            for i, e in enumerate(mine):
+                begin = _us(start_us + i * share)
+                # Ends computed like starts, so rounding never makes neighbours overlap.
+                finish = (
+                    _us(start_us + duration_us)
+                    if i == len(mine) - 1
+                    else _us(start_us + (i + 1) * share)
+                )
+                slices.append(
+                    {
+                        "name": f"{e['kind']} {show_id(e['tid'])} ({e['size']})",
+                        "cat": str(e["kind"]),
+                        "ph": "X",
+                        "ts": begin,
+                        "dur": _us(finish - begin),
+                        "pid": PID,
+                        "tid": track,
+                        "args": {"tid": e["tid"], "size": e["size"], "step": step},
+                    }
+                )
+        # File order is time order: a session's later slices come after others' first.
+        slices.sort(key=lambda ev: ev["ts"])
+        for ev in slices:
+            self._event(ev)
+
+    def record(self, record: dict[str, Any]) -> None:
+        """A replay dump record (batch records become slices; others are not drawn)."""
+        if "batch" in record:
+            step = record["step"]
+            self.batch(
+                step, step * STEP_US, STEP_US, record["batch"], record["tokens"], record["queued"]
+            )
+
+    __call__ = record
+
+    def close(self) -> None:
+        self._out.write(b"\n]}\n")
