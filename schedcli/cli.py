@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -230,11 +231,12 @@ def replay(
         emitters: list[Any] = []
         console: Console | None = None
         if chosen is OutputFormat.table:
-            console = (
-                Console(file=open(output, "w"), highlight=False, width=120)  # noqa: SIM115
-                if output
-                else _stdout_console()
-            )
+            if output:
+                text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+                stack.callback(text.detach)  # leaves `out` open for its own context
+                console = Console(file=text, highlight=False, width=120)
+            else:
+                console = _stdout_console()
             emitters.append(TableView(console, opened.policy.token_budget))
         else:
             emitters.append(JsonlWriter(out))

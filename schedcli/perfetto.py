@@ -20,10 +20,9 @@ STEP_US = 1000.0  # a replayed step on the timeline
 PID = 1
 
 
-def _us(value: float) -> float | int:
-    """Microseconds, to the nanosecond; whole numbers written as integers (stable output)."""
-    rounded = round(value, 3)
-    return int(rounded) if rounded == int(rounded) else rounded
+def _us(value: float) -> int:
+    """Whole microseconds: exact sums, so touching slices never overlap by a rounding."""
+    return round(value)
 
 
 class PerfettoWriter:
@@ -51,7 +50,7 @@ class PerfettoWriter:
     def _meta(self, name: str, track: int, args: dict[str, Any]) -> None:
         self._event({"name": name, "ph": "M", "pid": PID, "tid": track, "args": args})
 
-    def _counter(self, name: str, ts: float | int, args: dict[str, int]) -> None:
+    def _counter(self, name: str, ts: int, args: dict[str, int]) -> None:
         self._event({"name": name, "ph": "C", "ts": ts, "pid": PID, "tid": 0, "args": args})
 
     def _track(self, sid: Id) -> int:

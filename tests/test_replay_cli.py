@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -453,3 +454,32 @@ def test_a_policy_that_never_finishes_is_stopped(tmp_path: Path) -> None:
     r = run_cli("replay", str(trace), "-p", "stuckpolicy:Stuck", env={"PYTHONPATH": str(tmp_path)})
     assert r.returncode == 3
     assert b"would never finish" in r.stderr
+
+
+def test_table_format_can_be_written_to_a_file(tmp_path: Path) -> None:
+    out = tmp_path / "view.txt"
+    r = run_cli("replay", str(TRACES / "rejections.jsonl"), "-f", "table", "-o", str(out))
+    assert r.returncode == 0 and r.stdout == b""
+    text = out.read_text()
+    assert "tid 7 is already queued" in text and "still queued" in text
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script for a pty")
+def test_progress_bar_shows_on_a_terminal_stderr(tmp_path: Path) -> None:
+    trace = tmp_path / "long.jsonl"
+    lines = [
+        f'{{"op": "submit", "tid": {i}, "sid": {i % 50}, "kind": "decode", "size": 1}}\n'
+        '{"op": "get_work"}\n'
+        for i in range(60_000)
+    ]
+    trace.write_text("".join(lines))
+    cmd = f"{sys.executable} -m schedcli replay {trace} -f jsonl -o /dev/null"
+    r = subprocess.run(
+        ["script", "-qec", cmd, "/dev/null"],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0
+    assert b"replaying" in r.stdout  # the pty carries stderr's progress bar

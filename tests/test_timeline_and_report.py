@@ -265,3 +265,14 @@ def test_report_renders_in_headless_chromium_without_errors(tmp_path: Path) -> N
         finally:
             browser.close()
     assert (ARTIFACTS / "report-workload.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=f"{AZURE_CONV} is absent (CI provides it)")
+def test_timeline_of_a_converted_real_trace(tmp_path: Path) -> None:
+    w = _workload(tmp_path)
+    out = tmp_path / "azure.json"
+    r = run_cli("simulate", str(w), "--perfetto", str(out), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    data = check_timeline(out)
+    tracks = [e for e in data["traceEvents"] if e["name"] == "thread_name"]
+    assert len(tracks) == 301  # 300 requests and the scheduler's own track
