@@ -25,6 +25,7 @@ from .dump import GoldenCheck, JsonlWriter, RecordFilter, StepRange, atomic_outp
 from .errors import CheckFailed, InputError, SchedcliError, UsageError
 from .interrupt import Stopped, guard
 from .perfetto import PerfettoWriter
+from .progress import ProgressBar
 from .render import TableView, golden_view, mismatch_view, summary_table
 from .replay import ExpectMismatch, Record
 from .run import open_replay
@@ -126,39 +127,24 @@ def _output(path: str | None) -> Iterator[IO[bytes]]:
             raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
-class _Progress:
-    """A progress bar on stderr, only when stderr is a terminal."""
+def _replay_progress(path: str, position: Any, enabled: bool) -> tuple[ProgressBar, Any]:
+    """A bar over the file's bytes, updated every 2048 steps (cheap on the hot path)."""
+    bar = ProgressBar(
+        err_console if enabled else Console(file=io.StringIO()),
+        "replaying",
+        file_size(path),
+        "{task.fields[steps]} steps",
+    )
 
-    def __init__(self, path: str, position: Any, enabled: bool) -> None:
-        self._bar: Any = None
-        if not enabled or not err_console.is_terminal:
-            return
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._position = position
-        total = file_size(path)
-        self._bar = Progress(
-            TextColumn("replaying"),
-            BarColumn(),
-            TextColumn("{task.fields[steps]} steps"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self._task = self._bar.add_task("replay", total=total, steps=0)
-        self._bar.start()
-
-    def step(self, step: int) -> None:
-        if self._bar is not None and step % 2048 == 0:
+    def on_step(step: int) -> None:
+        if step % 2048 == 0 and bar.shown:
             try:
-                done = self._position()
-            except (OSError, ValueError):
+                done = position()
+            except (OSError, ValueError, TypeError):
                 done = None
-            self._bar.update(self._task, completed=done, steps=step)
+            bar.update(done, steps=step)
 
-    def stop(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+    return bar, on_step
 
 
 @command
@@ -283,11 +269,11 @@ def replay(
 
         stream = opened.reader
         position = getattr(stream, "position", None)
-        progress = _Progress(trace, position, enabled=chosen is OutputFormat.jsonl)
-        engine = opened.replayer(emit, check=check, drain=drain, on_step=progress.step)
+        progress, on_step = _replay_progress(trace, position, chosen is OutputFormat.jsonl)
+        engine = opened.replayer(emit, check=check, drain=drain, on_step=on_step)
         engine_ref.append(engine)
         try:
-            totals = opened.run(emit, replayer=engine)
+            totals = opened.run(engine)
         except ExpectMismatch as e:
             progress.stop()
             err_console.print(mismatch_view(e.mismatch))
@@ -577,7 +563,7 @@ def simulate(
                 budget=built.token_budget,
             )
             on_batch = _timeline_feeder(timeline)
-        progress = _SimProgress(workload)
+        progress = _sim_progress(workload)
         try:
             result = run_simulation(
                 read_workload(workload),
@@ -589,7 +575,7 @@ def simulate(
                 emit=emit,
                 slo_ttft=slo_ttft,
                 slo_tpot=slo_tpot,
-                on_progress=progress.update,
+                on_progress=lambda requests, t: progress.update(requests, t=t),
                 on_batch=on_batch,
             )
         finally:
@@ -615,40 +601,18 @@ def _timeline_feeder(timeline: PerfettoWriter) -> Any:
     return on_batch
 
 
-class _SimProgress:
-    """Requests admitted and simulated time, on stderr when it is a terminal."""
-
-    def __init__(self, path: str) -> None:
-        self._bar: Any = None
-        if not err_console.is_terminal:
-            return
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        total = None
-        if path != "-":
-            try:
-                with open(path, "rb") as f:
-                    total = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-            except OSError:
-                total = None
-        self._bar = Progress(
-            TextColumn("simulating"),
-            BarColumn(),
-            TextColumn("{task.completed} requests, t={task.fields[t]:.0f}s"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self._task = self._bar.add_task("sim", total=total, t=0.0)
-        self._bar.start()
-
-    def update(self, requests: int, t: float) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, completed=requests, t=t)
-
-    def stop(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+def _sim_progress(path: str) -> ProgressBar:
+    """Requests admitted (of the lines in the file) and simulated time."""
+    total = None
+    if path != "-" and err_console.is_terminal:
+        try:
+            with open(path, "rb") as f:
+                total = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        except OSError:
+            total = None
+    return ProgressBar(
+        err_console, "simulating", total, "{task.completed} requests, t={task.fields[t]:.0f}s"
+    )
 
 
 @command

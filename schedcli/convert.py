@@ -135,30 +135,21 @@ def _days_from_civil(y: int, m: int, d: int) -> int:
     return era * 146097 + doe - 719468
 
 
-def _read_azure(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
+def _read_csv(
+    lines: Iterator[tuple[int, bytes, bool]],
+    name: str,
+    columns: dict[str, str],
+    make: Callable[[dict[str, str]], tuple[float | None, int, int, dict[str, Any] | None]],
+) -> Iterator[Row]:
+    """Rows of a CSV source whose header names ``columns``; ``make`` reads one row."""
     rows = _csv_rows(lines, name)
     first = next(rows, None)
     if first is None:
         return
-    cols = _columns(
-        first[1],
-        {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"},
-        name,
-        first[0],
-    )
-    origin: int | None = None
+    cols = _columns(first[1], columns, name, first[0])
     for lineno, fields in rows:
         try:
-            ticks = _azure_ticks(fields[cols["t"]])
-            if origin is None:
-                origin = ticks
-            yield Row(
-                lineno,
-                (ticks - origin) / 10_000_000,
-                _int_field(fields[cols["p"]], "ContextTokens", 1),
-                _int_field(fields[cols["o"]], "GeneratedTokens", 1),
-                {"timestamp": fields[cols["t"]].strip()},
-            )
+            yield Row(lineno, *make({key: fields[i] for key, i in cols.items()}))
         except IndexError:
             yield _bad(lineno, f"expected {len(first[1])} columns, got {len(fields)}")
         except RowError as e:
@@ -166,87 +157,70 @@ def _read_azure(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator
 
 
 def _bad(lineno: int, message: str) -> Row:
-    row = Row(lineno, None, 0, 0, None)
-    row.meta = {"__error__": message}
-    return row
+    return Row(lineno, None, 0, 0, {"__error__": message})
+
+
+def _read_azure(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
+    origin: list[int] = []  # the first request's ticks: rebasing in integers stays exact
+
+    def make(f: dict[str, str]) -> tuple[float, int, int, dict[str, Any]]:
+        ticks = _azure_ticks(f["t"])
+        if not origin:
+            origin.append(ticks)
+        return (
+            (ticks - origin[0]) / 10_000_000,
+            _int_field(f["p"], "ContextTokens", 1),
+            _int_field(f["o"], "GeneratedTokens", 1),
+            {"timestamp": f["t"].strip()},
+        )
+
+    columns = {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}
+    return _read_csv(lines, name, columns, make)
 
 
 def _read_vidur(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    rows = _csv_rows(lines, name)
-    first = next(rows, None)
-    if first is None:
-        return
-    cols = _columns(
-        first[1],
-        {"t": "arrived_at", "p": "num_prefill_tokens", "o": "num_decode_tokens"},
-        name,
-        first[0],
-    )
-    for lineno, fields in rows:
-        try:
-            yield Row(
-                lineno,
-                _float_field(fields[cols["t"]], "arrived_at"),
-                _int_field(fields[cols["p"]], "num_prefill_tokens", 1),
-                _int_field(fields[cols["o"]], "num_decode_tokens", 1),
-            )
-        except IndexError:
-            yield _bad(lineno, f"expected {len(first[1])} columns, got {len(fields)}")
-        except RowError as e:
-            yield _bad(lineno, str(e))
+    def make(f: dict[str, str]) -> tuple[float, int, int, None]:
+        return (
+            _float_field(f["t"], "arrived_at"),
+            _int_field(f["p"], "num_prefill_tokens", 1),
+            _int_field(f["o"], "num_decode_tokens", 1),
+            None,
+        )
+
+    columns = {"t": "arrived_at", "p": "num_prefill_tokens", "o": "num_decode_tokens"}
+    return _read_csv(lines, name, columns, make)
 
 
 def _read_lengths(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    rows = _csv_rows(lines, name)
-    first = next(rows, None)
-    if first is None:
-        return
-    cols = _columns(first[1], {"p": "num_prefill_tokens", "o": "num_decode_tokens"}, name, first[0])
-    for lineno, fields in rows:
-        try:
-            yield Row(
-                lineno,
-                None,
-                _int_field(fields[cols["p"]], "num_prefill_tokens", 1),
-                _int_field(fields[cols["o"]], "num_decode_tokens", 1),
-            )
-        except IndexError:
-            yield _bad(lineno, f"expected {len(first[1])} columns, got {len(fields)}")
-        except RowError as e:
-            yield _bad(lineno, str(e))
+    def make(f: dict[str, str]) -> tuple[None, int, int, None]:
+        return (
+            None,
+            _int_field(f["p"], "num_prefill_tokens", 1),
+            _int_field(f["o"], "num_decode_tokens", 1),
+            None,
+        )
+
+    columns = {"p": "num_prefill_tokens", "o": "num_decode_tokens"}
+    return _read_csv(lines, name, columns, make)
 
 
 def _read_burstgpt(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    rows = _csv_rows(lines, name)
-    first = next(rows, None)
-    if first is None:
-        return
-    cols = _columns(
-        first[1],
-        {
-            "t": "Timestamp",
-            "m": "Model",
-            "p": "Request tokens",
-            "o": "Response tokens",
-            "k": "Log Type",
-        },
-        name,
-        first[0],
-    )
-    for lineno, fields in rows:
-        try:
-            meta = {"model": fields[cols["m"]].strip(), "log_type": fields[cols["k"]].strip()}
-            yield Row(
-                lineno,
-                _float_field(fields[cols["t"]], "Timestamp"),
-                _int_field(fields[cols["p"]], "Request tokens", 1),
-                _int_field(fields[cols["o"]], "Response tokens", 0),
-                meta,
-            )
-        except IndexError:
-            yield _bad(lineno, f"expected {len(first[1])} columns, got {len(fields)}")
-        except RowError as e:
-            yield _bad(lineno, str(e))
+    def make(f: dict[str, str]) -> tuple[float, int, int, dict[str, Any]]:
+        return (
+            _float_field(f["t"], "Timestamp"),
+            _int_field(f["p"], "Request tokens", 1),
+            _int_field(f["o"], "Response tokens", 0),  # 0: a failed request
+            {"model": f["m"].strip(), "log_type": f["k"].strip()},
+        )
+
+    columns = {
+        "t": "Timestamp",
+        "m": "Model",
+        "p": "Request tokens",
+        "o": "Response tokens",
+        "k": "Log Type",
+    }
+    return _read_csv(lines, name, columns, make)
 
 
 def _read_mooncake(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:

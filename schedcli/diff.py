@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
-from contextlib import ExitStack
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from .dump import Record
-from .errors import InputError
+from .dump import Record, batch_tasks, read_dump
 from .metrics import StepMetrics
 from .replay import Replayer
 from .run import choose_policy, open_replay
-from .source import DEFAULT_MAX_LINE_BYTES, display_name, numbered_lines, open_binary
+from .source import DEFAULT_MAX_LINE_BYTES, display_name
 from .task import Task
 from .trace import Event
 
@@ -217,61 +215,26 @@ def diff_trace(
         return result
 
 
-def _dump_records(path: str, stack: ExitStack) -> Iterator[Record]:
-    name = display_name(path)
-    stream = stack.enter_context(open_binary(path, name))
-    for lineno, raw, _ in numbered_lines(stream, name):
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            raise InputError(name, lineno, f"not valid JSON: {e}") from None
-        if type(record) is not dict:
-            raise InputError(name, lineno, "each dump line must be a JSON object")
-        if ("op" in record and "line" not in record) or "schedcli" in record:
-            raise InputError(
-                name, lineno, "this is a trace, not a dump (diff takes one trace or two dumps)"
-            )
-        if "batch" in record and (
-            type(record.get("step")) is not int or type(record["batch"]) is not list
-        ):
-            raise InputError(name, lineno, "a batch record needs an integer step and a batch array")
-        yield record
-
-
-def _dump_metrics_feed(metrics: StepMetrics, record: Record) -> None:
-    tasks = [
-        Task(e.get("tid", 0), e.get("sid", 0), e.get("kind", "prefill"), int(e.get("size", 0)))
-        for e in record["batch"]
-    ]
-    metrics.dispatched(tasks, record["step"])
-
-
 def diff_dumps(path_a: str, path_b: str) -> DiffResult:
     """Compare two dumps record by record (batches aligned by step)."""
     result = DiffResult((display_name(path_a), display_name(path_b)), ({}, {}))
     aligner = _Aligner(result)
     metrics = (StepMetrics(waits_known=False), StepMetrics(waits_known=False))
-    with ExitStack() as stack:
-        streams = (_dump_records(path_a, stack), _dump_records(path_b, stack))
-        sinks = (aligner.sink("a"), aligner.sink("b"))
-        done = [False, False]
-        while not all(done):
-            for i in (0, 1):
-                if done[i]:
-                    continue
-                record = next(streams[i], None)
-                if record is None:
-                    done[i] = True
-                    continue
-                if "batch" in record:
-                    try:
-                        _dump_metrics_feed(metrics[i], record)
-                    except (ValueError, TypeError) as e:
-                        raise InputError(
-                            (path_a, path_b)[i], None, f"bad batch record: {e}"
-                        ) from None
-                sinks[i](record)
-            aligner.settle()
-        aligner.settle(final=True)
+    streams = (read_dump(path_a), read_dump(path_b))
+    sinks = (aligner.sink("a"), aligner.sink("b"))
+    done = [False, False]
+    while not all(done):
+        for i in (0, 1):
+            if done[i]:
+                continue
+            record = next(streams[i], None)
+            if record is None:
+                done[i] = True
+                continue
+            if "batch" in record:
+                metrics[i].dispatched(batch_tasks(record), record["step"])
+            sinks[i](record)
+        aligner.settle()
+    aligner.settle(final=True)
     result.summaries = (metrics[0].summary(), metrics[1].summary())
     return result

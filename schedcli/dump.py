@@ -13,9 +13,10 @@ from typing import IO, Any
 
 import orjson
 
-from .errors import UsageError
+from .errors import InputError, UsageError
 from .interrupt import guard, raise_held
-from .task import Id
+from .source import display_name, numbered_lines, open_binary
+from .task import Id, Task
 
 Record = dict[str, Any]
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
@@ -197,3 +198,46 @@ class GoldenCheck:
     @property
     def same(self) -> bool:
         return self.differing == 0
+
+
+def _entry_ok(e: object) -> bool:
+    return (
+        type(e) is dict
+        and type(e.get("tid")) in (int, str)
+        and type(e.get("sid")) in (int, str)
+        and e.get("kind") in ("prefill", "decode")
+        and type(e.get("size")) is int
+    )
+
+
+def read_dump(path: str) -> Iterator[Record]:
+    """A dump's records, streamed; a record that cannot be read is ``FILE:LINE: message``."""
+    name = display_name(path)
+    with open_binary(path, name) as stream:
+        for lineno, raw, _ in numbered_lines(stream, name):
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                raise InputError(name, lineno, f"not valid JSON: {e}") from None
+            if type(record) is not dict:
+                raise InputError(name, lineno, "each dump line must be a JSON object")
+            if ("op" in record and "line" not in record) or "schedcli" in record:
+                raise InputError(name, lineno, "this is a trace, not a dump")
+            if "batch" in record and not (
+                type(record.get("step")) is int
+                and type(record.get("queued")) is int
+                and type(record["batch"]) is list
+                and all(_entry_ok(e) for e in record["batch"])
+            ):
+                raise InputError(
+                    name,
+                    lineno,
+                    "a batch record needs an integer step and queued, and entries with "
+                    "tid, sid, kind and size",
+                )
+            yield record
+
+
+def batch_tasks(record: Record) -> list[Task]:
+    """The tasks of a batch record read by :func:`read_dump`."""
+    return [Task(e["tid"], e["sid"], e["kind"], e["size"]) for e in record["batch"]]

@@ -15,15 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from .errors import InputError, UsageError
+from .dump import batch_tasks, read_dump
+from .errors import UsageError
 from .metrics import StepMetrics
 from .registry import build_policy
 from .render import _METRIC_LABELS, _metric
 from .run import open_replay
 from .simulate import CostModel, simulate
-from .source import display_name, numbered_lines, open_binary
+from .source import display_name, sniff_kind
 from .task import DECODE, Task
 from .workload import read_workload
 
@@ -126,25 +125,6 @@ def _label(name: str, params: dict[str, object]) -> str:
     return name + "".join(f" {k}={v}" for k, v in params.items())
 
 
-def input_kind(path: str) -> str:
-    """``workload``, ``dump`` or ``trace``, from the first line."""
-    name = display_name(path)
-    with open_binary(path, name) as stream:
-        for lineno, raw, _ in numbered_lines(stream, name):
-            try:
-                first = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                raise InputError(name, lineno, "not valid JSON") from None
-            if type(first) is not dict:
-                raise InputError(name, lineno, "each line must be a JSON object")
-            if "arrival" in first and "prompt_tokens" in first:
-                return "workload"
-            if "batch" in first or "end" in first or ("op" in first and "line" in first):
-                return "dump"
-            return "trace"
-    raise InputError(name, None, "the file is empty")
-
-
 def _from_trace(path: str, configs: Sequence[tuple[str, dict[str, str]]]) -> list[Run]:
     runs = []
     chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
@@ -159,7 +139,7 @@ def _from_trace(path: str, configs: Sequence[tuple[str, dict[str, str]]]) -> lis
                     step = record["step"]
                     run.bins.add(step, record["tokens"] - decode, decode, record["queued"])
 
-            opened.run(emit, observer=metrics)
+            opened.run(opened.replayer(emit, observer=metrics))
             run.summary = metrics.summary()
             run.waits = sorted(metrics.session_mean_waits(), reverse=True)
             runs.append(run)
@@ -167,24 +147,15 @@ def _from_trace(path: str, configs: Sequence[tuple[str, dict[str, str]]]) -> lis
 
 
 def _from_dump(path: str) -> list[Run]:
-    name = display_name(path)
-    run = Run(name, None)
+    run = Run(display_name(path), None)
     metrics = StepMetrics(waits_known=False)
-    with open_binary(path, name) as stream:
-        for lineno, raw, _ in numbered_lines(stream, name):
-            try:
-                record = orjson.loads(raw)
-                if "batch" in record:
-                    tasks = [
-                        Task(e["tid"], e["sid"], e["kind"], int(e["size"])) for e in record["batch"]
-                    ]
-                    decode = sum(1 for t in tasks if t.kind is DECODE)
-                    tokens = sum(t.size for t in tasks)
-                    step = int(record["step"])
-                    run.bins.add(step, tokens - decode, decode, int(record["queued"]))
-                    metrics.dispatched(tasks, int(record["step"]))
-            except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
-                raise InputError(name, lineno, f"not a dump record: {e}") from None
+    for record in read_dump(path):
+        if "batch" in record:
+            tasks = batch_tasks(record)
+            decode = sum(1 for t in tasks if t.kind is DECODE)
+            tokens = sum(t.size for t in tasks)
+            run.bins.add(record["step"], tokens - decode, decode, record["queued"])
+            metrics.dispatched(tasks, record["step"])
     run.summary = metrics.summary()
     return [run]
 
@@ -409,7 +380,7 @@ def build_report(
     cost: CostModel | None = None,
 ) -> str:
     """The report's HTML for a trace, a dump or a workload."""
-    kind = input_kind(path)
+    kind = sniff_kind(path)
     parsed = [parse_config(c) for c in configs]
     if kind == "dump" and parsed:
         raise UsageError("a dump is one schedule already: --policy applies to traces and workloads")

@@ -78,21 +78,6 @@ class OpenTrace:
     explicit: bool
     name: str
 
-    def run(
-        self,
-        emit: Emit,
-        *,
-        check: bool = False,
-        drain: bool = False,
-        on_step: Callable[[int], None] | None = None,
-        observer: Observer | None = None,
-        replayer: Replayer | None = None,
-    ) -> Totals:
-        engine = replayer or self.replayer(
-            emit, check=check, drain=drain, on_step=on_step, observer=observer
-        )
-        return engine.run(self.reader, explicit=self.explicit)
-
     def replayer(
         self,
         emit: Emit,
@@ -111,6 +96,10 @@ class OpenTrace:
             on_step=on_step,
             observer=observer,
         )
+
+    def run(self, engine: Replayer) -> Totals:
+        """Replay every event of the trace through ``engine``, then finish."""
+        return engine.run(self.reader, explicit=self.explicit)
 
 
 @contextmanager

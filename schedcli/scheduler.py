@@ -133,6 +133,11 @@ class QueueScheduler(Scheduler):
         # Subclasses that add an admission rule pay for the call; the rest do not.
         self._extra_rule = type(self)._refuse is not QueueScheduler._refuse
 
+    def _limit_chunks(self, limit: int, param: str) -> None:
+        """Refuse prefill chunks over ``limit`` tokens, naming ``param`` in the reason."""
+        self._chunk_limit = limit
+        self._chunk_limit_name = param
+
     def _refuse(self, task: Task) -> str | None:
         """A policy's own admission rule for one task, beyond the shared ones."""
         return None

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+import orjson
+
 from .errors import InputError
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -112,6 +114,25 @@ def readable_twice(path: str) -> Iterator[str]:
         shutil.copyfileobj(sys.stdin.buffer, spool, _CHUNK)
         spool.flush()
         yield spool.name
+
+
+def sniff_kind(path: str) -> str:
+    """``workload``, ``dump`` or ``trace``: what the file's first object looks like."""
+    name = display_name(path)
+    with open_binary(path, name) as stream:
+        for lineno, raw, _ in numbered_lines(stream, name):
+            try:
+                first = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise InputError(name, lineno, "not valid JSON") from None
+            if type(first) is not dict:
+                raise InputError(name, lineno, "each line must be a JSON object")
+            if "arrival" in first and "prompt_tokens" in first:
+                return "workload"
+            if "batch" in first or "end" in first or ("op" in first and "line" in first):
+                return "dump"
+            return "trace"
+    return "trace"  # an empty file is an empty trace
 
 
 def file_size(path: str) -> int | None:

@@ -3,57 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import ExitStack
 from typing import Any
 
-import orjson
-
-from .errors import InputError
+from .dump import batch_tasks, read_dump
 from .metrics import StepMetrics
 from .run import open_replay
-from .source import display_name, numbered_lines, open_binary
-from .task import Task
-
-
-def _looks_like_dump(path: str) -> bool:
-    name = display_name(path)
-    with open_binary(path, name) as stream:
-        for _, raw, _ in numbered_lines(stream, name):
-            try:
-                first = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                return False  # let the trace reader report it
-            return type(first) is dict and (
-                "batch" in first or "end" in first or ("op" in first and "line" in first)
-            )
-    return False
+from .source import display_name, sniff_kind
 
 
 def _dump_stats(path: str) -> dict[str, Any]:
-    name = display_name(path)
     metrics = StepMetrics(waits_known=False)
     rejected = 0
     queued: int | None = None
-    with ExitStack() as stack:
-        stream = stack.enter_context(open_binary(path, name))
-        for lineno, raw, _ in numbered_lines(stream, name):
-            try:
-                record = orjson.loads(raw)
-                if type(record) is not dict:
-                    raise ValueError("each dump line must be a JSON object")
-                if "batch" in record:
-                    batch = [
-                        Task(e["tid"], e["sid"], e["kind"], int(e["size"])) for e in record["batch"]
-                    ]
-                    metrics.dispatched(batch, int(record["step"]))
-                elif record.get("op") == "submit" and record.get("accepted") is False:
-                    rejected += 1
-                elif record.get("op") in ("cancel", "clear"):
-                    metrics.dropped_count += len(record["dropped"])
-                elif "end" in record:
-                    queued = int(record["end"]["queued"])
-            except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
-                raise InputError(name, lineno, f"not a dump record: {e}") from None
+    for record in read_dump(path):
+        if "batch" in record:
+            metrics.dispatched(batch_tasks(record), record["step"])
+        elif record.get("op") == "submit" and record.get("accepted") is False:
+            rejected += 1
+        elif record.get("op") in ("cancel", "clear"):
+            metrics.dropped_count += len(record.get("dropped") or ())
+        elif "end" in record and isinstance(record["end"], dict):
+            end_queued = record["end"].get("queued")
+            queued = end_queued if type(end_queued) is int else None
     summary = metrics.summary()
     summary["rejected"] = rejected
     summary["queued"] = queued
@@ -64,11 +35,11 @@ def stats_of(
     path: str, policy: str | None, params: Mapping[str, object], *, drain: bool = False
 ) -> tuple[dict[str, Any], str]:
     """Metrics of ``path`` and a title saying what they are of."""
-    if path != "-" and _looks_like_dump(path):
+    if path != "-" and sniff_kind(path) == "dump":
         return _dump_stats(path), f"{display_name(path)} (dump)"
     with open_replay(path, policy=policy, params=params) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
-        totals = opened.run(lambda _: None, drain=drain, observer=metrics)
+        totals = opened.run(opened.replayer(lambda _: None, drain=drain, observer=metrics))
         summary = metrics.summary()
         summary["rejected"] = totals.rejected
         summary["queued"] = totals.queued

@@ -94,6 +94,11 @@ def _unknown_fields(extra: set[str], allowed: frozenset[str], what: str) -> Line
     return LineError(f"unknown field {name!r} in {what}{did_you_mean}")
 
 
+def _only_fields(obj: dict[str, Any], allowed: frozenset[str], what: str) -> None:
+    if not obj.keys() <= allowed:
+        raise _unknown_fields(set(obj.keys() - allowed), allowed, what)
+
+
 def _int(value: object, name: str, *, minimum: int | None = None) -> int:
     if type(value) is not int:
         if isinstance(value, float) and value.is_integer():
@@ -158,8 +163,7 @@ def parse_task(d: object, what: str = "task", allowed: frozenset[str] = _TASK_KE
 def _parse_task_checked(d: object, what: str, allowed: frozenset[str]) -> Task:
     if type(d) is not dict:
         raise LineError(f"{what} must be an object, not {_json_type(d)}")
-    if not d.keys() <= allowed:
-        raise _unknown_fields(set(d.keys() - allowed), allowed, what)
+    _only_fields(d, allowed, what)
     if "tid" not in d:
         raise LineError(f"{what} has no tid")
     tid = _id(d["tid"], "tid")
@@ -247,9 +251,7 @@ def parse_event(obj: dict[str, Any], line: int) -> Event:
         step, t = _step_and_time(obj)
         return Event("submit", line, step, t, tasks=tasks)
     if op == "get_work":
-        allowed = EVENT_FIELDS["get_work"]
-        if not obj.keys() <= allowed:
-            raise _unknown_fields(set(obj.keys() - allowed), allowed, "get_work")
+        _only_fields(obj, EVENT_FIELDS["get_work"], "get_work")
         expect = obj.get("expect")
         if expect is not None:
             if type(expect) is not list:
@@ -258,18 +260,14 @@ def parse_event(obj: dict[str, Any], line: int) -> Event:
         step, t = _step_and_time(obj)
         return Event("get_work", line, step, t, expect=expect)
     if op == "cancel":
-        allowed = EVENT_FIELDS["cancel"]
-        if not obj.keys() <= allowed:
-            raise _unknown_fields(set(obj.keys() - allowed), allowed, "cancel")
+        _only_fields(obj, EVENT_FIELDS["cancel"], "cancel")
         if "sid" not in obj:
             raise LineError("cancel has no sid")
         sid = _id(obj["sid"], "sid")
         step, t = _step_and_time(obj)
         return Event("cancel", line, step, t, sid=sid)
     if op == "clear":
-        allowed = EVENT_FIELDS["clear"]
-        if not obj.keys() <= allowed:
-            raise _unknown_fields(set(obj.keys() - allowed), allowed, "clear")
+        _only_fields(obj, EVENT_FIELDS["clear"], "clear")
         step, t = _step_and_time(obj)
         return Event("clear", line, step, t)
     if op is None:
@@ -288,8 +286,7 @@ def parse_event(obj: dict[str, Any], line: int) -> Event:
 
 
 def parse_header(obj: dict[str, Any], line: int) -> Header:
-    if not obj.keys() <= HEADER_FIELDS:
-        raise _unknown_fields(set(obj.keys() - HEADER_FIELDS), HEADER_FIELDS, "the header")
+    _only_fields(obj, HEADER_FIELDS, "the header")
     version = obj["schedcli"]
     if type(version) is not int or version != FORMAT_VERSION:
         raise LineError(

@@ -1,6 +1,28 @@
-"""Cross-parameter rules the built-in policies share, with messages naming the rule."""
+"""The parameters the built-in policies share, and their cross-parameter rules.
+
+Each rule's message names the rule, so a bad ``--param`` says what to change.
+"""
 
 from __future__ import annotations
+
+from ..scheduler import Param
+
+MAX_BATCH_TOKENS = Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1)
+MAX_DECODE_SEQUENCES = Param(
+    "max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1
+)
+MAX_NUM_SEQS = Param("max_num_seqs", int, 64, "tasks one batch may hold", minimum=1)
+MAX_PREFILL_CHUNK_SIZE = Param(
+    "max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1
+)
+
+
+def decodes_leave_room(max_decode_sequences: int, max_batch_tokens: int) -> None:
+    if max_decode_sequences >= max_batch_tokens:
+        raise ValueError(
+            f"max_decode_sequences ({max_decode_sequences}) must be less than max_batch_tokens "
+            f"({max_batch_tokens}): a full decode batch would leave no room for prefill"
+        )
 
 
 def chunk_fits_budget(max_prefill_chunk_size: int, max_batch_tokens: int) -> None:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..scheduler import Param, QueueScheduler, check_params
+from ..scheduler import QueueScheduler, check_params
 from ..task import DECODE, Id, Task
+from ._limits import (
+    MAX_BATCH_TOKENS,
+    MAX_DECODE_SEQUENCES,
+    MAX_PREFILL_CHUNK_SIZE,
+    decodes_leave_room,
+)
 from ._queues import remove_decodes, take_decodes
 
 
@@ -17,11 +23,7 @@ class DecodeFirstScheduler(QueueScheduler):
     """
 
     name = "decode-first"
-    PARAMS = (
-        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
-        Param("max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1),
-        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
-    )
+    PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE)
 
     def __init__(
         self,
@@ -31,11 +33,7 @@ class DecodeFirstScheduler(QueueScheduler):
     ) -> None:
         check_params(self.PARAMS, locals())
         b, d, c = max_batch_tokens, max_decode_sequences, max_prefill_chunk_size
-        if d >= b:
-            raise ValueError(
-                f"max_decode_sequences ({d}) must be less than max_batch_tokens ({b}): "
-                "a full decode batch would leave no room for prefill"
-            )
+        decodes_leave_room(d, b)
         # The floor: a saturated decode batch plus one full chunk must fit. Below it a
         # chunk of max_prefill_chunk_size could be admitted and then never fit in any
         # batch, stranded rather than delayed. It also lets the decode loop spend
@@ -50,8 +48,7 @@ class DecodeFirstScheduler(QueueScheduler):
         self.max_batch_tokens = b
         self.max_decode_sequences = d
         self.max_prefill_chunk_size = c
-        self._chunk_limit = c
-        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._limit_chunks(c, "max_prefill_chunk_size")
         self._decodes: deque[Task] = deque()
         self._decodes_of: dict[Id, int] = {}
         # A session is in the rotation exactly when it has an entry here, so joining

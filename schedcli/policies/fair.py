@@ -7,7 +7,7 @@ from collections import deque
 
 from ..scheduler import Param, QueueScheduler, check_params
 from ..task import DECODE, Id, Task
-from ._limits import chunk_fits_budget
+from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions
 
 
@@ -22,9 +22,9 @@ class FairScheduler(QueueScheduler):
 
     name = "fair"
     PARAMS = (
-        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
-        Param("max_num_seqs", int, 64, "tasks one batch may hold", minimum=1),
-        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
+        MAX_BATCH_TOKENS,
+        MAX_NUM_SEQS,
+        MAX_PREFILL_CHUNK_SIZE,
         Param("prefill_weight", float, 1.0, "counter charge per prefill token", minimum=0),
         Param("decode_weight", float, 2.0, "counter charge per decode token", minimum=0),
     )
@@ -45,8 +45,7 @@ class FairScheduler(QueueScheduler):
         self.max_prefill_chunk_size = max_prefill_chunk_size
         self.prefill_weight = float(prefill_weight)
         self.decode_weight = float(decode_weight)
-        self._chunk_limit = max_prefill_chunk_size
-        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
         # Backlogged sessions, in the order they became backlogged (the tie-break).
         self._backlog: dict[Id, deque[Task]] = {}
         # Counters outlive backlogs: one float per session seen.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..scheduler import Param, QueueScheduler, check_params
+from ..scheduler import QueueScheduler, check_params
 from ..task import Id, Task
-from ._limits import chunk_fits_budget
+from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions, OrderedQueue, take_in_order
 
 
@@ -17,9 +17,9 @@ class FcfsScheduler(QueueScheduler):
 
     name = "fcfs"
     PARAMS = (
-        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
-        Param("max_num_seqs", int, 64, "tasks one batch may hold", minimum=1),
-        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
+        MAX_BATCH_TOKENS,
+        MAX_NUM_SEQS,
+        MAX_PREFILL_CHUNK_SIZE,
     )
 
     def __init__(
@@ -34,8 +34,7 @@ class FcfsScheduler(QueueScheduler):
         self.max_batch_tokens = max_batch_tokens
         self.max_num_seqs = max_num_seqs
         self.max_prefill_chunk_size = max_prefill_chunk_size
-        self._chunk_limit = max_prefill_chunk_size
-        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
         self._queue = OrderedQueue()
 
     @property

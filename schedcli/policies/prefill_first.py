@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from ..scheduler import Param, QueueScheduler, check_params
+from ..scheduler import QueueScheduler, check_params
 from ..task import DECODE, Id, Task
-from ._limits import chunk_fits_budget, decodes_fit_budget
+from ._limits import (
+    MAX_BATCH_TOKENS,
+    MAX_DECODE_SEQUENCES,
+    MAX_PREFILL_CHUNK_SIZE,
+    chunk_fits_budget,
+    decodes_fit_budget,
+)
 from ._queues import BatchSessions, OrderedQueue, take_in_order
 
 
@@ -16,11 +22,7 @@ class PrefillFirstScheduler(QueueScheduler):
     """
 
     name = "prefill-first"
-    PARAMS = (
-        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
-        Param("max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1),
-        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
-    )
+    PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE)
 
     def __init__(
         self,
@@ -35,8 +37,7 @@ class PrefillFirstScheduler(QueueScheduler):
         self.max_batch_tokens = max_batch_tokens
         self.max_decode_sequences = max_decode_sequences
         self.max_prefill_chunk_size = max_prefill_chunk_size
-        self._chunk_limit = max_prefill_chunk_size
-        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
         self._prefill = OrderedQueue()
         self._decodes = OrderedQueue()
 
@@ -49,24 +50,15 @@ class PrefillFirstScheduler(QueueScheduler):
 
     def _take(self) -> list[Task]:
         taken: list[Task] = []
-        if len(self._prefill):
-            take_in_order(
-                self._prefill,
-                taken,
-                BatchSessions(),
-                budget=self.max_batch_tokens,
-                spent=0,
-                cap=self.max_batch_tokens,
-            )
-        else:
-            take_in_order(
-                self._decodes,
-                taken,
-                BatchSessions(),
-                budget=self.max_batch_tokens,
-                spent=0,
-                cap=self.max_decode_sequences,
-            )
+        prefilling = len(self._prefill) > 0
+        take_in_order(
+            self._prefill if prefilling else self._decodes,
+            taken,
+            BatchSessions(),
+            budget=self.max_batch_tokens,
+            spent=0,
+            cap=self.max_batch_tokens if prefilling else self.max_decode_sequences,
+        )
         return taken
 
     def _remove_session(self, sid: Id) -> list[Task]:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..scheduler import Param, QueueScheduler, check_params
+from ..scheduler import QueueScheduler, check_params
 from ..task import DECODE, Id, Task
-from ._limits import chunk_fits_budget
+from ._limits import (
+    MAX_BATCH_TOKENS,
+    MAX_DECODE_SEQUENCES,
+    MAX_PREFILL_CHUNK_SIZE,
+    chunk_fits_budget,
+    decodes_leave_room,
+)
 from ._queues import remove_decodes, take_decodes
 
 
@@ -19,11 +25,7 @@ class SjfScheduler(QueueScheduler):
     """
 
     name = "sjf"
-    PARAMS = (
-        Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),
-        Param("max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1),
-        Param("max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1),
-    )
+    PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE)
 
     def __init__(
         self,
@@ -32,19 +34,13 @@ class SjfScheduler(QueueScheduler):
         max_prefill_chunk_size: int = 256,
     ) -> None:
         check_params(self.PARAMS, locals())
-        if max_decode_sequences >= max_batch_tokens:
-            raise ValueError(
-                f"max_decode_sequences ({max_decode_sequences}) must be less than "
-                f"max_batch_tokens ({max_batch_tokens}): a full decode batch would leave "
-                "no room for prefill"
-            )
+        decodes_leave_room(max_decode_sequences, max_batch_tokens)
         chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
         super().__init__()
         self.max_batch_tokens = max_batch_tokens
         self.max_decode_sequences = max_decode_sequences
         self.max_prefill_chunk_size = max_prefill_chunk_size
-        self._chunk_limit = max_prefill_chunk_size
-        self._chunk_limit_name = "max_prefill_chunk_size"
+        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
         self._decodes: deque[Task] = deque()
         self._decodes_of: dict[Id, int] = {}
         # Insertion order is arrival order: the tie-break. A drained session leaves,

@@ -1,0 +1,47 @@
+"""A progress bar on stderr, shown only when stderr is a terminal (never in pipes or CI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+
+class ProgressBar:
+    """``label``, a bar against ``total`` (or a pulse when unknown), and a detail line."""
+
+    def __init__(self, console: Console, label: str, total: float | None, detail: str) -> None:
+        self._bar: Any = None
+        if not console.is_terminal:
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(
+            TextColumn(label),
+            BarColumn(),
+            TextColumn(detail),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task = self._bar.add_task(label, total=total, **_fields(detail))
+        self._bar.start()
+
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
+    def update(self, completed: float | None, **fields: Any) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=completed, **fields)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _fields(detail: str) -> dict[str, Any]:
+    """Initial values for the ``{task.fields[NAME]}`` placeholders of a detail template."""
+    names = [part.split("]", 1)[0] for part in detail.split("{task.fields[")[1:]]
+    return dict.fromkeys(names, 0)
