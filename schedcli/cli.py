@@ -29,6 +29,7 @@ from .progress import ProgressBar
 from .render import TableView, golden_view, mismatch_view, summary_table
 from .replay import ExpectMismatch, Record
 from .run import open_replay
+from .simulate import CostModel
 from .source import DEFAULT_MAX_LINE_BYTES, file_size
 
 EXIT_CODES_HELP = (
@@ -71,6 +72,35 @@ def command(fn: F) -> F:
 class OutputFormat(StrEnum):
     table = "table"
     jsonl = "jsonl"
+
+
+class ViewFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+DEFAULT_COST = CostModel()
+
+# Options several commands share, declared once.
+ViewFormatOption = Annotated[
+    ViewFormat, typer.Option("--format", "-f", help="table (for people) or json.")
+]
+ParamOption = Annotated[
+    list[str] | None, typer.Option("--param", "-P", help="Policy parameter KEY=VALUE (repeatable).")
+]
+DrainOption = Annotated[
+    bool, typer.Option("--drain", help="Explicit traces: keep calling get_work at the end.")
+]
+MaxLineOption = Annotated[int, typer.Option("--max-line-bytes", help="Reject longer lines.", min=1)]
+PerfettoOption = Annotated[
+    str | None,
+    typer.Option("--perfetto", help="Also write a Chrome trace-event timeline (Perfetto)."),
+]
+CostAOption = Annotated[float, typer.Option("--cost-a", help="Cost model: seconds per step.")]
+CostBOption = Annotated[
+    float, typer.Option("--cost-b", help="Cost model: seconds per batch token.")
+]
+CostCOption = Annotated[float, typer.Option("--cost-c", help="Cost model: seconds per decode.")]
 
 
 def _version(value: bool) -> None:
@@ -158,10 +188,7 @@ def replay(
             help="Policy name or module:Class (default: the header's, else decode-first).",
         ),
     ] = None,
-    param: Annotated[
-        list[str] | None,
-        typer.Option("--param", "-P", help="Policy parameter KEY=VALUE (repeatable)."),
-    ] = None,
+    param: ParamOption = None,
     fmt: Annotated[
         OutputFormat | None,
         typer.Option(
@@ -176,9 +203,7 @@ def replay(
         str | None,
         typer.Option("--session", help="Show only this session (7 is an int, '\"7\"' a string)."),
     ] = None,
-    drain: Annotated[
-        bool, typer.Option("--drain", help="Explicit traces: keep calling get_work at the end.")
-    ] = False,
+    drain: DrainOption = False,
     check: Annotated[
         bool,
         typer.Option("--check", help="Compare every batch with the trace's expect; exit 1 if not."),
@@ -189,13 +214,8 @@ def replay(
     update_golden: Annotated[
         bool, typer.Option("--update-golden", help="Rewrite the --golden file (atomically).")
     ] = False,
-    max_line_bytes: Annotated[
-        int, typer.Option("--max-line-bytes", help="Reject longer lines.", min=1)
-    ] = DEFAULT_MAX_LINE_BYTES,
-    perfetto: Annotated[
-        str | None,
-        typer.Option("--perfetto", help="Also write a Chrome trace-event timeline (Perfetto)."),
-    ] = None,
+    max_line_bytes: MaxLineOption = DEFAULT_MAX_LINE_BYTES,
+    perfetto: PerfettoOption = None,
 ) -> None:
     """Replay a trace through a policy and show or dump every batch.
 
@@ -302,9 +322,7 @@ def replay(
 @command
 def validate(
     trace: Annotated[str, typer.Argument(help="Trace file (JSON Lines, .gz ok), or - for stdin.")],
-    max_line_bytes: Annotated[
-        int, typer.Option("--max-line-bytes", help="Reject longer lines.", min=1)
-    ] = DEFAULT_MAX_LINE_BYTES,
+    max_line_bytes: MaxLineOption = DEFAULT_MAX_LINE_BYTES,
 ) -> None:
     """Check a trace against format v1 and report every problem, not only the first.
 
@@ -321,16 +339,9 @@ def validate(
     print(f"{trace}: valid, {events} event(s)", file=sys.stderr)
 
 
-class ViewFormat(StrEnum):
-    table = "table"
-    json = "json"
-
-
 @command
 def policies(
-    fmt: Annotated[
-        ViewFormat, typer.Option("--format", "-f", help="table or json.")
-    ] = ViewFormat.table,
+    fmt: ViewFormatOption = ViewFormat.table,
 ) -> None:
     """List the policies: built-ins and plugins, with parameters, defaults and rule."""
     from .registry import describe_policies
@@ -361,12 +372,8 @@ def diff(
     b_param: Annotated[
         list[str] | None, typer.Option("--b-param", help="Side B parameter KEY=VALUE.")
     ] = None,
-    drain: Annotated[
-        bool, typer.Option("--drain", help="Explicit traces: drain both sides at the end.")
-    ] = False,
-    fmt: Annotated[
-        ViewFormat, typer.Option("--format", "-f", help="table or json.")
-    ] = ViewFormat.table,
+    drain: DrainOption = False,
+    fmt: ViewFormatOption = ViewFormat.table,
 ) -> None:
     """Find where two schedules part ways: one trace under two configurations, or two dumps.
 
@@ -481,9 +488,7 @@ def simulate(
     policy: Annotated[
         str, typer.Option("--policy", "-p", help="Policy name or module:Class.")
     ] = "decode-first",
-    param: Annotated[
-        list[str] | None, typer.Option("--param", "-P", help="Policy parameter KEY=VALUE.")
-    ] = None,
+    param: ParamOption = None,
     output: Annotated[
         str | None,
         typer.Option("--output", "-o", help="Write the event trace (explicit mode) to FILE."),
@@ -499,24 +504,17 @@ def simulate(
             min=1,
         ),
     ] = None,
-    cost_a: Annotated[float, typer.Option("--cost-a", help="Seconds per step.")] = 0.005,
-    cost_b: Annotated[float, typer.Option("--cost-b", help="Seconds per batch token.")] = 0.00002,
-    cost_c: Annotated[
-        float, typer.Option("--cost-c", help="Seconds per decode in the batch.")
-    ] = 0.0001,
+    cost_a: CostAOption = DEFAULT_COST.a,
+    cost_b: CostBOption = DEFAULT_COST.b,
+    cost_c: CostCOption = DEFAULT_COST.c,
     slo_ttft: Annotated[
         float | None, typer.Option("--slo-ttft", help="Goodput: TTFT target, seconds.")
     ] = None,
     slo_tpot: Annotated[
         float | None, typer.Option("--slo-tpot", help="Goodput: TPOT target, seconds.")
     ] = None,
-    fmt: Annotated[
-        ViewFormat, typer.Option("--format", "-f", help="table or json.")
-    ] = ViewFormat.table,
-    perfetto: Annotated[
-        str | None,
-        typer.Option("--perfetto", help="Also write a Chrome trace-event timeline (Perfetto)."),
-    ] = None,
+    fmt: ViewFormatOption = ViewFormat.table,
+    perfetto: PerfettoOption = None,
 ) -> None:
     """Play the runner over a workload: emit scheduler traffic and measure latencies.
 
@@ -525,7 +523,6 @@ def simulate(
     """
     from .registry import build_policy
     from .render import simulation_tables
-    from .simulate import CostModel
     from .simulate import simulate as run_simulation
     from .workload import read_workload
 
@@ -621,15 +618,9 @@ def stats(
     policy: Annotated[
         str | None, typer.Option("--policy", "-p", help="Traces: policy (default: the header's).")
     ] = None,
-    param: Annotated[
-        list[str] | None, typer.Option("--param", "-P", help="Traces: parameter KEY=VALUE.")
-    ] = None,
-    drain: Annotated[
-        bool, typer.Option("--drain", help="Explicit traces: drain at the end.")
-    ] = False,
-    fmt: Annotated[
-        ViewFormat, typer.Option("--format", "-f", help="table or json.")
-    ] = ViewFormat.table,
+    param: ParamOption = None,
+    drain: DrainOption = False,
+    fmt: ViewFormatOption = ViewFormat.table,
 ) -> None:
     """Step-based metrics of a recorded trace (replayed) or of a dump: waits in steps,
     utilisation, fairness, rejections and cancellations.
@@ -658,17 +649,14 @@ def report(
             help="A configuration to show: NAME or NAME,KEY=VALUE,... (repeat to compare).",
         ),
     ] = None,
-    cost_a: Annotated[float, typer.Option("--cost-a", help="Workloads: seconds per step.")] = 0.005,
-    cost_b: Annotated[
-        float, typer.Option("--cost-b", help="Workloads: s per batch token.")
-    ] = 0.00002,
-    cost_c: Annotated[float, typer.Option("--cost-c", help="Workloads: s per decode.")] = 0.0001,
+    cost_a: CostAOption = DEFAULT_COST.a,
+    cost_b: CostBOption = DEFAULT_COST.b,
+    cost_c: CostCOption = DEFAULT_COST.c,
 ) -> None:
     """Write one self-contained HTML report (works offline): tokens per step against the
     budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy.
     """
     from .report import build_report
-    from .simulate import CostModel
 
     page = build_report(input_path, policy or [], cost=CostModel(cost_a, cost_b, cost_c))
     with atomic_output(output) as out:

@@ -47,9 +47,11 @@ class Param:
 
 
 def check_params(declared: Sequence[Param], values: dict[str, Any]) -> None:
-    """Check each declared parameter's type and bound (cross-parameter rules are the policy's)."""
+    """Check each given declared parameter's type and bound (cross-parameter rules are the
+    policy's)."""
     for p in declared:
-        p.check(values[p.name])
+        if p.name in values:
+            p.check(values[p.name])
 
 
 class Scheduler(ABC):
@@ -125,13 +127,27 @@ class QueueScheduler(Scheduler):
     _chunk_limit: int | None = None
     _chunk_limit_name: str = ""
 
-    def __init__(self) -> None:
+    def __init__(self, **params: Any) -> None:
+        """``params``: the declared parameters' values, checked and kept as attributes.
+
+        A ``max_prefill_chunk_size`` among them is also the admission limit on chunks.
+        """
+        check_params(self.PARAMS, params)
+        for name, value in params.items():
+            setattr(self, name, value)
+        if "max_prefill_chunk_size" in params:
+            self._limit_chunks(params["max_prefill_chunk_size"], "max_prefill_chunk_size")
         self._lock = threading.Lock()
         # tid -> the queued task, in submission order. Membership is what
         # "queued" means; clear() returns these values in this order.
         self._queued: dict[Id, Task] = {}
         # Subclasses that add an admission rule pay for the call; the rest do not.
         self._extra_rule = type(self)._refuse is not QueueScheduler._refuse
+
+    @property
+    def token_budget(self) -> int | None:
+        budget: int | None = getattr(self, "max_batch_tokens", None)
+        return budget
 
     def _limit_chunks(self, limit: int, param: str) -> None:
         """Refuse prefill chunks over ``limit`` tokens, naming ``param`` in the reason."""

@@ -150,40 +150,51 @@ def take_in_order(
     return spent
 
 
-def take_decodes(
-    queue: deque[Task], counts: dict[Id, int], taken: list[Task], decoding: set[Id], cap: int
-) -> None:
-    """Decodes in arrival order, at most one per session, up to ``cap``.
+class DecodeQueue:
+    """Queued decodes in arrival order, with a count per session for cheap cancels."""
 
-    A session's second decode is passed over and goes back to the head in arrival
-    order, so it still leads the queue next time.
-    """
-    deferred: list[Task] = []
-    n = 0
-    while n < cap and queue:
-        t = queue.popleft()
-        sid = t.sid
-        if sid in decoding:
-            deferred.append(t)
-            continue
-        decoding.add(sid)
-        taken.append(t)
-        n += 1
-        left = counts[sid] - 1
-        if left:
-            counts[sid] = left
-        else:
-            del counts[sid]
-    queue.extendleft(reversed(deferred))
+    def __init__(self) -> None:
+        self._queue: deque[Task] = deque()
+        self._of_session: dict[Id, int] = {}
 
+    def push(self, task: Task) -> None:
+        self._queue.append(task)
+        self._of_session[task.sid] = self._of_session.get(task.sid, 0) + 1
 
-def remove_decodes(queue: deque[Task], counts: dict[Id, int], sid: Id) -> list[Task]:
-    """Take the session's decodes out of ``queue`` (in place), in arrival order."""
-    if sid not in counts:
-        return []
-    dropped = [t for t in queue if t.sid == sid]
-    kept = [t for t in queue if t.sid != sid]
-    queue.clear()
-    queue.extend(kept)
-    del counts[sid]
-    return dropped
+    def take(self, taken: list[Task], decoding: set[Id], cap: int) -> None:
+        """Decodes in arrival order, at most one per session, up to ``cap``.
+
+        A session's second decode is passed over and goes back to the head in arrival
+        order, so it still leads the queue next time.
+        """
+        queue, counts = self._queue, self._of_session
+        deferred: list[Task] = []
+        n = 0
+        while n < cap and queue:
+            t = queue.popleft()
+            sid = t.sid
+            if sid in decoding:
+                deferred.append(t)
+                continue
+            decoding.add(sid)
+            taken.append(t)
+            n += 1
+            left = counts[sid] - 1
+            if left:
+                counts[sid] = left
+            else:
+                del counts[sid]
+        queue.extendleft(reversed(deferred))
+
+    def remove_session(self, sid: Id) -> list[Task]:
+        """The session's decodes, in arrival order; O(queue) only if it has any."""
+        if sid not in self._of_session:
+            return []
+        dropped = [t for t in self._queue if t.sid == sid]
+        self._queue = deque(t for t in self._queue if t.sid != sid)
+        del self._of_session[sid]
+        return dropped
+
+    def clear(self) -> None:
+        self._queue.clear()
+        self._of_session.clear()

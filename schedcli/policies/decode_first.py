@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..scheduler import QueueScheduler, check_params
+from ..scheduler import QueueScheduler
 from ..task import DECODE, Id, Task
 from ._limits import (
     MAX_BATCH_TOKENS,
@@ -12,7 +12,7 @@ from ._limits import (
     MAX_PREFILL_CHUNK_SIZE,
     decodes_leave_room,
 )
-from ._queues import remove_decodes, take_decodes
+from ._queues import DecodeQueue
 
 
 class DecodeFirstScheduler(QueueScheduler):
@@ -24,6 +24,9 @@ class DecodeFirstScheduler(QueueScheduler):
 
     name = "decode-first"
     PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE)
+    max_batch_tokens: int
+    max_decode_sequences: int
+    max_prefill_chunk_size: int
 
     def __init__(
         self,
@@ -31,7 +34,11 @@ class DecodeFirstScheduler(QueueScheduler):
         max_decode_sequences: int = 32,
         max_prefill_chunk_size: int = 256,
     ) -> None:
-        check_params(self.PARAMS, locals())
+        super().__init__(
+            max_batch_tokens=max_batch_tokens,
+            max_decode_sequences=max_decode_sequences,
+            max_prefill_chunk_size=max_prefill_chunk_size,
+        )
         b, d, c = max_batch_tokens, max_decode_sequences, max_prefill_chunk_size
         decodes_leave_room(d, b)
         # The floor: a saturated decode batch plus one full chunk must fit. Below it a
@@ -44,13 +51,7 @@ class DecodeFirstScheduler(QueueScheduler):
                 f"max_decode_sequences ({b - d}): a full chunk must fit beside a full "
                 "decode batch"
             )
-        super().__init__()
-        self.max_batch_tokens = b
-        self.max_decode_sequences = d
-        self.max_prefill_chunk_size = c
-        self._limit_chunks(c, "max_prefill_chunk_size")
-        self._decodes: deque[Task] = deque()
-        self._decodes_of: dict[Id, int] = {}
+        self._decodes = DecodeQueue()
         # A session is in the rotation exactly when it has an entry here, so joining
         # is decided by the entry's creation, not by its queue being empty. An entry
         # emptied by cancel() stays until a pass reaches it: the session keeps its
@@ -58,15 +59,10 @@ class DecodeFirstScheduler(QueueScheduler):
         self._chunks: dict[Id, deque[Task]] = {}
         self._rotation: deque[Id] = deque()
 
-    @property
-    def token_budget(self) -> int:
-        return self.max_batch_tokens
-
     def _enqueue(self, task: Task) -> None:
         sid = task.sid
         if task.kind is DECODE:
-            self._decodes.append(task)
-            self._decodes_of[sid] = self._decodes_of.get(sid, 0) + 1
+            self._decodes.push(task)
             return
         chunks = self._chunks.get(sid)
         if chunks is None:
@@ -77,7 +73,7 @@ class DecodeFirstScheduler(QueueScheduler):
     def _take(self) -> list[Task]:
         taken: list[Task] = []
         decoding: set[Id] = set()
-        take_decodes(self._decodes, self._decodes_of, taken, decoding, self.max_decode_sequences)
+        self._decodes.take(taken, decoding, self.max_decode_sequences)
         spent = len(taken)
         owing: set[Id] = set()
         while spent < self.max_batch_tokens:
@@ -139,11 +135,10 @@ class DecodeFirstScheduler(QueueScheduler):
         if chunks:
             dropped.extend(chunks)
             chunks.clear()
-        dropped.extend(remove_decodes(self._decodes, self._decodes_of, sid))
+        dropped.extend(self._decodes.remove_session(sid))
         return dropped
 
     def _reset(self) -> None:
         self._decodes.clear()
-        self._decodes_of.clear()
         self._chunks.clear()
         self._rotation.clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from ..scheduler import Param, QueueScheduler, check_params
+from ..scheduler import Param, QueueScheduler
 from ..task import DECODE, Id, Task
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions
@@ -28,6 +28,11 @@ class FairScheduler(QueueScheduler):
         Param("prefill_weight", float, 1.0, "counter charge per prefill token", minimum=0),
         Param("decode_weight", float, 2.0, "counter charge per decode token", minimum=0),
     )
+    max_batch_tokens: int
+    max_num_seqs: int
+    max_prefill_chunk_size: int
+    prefill_weight: float
+    decode_weight: float
 
     def __init__(
         self,
@@ -37,23 +42,18 @@ class FairScheduler(QueueScheduler):
         prefill_weight: float = 1.0,
         decode_weight: float = 2.0,
     ) -> None:
-        check_params(self.PARAMS, locals())
+        super().__init__(
+            max_batch_tokens=max_batch_tokens,
+            max_num_seqs=max_num_seqs,
+            max_prefill_chunk_size=max_prefill_chunk_size,
+            prefill_weight=prefill_weight,
+            decode_weight=decode_weight,
+        )
         chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
-        super().__init__()
-        self.max_batch_tokens = max_batch_tokens
-        self.max_num_seqs = max_num_seqs
-        self.max_prefill_chunk_size = max_prefill_chunk_size
-        self.prefill_weight = float(prefill_weight)
-        self.decode_weight = float(decode_weight)
-        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
         # Backlogged sessions, in the order they became backlogged (the tie-break).
         self._backlog: dict[Id, deque[Task]] = {}
         # Counters outlive backlogs: one float per session seen.
         self._counter: dict[Id, float] = {}
-
-    @property
-    def token_budget(self) -> int:
-        return self.max_batch_tokens
 
     def counter(self, sid: Id) -> float:
         with self._lock:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..scheduler import QueueScheduler, check_params
+from ..scheduler import QueueScheduler
 from ..task import Id, Task
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions, OrderedQueue, take_in_order
@@ -21,6 +21,9 @@ class FcfsScheduler(QueueScheduler):
         MAX_NUM_SEQS,
         MAX_PREFILL_CHUNK_SIZE,
     )
+    max_batch_tokens: int
+    max_num_seqs: int
+    max_prefill_chunk_size: int
 
     def __init__(
         self,
@@ -28,18 +31,13 @@ class FcfsScheduler(QueueScheduler):
         max_num_seqs: int = 64,
         max_prefill_chunk_size: int = 256,
     ) -> None:
-        check_params(self.PARAMS, locals())
+        super().__init__(
+            max_batch_tokens=max_batch_tokens,
+            max_num_seqs=max_num_seqs,
+            max_prefill_chunk_size=max_prefill_chunk_size,
+        )
         chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
-        super().__init__()
-        self.max_batch_tokens = max_batch_tokens
-        self.max_num_seqs = max_num_seqs
-        self.max_prefill_chunk_size = max_prefill_chunk_size
-        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
         self._queue = OrderedQueue()
-
-    @property
-    def token_budget(self) -> int:
-        return self.max_batch_tokens
 
     def _key(self, task: Task) -> int:
         return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..scheduler import QueueScheduler, check_params
+from ..scheduler import QueueScheduler
 from ..task import DECODE, Id, Task
 from ._limits import (
     MAX_BATCH_TOKENS,
@@ -23,6 +23,9 @@ class PrefillFirstScheduler(QueueScheduler):
 
     name = "prefill-first"
     PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE)
+    max_batch_tokens: int
+    max_decode_sequences: int
+    max_prefill_chunk_size: int
 
     def __init__(
         self,
@@ -30,20 +33,15 @@ class PrefillFirstScheduler(QueueScheduler):
         max_decode_sequences: int = 32,
         max_prefill_chunk_size: int = 256,
     ) -> None:
-        check_params(self.PARAMS, locals())
+        super().__init__(
+            max_batch_tokens=max_batch_tokens,
+            max_decode_sequences=max_decode_sequences,
+            max_prefill_chunk_size=max_prefill_chunk_size,
+        )
         chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
         decodes_fit_budget(max_decode_sequences, max_batch_tokens)
-        super().__init__()
-        self.max_batch_tokens = max_batch_tokens
-        self.max_decode_sequences = max_decode_sequences
-        self.max_prefill_chunk_size = max_prefill_chunk_size
-        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
         self._prefill = OrderedQueue()
         self._decodes = OrderedQueue()
-
-    @property
-    def token_budget(self) -> int:
-        return self.max_batch_tokens
 
     def _enqueue(self, task: Task) -> None:
         (self._decodes if task.kind is DECODE else self._prefill).push(task)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..scheduler import QueueScheduler, check_params
+from ..scheduler import QueueScheduler
 from ..task import DECODE, Id, Task
 from ._limits import (
     MAX_BATCH_TOKENS,
@@ -13,7 +13,7 @@ from ._limits import (
     chunk_fits_budget,
     decodes_leave_room,
 )
-from ._queues import remove_decodes, take_decodes
+from ._queues import DecodeQueue
 
 
 class SjfScheduler(QueueScheduler):
@@ -26,6 +26,9 @@ class SjfScheduler(QueueScheduler):
 
     name = "sjf"
     PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE)
+    max_batch_tokens: int
+    max_decode_sequences: int
+    max_prefill_chunk_size: int
 
     def __init__(
         self,
@@ -33,30 +36,23 @@ class SjfScheduler(QueueScheduler):
         max_decode_sequences: int = 32,
         max_prefill_chunk_size: int = 256,
     ) -> None:
-        check_params(self.PARAMS, locals())
+        super().__init__(
+            max_batch_tokens=max_batch_tokens,
+            max_decode_sequences=max_decode_sequences,
+            max_prefill_chunk_size=max_prefill_chunk_size,
+        )
         decodes_leave_room(max_decode_sequences, max_batch_tokens)
         chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
-        super().__init__()
-        self.max_batch_tokens = max_batch_tokens
-        self.max_decode_sequences = max_decode_sequences
-        self.max_prefill_chunk_size = max_prefill_chunk_size
-        self._limit_chunks(max_prefill_chunk_size, "max_prefill_chunk_size")
-        self._decodes: deque[Task] = deque()
-        self._decodes_of: dict[Id, int] = {}
+        self._decodes = DecodeQueue()
         # Insertion order is arrival order: the tie-break. A drained session leaves,
         # and comes back as a new arrival.
         self._chunks: dict[Id, deque[Task]] = {}
         self._remaining: dict[Id, int] = {}
 
-    @property
-    def token_budget(self) -> int:
-        return self.max_batch_tokens
-
     def _enqueue(self, task: Task) -> None:
         sid = task.sid
         if task.kind is DECODE:
-            self._decodes.append(task)
-            self._decodes_of[sid] = self._decodes_of.get(sid, 0) + 1
+            self._decodes.push(task)
             return
         chunks = self._chunks.get(sid)
         if chunks is None:
@@ -68,7 +64,7 @@ class SjfScheduler(QueueScheduler):
     def _take(self) -> list[Task]:
         taken: list[Task] = []
         decoding: set[Id] = set()
-        take_decodes(self._decodes, self._decodes_of, taken, decoding, self.max_decode_sequences)
+        self._decodes.take(taken, decoding, self.max_decode_sequences)
         spent = len(taken)
         owing: set[Id] = set()
         budget = self.max_batch_tokens
@@ -103,11 +99,10 @@ class SjfScheduler(QueueScheduler):
         chunks = self._chunks.pop(sid, None)
         self._remaining.pop(sid, None)
         dropped = list(chunks) if chunks else []
-        dropped.extend(remove_decodes(self._decodes, self._decodes_of, sid))
+        dropped.extend(self._decodes.remove_session(sid))
         return dropped
 
     def _reset(self) -> None:
         self._decodes.clear()
-        self._decodes_of.clear()
         self._chunks.clear()
         self._remaining.clear()
