@@ -21,13 +21,21 @@ import typer
 from rich.console import Console
 
 from . import __version__, interrupt
-from .dump import GoldenCheck, JsonlWriter, RecordFilter, StepRange, atomic_output, parse_id_option
+from .dump import (
+    GoldenCheck,
+    JsonlWriter,
+    RecordFilter,
+    StepRange,
+    Tee,
+    atomic_output,
+    parse_id_option,
+)
 from .errors import CheckFailed, InputError, SchedcliError, UsageError
 from .interrupt import Stopped, guard
 from .perfetto import PerfettoWriter
 from .progress import ProgressBar
 from .render import TableView, golden_view, mismatch_view, summary_table
-from .replay import ExpectMismatch, Record
+from .replay import ExpectMismatch
 from .run import open_replay
 from .simulate import CostModel
 from .source import DEFAULT_MAX_LINE_BYTES, file_size
@@ -256,15 +264,13 @@ def replay(
             except OSError as e:
                 raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
             golden_check = GoldenCheck(golden_file)
-        engine_ref: list[Any] = []
-
-        def upcoming() -> int:
-            return int(engine_ref[0]._next_step)
-
-        shown: Any = emitters[0]
+        view: Any = emitters[0]
         if step_range is not None or sid is not None:
-            shown = RecordFilter(emitters[0], steps=step_range, session=sid, upcoming_step=upcoming)
-        sinks: list[Any] = [shown]
+            # Bound late: the engine exists before the first record is emitted.
+            view = RecordFilter(
+                view, steps=step_range, session=sid, upcoming_step=lambda: engine.upcoming_step
+            )
+        sinks: list[Any] = [view]
         timeline: PerfettoWriter | None = None
         if perfetto:
             timeline = PerfettoWriter(
@@ -277,21 +283,10 @@ def replay(
             sinks.append(golden_check)
         if golden_out is not None:
             sinks.append(JsonlWriter(golden_out))
-
-        emit: Any
-        if len(sinks) == 1:
-            emit = sinks[0]
-        else:
-
-            def emit(record: Record) -> None:
-                for sink in sinks:
-                    sink(record)
-
-        stream = opened.reader
-        position = getattr(stream, "position", None)
+        emit = sinks[0] if len(sinks) == 1 else Tee(*sinks)
+        position = opened.reader.position
         progress, on_step = _replay_progress(trace, position, chosen is OutputFormat.jsonl)
         engine = opened.replayer(emit, check=check, drain=drain, on_step=on_step)
-        engine_ref.append(engine)
         try:
             totals = opened.run(engine)
         except ExpectMismatch as e:

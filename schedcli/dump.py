@@ -45,6 +45,17 @@ class JsonlWriter:
             raise_held()
 
 
+class Tee:
+    """One emit that feeds several sinks, in order."""
+
+    def __init__(self, *sinks: Callable[[Record], None]) -> None:
+        self.sinks = sinks
+
+    def __call__(self, record: Record) -> None:
+        for sink in self.sinks:
+            sink(record)
+
+
 @contextmanager
 def atomic_output(path: str) -> Iterator[IO[bytes]]:
     """A file written beside ``path`` and renamed over it only when complete."""

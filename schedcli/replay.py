@@ -143,6 +143,11 @@ class Replayer:
         self._line = 0
         self._next_step = 0
 
+    @property
+    def upcoming_step(self) -> int:
+        """The step number the next get_work will have (events are shown against it)."""
+        return self._next_step
+
     # --- failures ---------------------------------------------------------------------
 
     def _where(self) -> str:
