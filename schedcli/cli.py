@@ -35,7 +35,7 @@ from .interrupt import Stopped, guard
 from .perfetto import PerfettoWriter
 from .progress import ProgressBar
 from .render import TableView, golden_view, mismatch_view, summary_table
-from .replay import ExpectMismatch
+from .replay import ExpectMismatch, task_entry
 from .run import open_replay
 from .simulate import CostModel
 from .source import DEFAULT_MAX_LINE_BYTES, file_size
@@ -586,7 +586,7 @@ def simulate(
 
 def _timeline_feeder(timeline: PerfettoWriter) -> Any:
     def on_batch(step: int, start: float, end: float, batch: list[Any], queued: int) -> None:
-        entries = [{"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size} for t in batch]
+        entries = [task_entry(t) for t in batch]
         tokens = sum(t.size for t in batch)
         timeline.batch(step, start * 1e6, (end - start) * 1e6, entries, tokens, queued)
 

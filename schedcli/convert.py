@@ -16,6 +16,7 @@ from typing import IO, Any
 
 import orjson
 
+from .dump import JsonlWriter
 from .errors import InputError, UsageError
 from .source import display_name, numbered_lines, open_binary
 
@@ -355,8 +356,7 @@ def _write_rows(
     name: str,
     warn: Callable[[str], None],
 ) -> None:
-    write = out.write
-    dumps = orjson.dumps
+    write = JsonlWriter(out)  # whole lines only, even if interrupted
     origin: float | None = None
     window_end = options.start + options.duration if options.duration is not None else None
     last = 0.0
@@ -401,7 +401,7 @@ def _write_rows(
         }
         if meta:
             record["meta"] = meta
-        write(dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+        write(record)
         sid += 1
         report.written += 1
         report.prompt_tokens += row.prompt

@@ -295,7 +295,7 @@ class Replayer:
                 self._check_same_session(prev, t)
             sessions[sid] = t
             tokens += t.size
-            entries.append(
+            entries.append(  # task_entry(t), inlined: this loop is the hot path
                 {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size}
                 if t.meta is None
                 else {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size, "meta": t.meta}

@@ -248,23 +248,24 @@ def simulate(
                 pos += size
             reason = submit(tasks)
             if emit is not None:
-                emit(
-                    {
-                        "op": "submit",
-                        "t": t,
-                        "tasks": [
-                            {
-                                "tid": x.tid,
-                                "sid": x.sid,
-                                "kind": "prefill",
-                                "size": x.size,
-                                "position": x.position,
-                                **({"priority": x.priority} if x.priority else {}),
-                            }
-                            for x in tasks
-                        ],
-                    }
-                )
+                event: Record = {
+                    "op": "submit",
+                    "t": t,
+                    "tasks": [
+                        {
+                            "tid": x.tid,
+                            "sid": x.sid,
+                            "kind": "prefill",
+                            "size": x.size,
+                            "position": x.position,
+                            **({"priority": x.priority} if x.priority else {}),
+                        }
+                        for x in tasks
+                    ],
+                }
+                if req.meta is not None:
+                    event["meta"] = req.meta  # the workload's meta, carried through
+                emit(event)
             if reason is not None:
                 result.rejected += 1
                 continue
