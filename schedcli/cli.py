@@ -38,7 +38,7 @@ from .render import TableView, golden_view, mismatch_view, summary_table
 from .replay import ExpectMismatch, task_entry
 from .run import open_replay
 from .simulate import CostModel
-from .source import DEFAULT_MAX_LINE_BYTES, file_size
+from .source import DEFAULT_MAX_LINE_BYTES, display_name, file_size
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
@@ -331,7 +331,7 @@ def validate(
     if problems:
         print(f"{len(problems)} problem(s) in {events} event(s)", file=sys.stderr)
         raise typer.Exit(2)
-    print(f"{trace}: valid, {events} event(s)", file=sys.stderr)
+    print(f"{display_name(trace)}: valid, {events} event(s)", file=sys.stderr)
 
 
 @command
