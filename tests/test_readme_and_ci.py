@@ -31,3 +31,15 @@ def test_the_readme_example_replays() -> None:
     trace = install.split("schedcli replay ", 1)[1].split()[0]
     r = run_cli("replay", trace)
     assert r.returncode == 0 and b'"end"' in r.stdout
+
+
+def test_console_script_is_installed_and_answers_version() -> None:
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = shutil.which("schedcli") or str(Path(sys.executable).parent / "schedcli")
+    r = subprocess.run([script, "--version"], capture_output=True, check=False)
+    assert r.returncode == 0
+    assert r.stdout.decode().startswith("schedcli ")
