@@ -202,14 +202,6 @@ class QueueScheduler(Scheduler):
             reason = self._admission_problem(group)
             if reason is not None:
                 return reason
-            if len(group) == 1:
-                t = group[0]
-                if t.produce_output is None:
-                    t.produce_output = True  # a decode, or the last chunk of its group
-                t.cancelled = False
-                self._queued[t.tid] = t
-                self._enqueue(t)
-                return None
             settle_outputs(group)
             queued = self._queued
             enqueue = self._enqueue
@@ -222,10 +214,6 @@ class QueueScheduler(Scheduler):
     def has_work(self) -> bool:
         with self._lock:
             return bool(self._queued)
-
-    def queued_count(self) -> int:
-        with self._lock:
-            return len(self._queued)
 
     def get_work(self) -> list[Task]:
         with self._lock:

@@ -133,6 +133,10 @@ def settle_outputs(tasks: Sequence[Task]) -> None:
     A decode produces output; of a group's prefill chunks, the last chunk of each
     session does (a group is normally one prompt's chunks, so that is the last chunk).
     """
+    if len(tasks) == 1:  # the common group: a decode, or a prompt in one chunk
+        if tasks[0].produce_output is None:
+            tasks[0].produce_output = True
+        return
     last_prefill: dict[Id, Task] = {}
     for t in tasks:
         if t.kind is PREFILL:
