@@ -13,8 +13,7 @@ from typing import IO, Any
 
 import orjson
 
-from .scheduler import show_id
-from .task import Id
+from .task import Id, show_id
 
 STEP_US = 1000.0  # a replayed step on the timeline
 PID = 1

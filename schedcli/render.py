@@ -13,8 +13,7 @@ from rich.text import Text
 from .dump import Divergence, Record
 from .interrupt import whole_write
 from .replay import Mismatch, Totals
-from .scheduler import show_id
-from .task import Id, Task
+from .task import Id, Task, show_id
 
 
 def _step_table(header: bool) -> Table:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import CheckFailed, InvariantError, UsageError
-from .scheduler import Scheduler, show_id
-from .task import DECODE, Id, Task
+from .scheduler import Scheduler
+from .task import DECODE, Id, Task, show_id
 from .trace import Event
 
 Record = dict[str, Any]

@@ -12,14 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import orjson
-
-from .task import DECODE, Id, Task, settle_outputs
-
-
-def show_id(value: Id) -> str:
-    """An id as JSON spells it, so ``1`` and ``"1"`` read differently in messages."""
-    return orjson.dumps(value).decode()
+from .task import DECODE, Id, Task, settle_outputs, show_id
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 Id = int | str
 """Task and session ids. ``1`` and ``"1"`` are different ids."""
 
@@ -18,7 +20,13 @@ class TaskKind(StrEnum):
 PREFILL = TaskKind.PREFILL
 DECODE = TaskKind.DECODE
 
-_KINDS: dict[str, TaskKind] = {"prefill": PREFILL, "decode": DECODE}
+KINDS: dict[str, TaskKind] = {"prefill": PREFILL, "decode": DECODE}
+"""Kind names as traces spell them."""
+
+
+def show_id(value: Id) -> str:
+    """An id as JSON spells it, so ``1`` and ``"1"`` read differently in messages."""
+    return orjson.dumps(value).decode()
 
 
 class Task:
@@ -66,7 +74,7 @@ class Task:
         priority: int = 0,
         meta: Any = None,
     ) -> None:
-        k = _KINDS.get(kind)
+        k = KINDS.get(kind)
         if k is None:
             raise ValueError(f"kind must be 'prefill' or 'decode', not {kind!r}")
         if tokens is not None:

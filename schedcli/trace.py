@@ -14,7 +14,7 @@ import orjson
 
 from .errors import InputError
 from .source import DEFAULT_MAX_LINE_BYTES, display_name, numbered_lines, open_binary
-from .task import Id, Task, TaskKind
+from .task import KINDS, Id, Task, show_id
 
 FORMAT_VERSION = 1
 _INT_MIN = -(2**63)
@@ -31,7 +31,6 @@ EVENT_FIELDS: dict[str, frozenset[str]] = {
 }
 HEADER_FIELDS = frozenset(("schedcli", "policy", "params", "meta"))
 OPS = ("submit", "cancel", "get_work", "clear")
-_KINDS = {"prefill": TaskKind.PREFILL, "decode": TaskKind.DECODE}
 
 
 class LineError(Exception):
@@ -137,7 +136,7 @@ def parse_task(d: object, what: str = "task", allowed: frozenset[str] = _TASK_KE
         sid = d.get("sid")
         size = d.get("size")
         k = d.get("kind")
-        kind = _KINDS.get(k) if type(k) is str else None
+        kind = KINDS.get(k) if type(k) is str else None
         tt = type(tid)
         st = type(sid)
         if (
@@ -168,10 +167,10 @@ def _parse_task_checked(d: object, what: str, allowed: frozenset[str]) -> Task:
         raise LineError(f"{what} has no tid")
     tid = _id(d["tid"], "tid")
     if "sid" not in d:
-        raise LineError(f"{what} {orjson.dumps(tid).decode()} has no sid")
+        raise LineError(f"{what} {show_id(tid)} has no sid")
     sid = _id(d["sid"], "sid")
     raw_kind = d.get("kind")
-    kind = _KINDS.get(raw_kind) if type(raw_kind) is str else None
+    kind = KINDS.get(raw_kind) if type(raw_kind) is str else None
     if kind is None:
         if "kind" not in d:
             raise LineError(f'{what} has no kind ("prefill" or "decode")')
@@ -406,7 +405,6 @@ class TraceReader:
         self._lines = numbered_lines(stream, name, max_line_bytes=max_line_bytes)
         self._on_error = on_error
         self.header: Header | None = None
-        self.events_read = 0
         self.position: Callable[[], int] | None = None
         self._first: tuple[int, dict[str, Any]] | None = None
         self._read_header()
@@ -426,10 +424,7 @@ class TraceReader:
         return None
 
     def _read_header(self) -> None:
-        try:
-            first = self._next_object()
-        except InputError:
-            raise
+        first = self._next_object()
         if first is None:
             return
         lineno, obj = first
@@ -444,31 +439,16 @@ class TraceReader:
     def __iter__(self) -> Iterator[Event]:
         last_step = 0
         last_step_line = 0
-        pending = self._first
-        self._first = None
         fail = self._fail
-        lines = self._lines
-        if pending is not None:
-            items: Iterator[tuple[int, bytes | dict[str, Any], bool]] = _chain_first(pending, lines)
-        else:
-            items = lines
-        loads = orjson.loads
-        for lineno, raw, complete in items:
+
+        def checked(obj: dict[str, Any], lineno: int) -> Event | None:
+            """The line's event, or None when it is reported (validate goes on)."""
+            nonlocal last_step, last_step_line
             try:
-                if isinstance(raw, dict):
-                    obj = raw
-                else:
-                    try:
-                        obj = loads(raw)
-                    except orjson.JSONDecodeError:
-                        obj = decode_line(raw, complete)
-                    if type(obj) is not dict:
-                        obj = decode_line(raw, complete)
-                    check_duplicate_keys(raw, obj)
                 event = parse_event(obj, lineno)
             except LineError as e:
                 fail(lineno, str(e))
-                continue
+                return None
             step = event.step
             if step is not None:
                 if step < last_step:
@@ -476,18 +456,34 @@ class TraceReader:
                         lineno,
                         f"step {step} goes backwards (line {last_step_line} had step {last_step})",
                     )
-                    continue
+                    return None
                 last_step = step
                 last_step_line = lineno
-            self.events_read += 1
-            yield event
+            return event
 
-
-def _chain_first(
-    first: tuple[int, dict[str, Any]], rest: Iterator[tuple[int, bytes, bool]]
-) -> Iterator[tuple[int, bytes | dict[str, Any], bool]]:
-    yield first[0], first[1], True
-    yield from rest
+        if self._first is not None:  # read while looking for a header
+            first_line, first_obj = self._first
+            self._first = None
+            event = checked(first_obj, first_line)
+            if event is not None:
+                yield event
+        loads = orjson.loads
+        for lineno, raw, complete in self._lines:
+            obj: Any
+            try:
+                obj = loads(raw)
+            except orjson.JSONDecodeError:
+                obj = None
+            try:
+                if type(obj) is not dict:
+                    obj = decode_line(raw, complete)  # the error, worded for people
+                check_duplicate_keys(raw, obj)
+            except LineError as e:
+                fail(lineno, str(e))
+                continue
+            event = checked(obj, lineno)
+            if event is not None:
+                yield event
 
 
 @contextmanager

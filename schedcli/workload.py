@@ -12,7 +12,7 @@ import orjson
 
 from .errors import InputError
 from .source import display_name, numbered_lines, open_binary
-from .task import Id
+from .task import Id, show_id
 
 FIELDS = frozenset(
     ("sid", "arrival", "prompt_tokens", "output_tokens", "cancel_after", "priority", "meta")
@@ -85,7 +85,7 @@ def read_workload(path: str) -> Iterator[Request]:
                 raise InputError(name, lineno, "sid must be an integer or a string")
             key_sid = (type(sid), sid)
             if key_sid in seen:
-                raise InputError(name, lineno, f"sid {orjson.dumps(sid).decode()} appears twice")
+                raise InputError(name, lineno, f"sid {show_id(sid)} appears twice")
             seen.add(key_sid)
             arrival = _number(obj, "arrival", where)
             if arrival < last:
