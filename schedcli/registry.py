@@ -133,9 +133,14 @@ def _parse_loose(value: object) -> object:
         return value
 
 
-def build_policy(spec: str, params: Mapping[str, object] | None = None) -> Scheduler:
-    """Instantiate a policy; any problem with it or its parameters is a UsageError."""
-    cls = resolve_policy(spec)
+def build_policy(
+    spec: str, params: Mapping[str, object] | None = None, cls: type[Scheduler] | None = None
+) -> Scheduler:
+    """Instantiate a policy; any problem with it or its parameters is a UsageError.
+
+    ``cls``, when the caller already resolved ``spec``, saves resolving it again.
+    """
+    cls = cls or resolve_policy(spec)
     label = policy_label(cls, spec)
     given = dict(params or {})
     kwargs: dict[str, object] = {}

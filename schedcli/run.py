@@ -37,9 +37,9 @@ def choose_policy(
     spec = policy or header_policy
     merged: dict[str, object] = {}
     header_params = dict(header.params) if header else {}
+    cls = resolve_policy(spec)
     if header_params:
         if spec == header_policy:
-            cls = resolve_policy(spec)
             declared = {p.name for p in cls.PARAMS}
             for key in header_params:
                 if cls.PARAMS and key not in declared:
@@ -58,7 +58,7 @@ def choose_policy(
             )
     merged.update(params)
     try:
-        built = build_policy(spec, merged)
+        built = build_policy(spec, merged, cls)
     except UsageError as e:
         if header is not None and header_params and spec == header_policy and not params:
             raise InputError(trace_name, header.line, str(e)) from None
