@@ -14,7 +14,7 @@ from .metrics import StepMetrics
 from .replay import Replayer
 from .run import choose_policy, open_replay
 from .source import DEFAULT_MAX_LINE_BYTES, display_name
-from .task import Task
+from .task import Task, ids_only_in
 from .trace import Event
 
 
@@ -34,14 +34,7 @@ class FirstDifference:
 
     def moved(self) -> tuple[list[Any], list[Any]]:
         """Tids only in a, and only in b."""
-        a_ids = [e["tid"] for e in self.a or ()]
-        b_ids = [e["tid"] for e in self.b or ()]
-        a_keys = {(type(t), t) for t in a_ids}
-        b_keys = {(type(t), t) for t in b_ids}
-        return (
-            [t for t in a_ids if (type(t), t) not in b_keys],
-            [t for t in b_ids if (type(t), t) not in a_keys],
-        )
+        return ids_only_in([e["tid"] for e in self.a or ()], [e["tid"] for e in self.b or ()])
 
 
 @dataclass

@@ -16,7 +16,7 @@ import orjson
 from .errors import InputError, UsageError
 from .interrupt import guard, raise_held
 from .source import display_name, numbered_lines, open_binary
-from .task import Id, Task
+from .task import Id, Task, same_id
 
 Record = dict[str, Any]
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
@@ -120,10 +120,6 @@ class StepRange:
         return (
             isinstance(step, int) and step >= self.start and (self.stop is None or step < self.stop)
         )
-
-
-def same_id(a: object, b: object) -> bool:
-    return a == b and type(a) is type(b)
 
 
 class RecordFilter:

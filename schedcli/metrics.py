@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .task import Id, Task
+from .task import Id, Task, id_key
 
 
 def jain_index(values: Iterable[float]) -> float | None:
@@ -66,7 +66,7 @@ class StepMetrics:
         self.dropped_count = 0
 
     def _session(self, sid: Id) -> _Session:
-        key: Any = (type(sid), sid)
+        key: Any = id_key(sid)
         s = self._sessions.get(key)
         if s is None:
             s = self._sessions[key] = _Session()

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 import orjson
 
-from .task import Id, show_id
+from .task import Id, id_key, show_id
 
 STEP_US = 1000.0  # a replayed step on the timeline
 PID = 1
@@ -53,7 +53,7 @@ class PerfettoWriter:
         self._event({"name": name, "ph": "C", "ts": ts, "pid": PID, "tid": 0, "args": args})
 
     def _track(self, sid: Id) -> int:
-        key = (type(sid), sid)
+        key = id_key(sid)
         track = self._tracks.get(key)
         if track is None:
             track = self._tracks[key] = len(self._tracks) + 1
@@ -79,7 +79,7 @@ class PerfettoWriter:
         self._counter("batch tokens", ts, counter)
         by_session: dict[tuple[type, Id], list[dict[str, Any]]] = {}
         for e in entries:
-            by_session.setdefault((type(e["sid"]), e["sid"]), []).append(e)
+            by_session.setdefault(id_key(e["sid"]), []).append(e)
         slices: list[dict[str, Any]] = []
         for (_, sid), mine in by_session.items():
             track = self._track(sid)

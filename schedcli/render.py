@@ -13,7 +13,7 @@ from rich.text import Text
 from .dump import Divergence, Record
 from .interrupt import whole_write
 from .replay import Mismatch, Totals
-from .task import Id, Task, show_id
+from .task import Id, Task, id_key, ids_only_in, show_id
 
 
 def _step_table(header: bool) -> Table:
@@ -132,11 +132,12 @@ def _describe(t: Task | None, tid: Id) -> str:
 def mismatch_view(m: Mismatch) -> Table:
     """The first step whose batch differs from ``expect``, side by side."""
     got_ids = [t.tid for t in m.got]
-    got_keys = {(type(i), i) for i in got_ids}
-    exp_keys = {(type(i), i) for i in m.expected}
-    by_tid: dict[tuple[type, Id], Task] = {(type(t.tid), t.tid): t for t in m.got}
+    moved_out, moved_in = ids_only_in(m.expected, got_ids)
+    out_keys = {id_key(i) for i in moved_out}
+    in_keys = {id_key(i) for i in moved_in}
+    by_tid: dict[tuple[type, Id], Task] = {id_key(t.tid): t for t in m.got}
     for tid, t in m.queued.items():
-        by_tid.setdefault((type(tid), tid), t)
+        by_tid.setdefault(id_key(tid), t)
     table = Table(
         title=f"step {m.step} (trace line {m.line}): batch differs from the recording",
         box=box.ROUNDED,
@@ -149,16 +150,14 @@ def mismatch_view(m: Mismatch) -> Table:
         left = right = Text("")
         if i < len(m.expected):
             tid = m.expected[i]
-            key = (type(tid), tid)
-            style = "" if key in got_keys else "red"
+            key = id_key(tid)
+            style = "red" if key in out_keys else ""
             left = Text(_describe(by_tid.get(key), tid), style=style)
         if i < len(got_ids):
             tid = got_ids[i]
-            style = "" if (type(tid), tid) in exp_keys else "green"
+            style = "green" if id_key(tid) in in_keys else ""
             right = Text(_describe(m.got[i], tid), style=style)
         table.add_row(str(i), left, right)
-    moved_out = [tid for tid in m.expected if (type(tid), tid) not in got_keys]
-    moved_in = [tid for tid in got_ids if (type(tid), tid) not in exp_keys]
     table.caption = (
         f"moved out (expected, not dispatched): [{_ids(moved_out)}]   "
         f"moved in (dispatched, not expected): [{_ids(moved_in)}]"
@@ -253,8 +252,8 @@ def diff_view(result: Any) -> Group:
         table.add_column("A")
         table.add_column("B")
         only_a, only_b = first.moved()
-        a_keys = {(type(t), t) for t in only_a}
-        b_keys = {(type(t), t) for t in only_b}
+        a_keys = {id_key(t) for t in only_a}
+        b_keys = {id_key(t) for t in only_b}
         a_rows = first.a or []
         b_rows = first.b or []
         for i in range(max(len(a_rows), len(b_rows), 1)):
@@ -269,7 +268,7 @@ def diff_view(result: Any) -> Group:
                     cells.append(
                         Text(
                             f"{show_id(tid)}  sid {show_id(e['sid'])} {e['kind']} {e['size']}",
-                            style if (type(tid), tid) in keys else "",
+                            style if id_key(tid) in keys else "",
                         )
                     )
                 else:

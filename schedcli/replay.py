@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from .errors import CheckFailed, InvariantError, UsageError
 from .scheduler import Scheduler
-from .task import DECODE, Id, Task, show_id
+from .task import DECODE, Id, Task, same_id, show_id
 from .trace import Event
 
 Record = dict[str, Any]
@@ -446,6 +446,4 @@ class Replayer:
 
 
 def _same_ids(got: list[Id], expected: list[Id]) -> bool:
-    if len(got) != len(expected):
-        return False
-    return all(a == b and type(a) is type(b) for a, b in zip(got, expected, strict=True))
+    return len(got) == len(expected) and all(map(same_id, got, expected))

@@ -24,6 +24,22 @@ KINDS: dict[str, TaskKind] = {"prefill": PREFILL, "decode": DECODE}
 """Kind names as traces spell them."""
 
 
+def id_key(value: Id) -> tuple[type, Id]:
+    """A set or dict key that keeps ``1`` and ``"1"`` apart."""
+    return (type(value), value)
+
+
+def same_id(a: object, b: object) -> bool:
+    return a == b and type(a) is type(b)
+
+
+def ids_only_in(a: Sequence[Id], b: Sequence[Id]) -> tuple[list[Id], list[Id]]:
+    """The ids of ``a`` missing from ``b``, and of ``b`` missing from ``a``, in order."""
+    a_keys = {id_key(x) for x in a}
+    b_keys = {id_key(x) for x in b}
+    return [x for x in a if id_key(x) not in b_keys], [x for x in b if id_key(x) not in a_keys]
+
+
 def show_id(value: Id) -> str:
     """An id as JSON spells it, so ``1`` and ``"1"`` read differently in messages."""
     return orjson.dumps(value).decode()

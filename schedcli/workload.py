@@ -12,7 +12,7 @@ import orjson
 
 from .errors import InputError
 from .source import display_name, numbered_lines, open_binary
-from .task import Id, show_id
+from .task import Id, id_key, show_id
 
 FIELDS = frozenset(
     ("sid", "arrival", "prompt_tokens", "output_tokens", "cancel_after", "priority", "meta")
@@ -83,7 +83,7 @@ def read_workload(path: str) -> Iterator[Request]:
                 type(sid) is int and not -_INT_END <= sid < _INT_END
             ):
                 raise InputError(name, lineno, "sid must be an integer or a string")
-            key_sid = (type(sid), sid)
+            key_sid = id_key(sid)
             if key_sid in seen:
                 raise InputError(name, lineno, f"sid {show_id(sid)} appears twice")
             seen.add(key_sid)
