@@ -37,7 +37,7 @@ from .progress import ProgressBar
 from .render import TableView, golden_view, mismatch_view, summary_table
 from .replay import ExpectMismatch, task_entry
 from .run import open_replay
-from .simulate import CostModel
+from .simulate import CostModel, chunk_size_for
 from .source import DEFAULT_MAX_LINE_BYTES, display_name, file_size
 
 EXIT_CODES_HELP = (
@@ -525,7 +525,7 @@ def simulate(
     built = build_policy(policy, params)
     label = built.name or policy
     declared = built.params()
-    size = chunk_size or int(declared.get("max_prefill_chunk_size", 256))
+    size = chunk_size or chunk_size_for(built)
     cost = CostModel(cost_a, cost_b, cost_c)
     with ExitStack() as stack:
         emit = None

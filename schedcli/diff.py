@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +10,7 @@ import orjson
 
 from .dump import Record, batch_tasks, read_dump
 from .metrics import StepMetrics
+from .registry import config_label
 from .replay import Replayer
 from .run import choose_policy, open_replay
 from .source import DEFAULT_MAX_LINE_BYTES, display_name
@@ -157,12 +157,6 @@ def _clone(event: Event) -> Event:
     return Event(event.op, event.line, event.step, event.t, tasks=tasks, expect=event.expect)
 
 
-def _label(name: str, params: Mapping[str, object]) -> str:
-    if not params:
-        return name
-    return name + " " + " ".join(f"{k}={v}" for k, v in params.items())
-
-
 def diff_trace(
     path: str,
     a: Config,
@@ -178,7 +172,7 @@ def diff_trace(
             ta.reader.header, name, b.policy, b.params, note=lambda _: None
         )
         result = DiffResult(
-            (_label(ta.policy_name, ta.params), _label(label_b, params_b)),
+            (config_label(ta.policy_name, ta.params), config_label(label_b, params_b)),
             (dict(ta.params), dict(params_b)),
         )
         aligner = _Aligner(result)

@@ -166,6 +166,11 @@ def build_policy(
         raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e
 
 
+def config_label(name: str, params: Mapping[str, object]) -> str:
+    """A policy and the parameters it was given, as one line: ``fcfs max_num_seqs=16``."""
+    return " ".join([name, *(f"{k}={v}" for k, v in params.items())])
+
+
 def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, Any]:
     """Name, origin, declared parameters and rule of a policy, as plain data."""
     doc = inspect.getdoc(cls) or ""

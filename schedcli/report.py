@@ -18,10 +18,10 @@ from typing import Any
 from .dump import batch_tasks, read_dump
 from .errors import UsageError
 from .metrics import StepMetrics
-from .registry import build_policy
+from .registry import build_policy, config_label
 from .render import _METRIC_LABELS, _metric
 from .run import open_replay
-from .simulate import CostModel, simulate
+from .simulate import CostModel, chunk_size_for, simulate
 from .source import display_name, sniff_kind
 from .task import DECODE, Task
 from .workload import read_workload
@@ -121,16 +121,12 @@ def parse_config(text: str) -> tuple[str, dict[str, str]]:
     return name.strip(), params
 
 
-def _label(name: str, params: dict[str, object]) -> str:
-    return name + "".join(f" {k}={v}" for k, v in params.items())
-
-
 def _from_trace(path: str, configs: Sequence[tuple[str, dict[str, str]]]) -> list[Run]:
     runs = []
     chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
     for spec, params in chosen:
         with open_replay(path, policy=spec, params=params) as opened:
-            run = Run(_label(opened.policy_name, opened.params), opened.policy.token_budget)
+            run = Run(config_label(opened.policy_name, opened.params), opened.policy.token_budget)
             metrics = StepMetrics(run.budget)
 
             def emit(record: dict[str, Any], run: Run = run) -> None:
@@ -167,7 +163,9 @@ def _from_workload(
     for spec, params in configs or [("decode-first", {})]:
         policy = build_policy(spec, params)
         declared = policy.params()
-        label = _label(policy.name or spec, {k: declared.get(k, v) for k, v in params.items()})
+        label = config_label(
+            policy.name or spec, {k: declared.get(k, v) for k, v in params.items()}
+        )
         run = Run(label, policy.token_budget, Bins(width=0.01))
 
         def on_batch(
@@ -181,7 +179,7 @@ def _from_workload(
             policy,
             policy_name=label,
             params=declared,
-            chunk_size=int(declared.get("max_prefill_chunk_size", 256)),
+            chunk_size=chunk_size_for(policy),
             cost=cost,
             on_batch=on_batch,
         )

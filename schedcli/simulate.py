@@ -165,6 +165,12 @@ class SimResult:
 
 
 STUCK_AFTER = 1000
+DEFAULT_CHUNK_SIZE = 256
+
+
+def chunk_size_for(policy: Scheduler) -> int:
+    """How the runner chunks prompts for ``policy``: its own chunk limit, if it has one."""
+    return int(policy.params().get("max_prefill_chunk_size", DEFAULT_CHUNK_SIZE))
 
 
 def simulate(
