@@ -6,13 +6,12 @@ Exit codes: 0 ok, 1 a check found a difference, 2 bad input or usage,
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from enum import StrEnum
 from typing import IO, Annotated, Any, NoReturn, TypeVar
 
@@ -28,6 +27,7 @@ from .dump import (
     StepRange,
     Tee,
     atomic_output,
+    output_stream,
     parse_id_option,
 )
 from .errors import CheckFailed, InputError, SchedcliError, UsageError
@@ -141,30 +141,6 @@ def _stdout_console() -> Console:
     return Console(highlight=False)
 
 
-@contextmanager
-def _output(path: str | None) -> Iterator[IO[bytes]]:
-    """Where data goes: -o FILE or stdout, always flushed at a record boundary."""
-    if path is None or path == "-":
-        out = sys.stdout.buffer
-        try:
-            yield out
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                out.flush()
-        return
-    try:
-        f = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
-    try:
-        yield f
-    finally:
-        try:
-            f.close()
-        except OSError as e:
-            raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
-
-
 def _replay_progress(path: str, position: Any, enabled: bool) -> tuple[ProgressBar, Any]:
     """A bar over the file's bytes, updated every 2048 steps (cheap on the hot path)."""
     bar = ProgressBar(
@@ -241,7 +217,7 @@ def replay(
         opened = stack.enter_context(
             open_replay(trace, policy=policy, params=params, max_line_bytes=max_line_bytes)
         )
-        out = stack.enter_context(_output(output))
+        out = stack.enter_context(output_stream(output))
         emitters: list[Any] = []
         console: Console | None = None
         if chosen is OutputFormat.table:

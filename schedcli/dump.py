@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,6 +57,34 @@ class Tee:
             sink(record)
 
 
+def unwritable(path: str, e: OSError) -> UsageError:
+    return UsageError(f"{path}: cannot write: {e.strerror or e}")
+
+
+@contextmanager
+def output_stream(path: str | None) -> Iterator[IO[bytes]]:
+    """Where data goes: FILE, or stdout for None or ``-``; flushed when done."""
+    if path is None or path == "-":
+        out = sys.stdout.buffer
+        try:
+            yield out
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                out.flush()
+        return
+    try:
+        f = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise unwritable(path, e) from None
+    try:
+        yield f
+    finally:
+        try:
+            f.close()
+        except OSError as e:
+            raise unwritable(path, e) from None
+
+
 @contextmanager
 def atomic_output(path: str) -> Iterator[IO[bytes]]:
     """A file written beside ``path`` and renamed over it only when complete."""
@@ -64,7 +93,7 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+        raise unwritable(path, e) from None
     ok = False
     umask = os.umask(0)
     os.umask(umask)
@@ -75,7 +104,7 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
         os.replace(tmp, target)
         ok = True
     except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+        raise unwritable(path, e) from None
     finally:
         if not ok:
             with contextlib.suppress(OSError):
