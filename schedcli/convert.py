@@ -20,8 +20,6 @@ from .dump import JsonlWriter
 from .errors import InputError, UsageError
 from .source import display_name, numbered_lines, open_binary
 
-FORMATS = ("azure", "mooncake", "vidur", "lengths", "burstgpt")
-
 
 class RowError(Exception):
     """A bad row; the pipeline adds the file and line."""
@@ -311,7 +309,7 @@ def convert(
     """Convert ``src`` (format ``fmt`` or ``auto``) into workload lines on ``out``."""
     name = display_name(src)
     if fmt != "auto" and fmt not in READERS:
-        raise UsageError(f"unknown format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")
+        raise UsageError(f"unknown format {fmt!r}; expected auto or one of {', '.join(READERS)}")
     if options.time_scale <= 0 or not math.isfinite(options.time_scale):
         raise UsageError("--time-scale must be a positive number")
     if options.duration is not None and options.duration <= 0:

@@ -102,10 +102,6 @@ def resolve_policy(spec: str) -> type[Scheduler]:
     return source.load()
 
 
-def policy_label(cls: type[Scheduler], spec: str) -> str:
-    return cls.name or spec
-
-
 def _coerce(param: Param, value: object) -> object:
     if not isinstance(value, str):
         return value
@@ -141,7 +137,7 @@ def build_policy(
     ``cls``, when the caller already resolved ``spec``, saves resolving it again.
     """
     cls = cls or resolve_policy(spec)
-    label = policy_label(cls, spec)
+    label = cls.name or spec
     given = dict(params or {})
     kwargs: dict[str, object] = {}
     if cls.PARAMS:

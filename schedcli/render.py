@@ -181,15 +181,6 @@ def golden_view(divergences: Sequence[Divergence], differing: int, records: int)
     return Group(*parts)
 
 
-def kv_table(title: str, rows: Mapping[str, Any]) -> Table:
-    table = Table(title=title, box=box.ROUNDED, show_header=False, title_justify="left")
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    for k, v in rows.items():
-        table.add_row(k, str(v))
-    return table
-
-
 _METRIC_LABELS = (
     ("steps", "get_work calls"),
     ("steps_to_drain", "steps to drain"),
