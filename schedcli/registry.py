@@ -175,7 +175,13 @@ def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, A
         "origin": origin,
         "class": f"{cls.__module__}:{cls.__qualname__}",
         "params": [
-            {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help}
+            {
+                "name": p.name,
+                "type": p.type.__name__,
+                "default": p.default,
+                "help": p.help,
+                **({"choices": list(p.choices)} if p.choices else {}),
+            }
             for p in cls.PARAMS
         ],
         "rule": " ".join(doc.split()),

@@ -9,6 +9,7 @@ where it happens (InvariantError, exit 3).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -127,8 +128,13 @@ class Replayer:
         drain: bool = False,
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.policy = policy
+        self.warn = warn or _stderr_warning
+        # A policy that reproduces a flawed original may owe a session two outputs;
+        # then that is reported, not fatal.
+        self._two_outputs_fatal = policy.one_output_per_session
         self.observer = observer
         self.emit = emit
         self.policy_name = policy_name or type(policy).__name__
@@ -330,7 +336,13 @@ class Replayer:
                 f"session {show_id(t.sid)} has a decode beside another of its tasks in one batch"
             )
         if prev.produce_output and t.produce_output:
-            raise self._broken(f"one batch owes session {show_id(t.sid)} two outputs")
+            message = f"one batch owes session {show_id(t.sid)} two outputs"
+            if self._two_outputs_fatal:
+                raise self._broken(message)
+            self.warn(
+                f"warning: step {self._next_step} ({self._where()}): {message} "
+                f"(policy {self.policy_name!r} keeps the reference's behaviour)"
+            )
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -443,6 +455,10 @@ class Replayer:
                 f"{totals.cancelled} + queued {totals.queued}"
             )
         self.emit(totals.end_record())
+
+
+def _stderr_warning(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def _same_ids(got: list[Id], expected: list[Id]) -> bool:

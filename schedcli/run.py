@@ -30,37 +30,43 @@ def choose_policy(
 ) -> tuple[Scheduler, str, dict[str, object]]:
     """The policy to replay with: the command line's, else the header's, else decode-first.
 
-    The header's params apply only to the header's own policy; ``params`` (from the
+    The header's params apply to whichever policy is chosen, each one the policy
+    declares; the rest are named in one note (an error for the header's own policy,
+    whose header then names a parameter it does not have). A plugin that declares no parameters
+    takes them all only when it is the header's own policy. ``params`` (from the
     command line) override them key by key.
     """
     header_policy = (header.policy if header else None) or DEFAULT_POLICY
     spec = policy or header_policy
-    merged: dict[str, object] = {}
-    header_params = dict(header.params) if header else {}
     cls = resolve_policy(spec)
+    header_params = dict(header.params) if header else {}
+    merged: dict[str, object] = {}
     if header_params:
-        if spec == header_policy:
+        if cls.PARAMS:
             declared = {p.name for p in cls.PARAMS}
-            for key in header_params:
-                if cls.PARAMS and key not in declared:
-                    assert header is not None
-                    raise InputError(
-                        trace_name,
-                        header.line,
-                        f"header param {key!r} is not a parameter of policy {spec!r} "
-                        f"(it takes {', '.join(sorted(declared))})",
-                    )
-            merged.update(header_params)
-        else:
-            note(
-                f"note: the trace header's params are for {header_policy!r}; "
-                f"not applied to {spec!r}"
+            merged = {k: v for k, v in header_params.items() if k in declared}
+        elif spec == header_policy:
+            merged = header_params
+        ignored = [k for k in header_params if k not in merged]
+        if ignored and spec == header_policy:
+            assert header is not None
+            raise InputError(
+                trace_name,
+                header.line,
+                f"header param {ignored[0]!r} is not a parameter of policy {spec!r} "
+                f"(it takes {', '.join(p.name for p in cls.PARAMS)})",
             )
+        if ignored:
+            note(
+                f"note: {cls.name or spec!r} does not take the trace header's "
+                f"{', '.join(ignored)}; not applied"
+            )
+    from_header = bool(merged)
     merged.update(params)
     try:
         built = build_policy(spec, merged, cls)
     except UsageError as e:
-        if header is not None and header_params and spec == header_policy and not params:
+        if header is not None and from_header and not params:
             raise InputError(trace_name, header.line, str(e)) from None
         raise
     used = built.params() if built.PARAMS else merged

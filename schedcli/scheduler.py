@@ -17,16 +17,26 @@ from .task import DECODE, Id, Task, settle_outputs, show_id
 
 @dataclass(frozen=True)
 class Param:
-    """One constructor parameter a policy declares (name, type, default, one-line help)."""
+    """One constructor parameter a policy declares (name, type, default, one-line help).
+
+    A ``str`` parameter takes one of ``choices``; numbers may have a ``minimum``.
+    """
 
     name: str
-    type: type[int] | type[float]
-    default: int | float
+    type: type[int] | type[float] | type[str]
+    default: int | float | str
     help: str
     minimum: int | float | None = None
+    choices: tuple[str, ...] = ()
 
-    def check(self, value: object) -> int | float:
+    def check(self, value: object) -> int | float | str:
         """The value if it has the declared type and bound; ValueError naming the rule if not."""
+        if self.type is str:
+            if not isinstance(value, str) or value not in self.choices:
+                raise ValueError(
+                    f"{self.name} must be one of {', '.join(self.choices)}, not {value!r}"
+                )
+            return value
         if self.type is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{self.name} must be an integer, not {value!r}")
@@ -94,6 +104,15 @@ class Scheduler(ABC):
     def token_budget(self) -> int | None:
         """Tokens one batch may hold, if the policy has such a limit."""
         return None
+
+    @property
+    def one_output_per_session(self) -> bool:
+        """Whether every batch keeps the interface's one-output-per-session promise.
+
+        A policy that reproduces a flawed original (decode-first compat=reference)
+        says False; the replay engine then reports two outputs as a warning.
+        """
+        return True
 
     def params(self) -> dict[str, Any]:
         """The values of the declared parameters this instance was built with."""

@@ -23,7 +23,9 @@ def random_params(name: str, rng: random.Random) -> dict[str, Any]:
     for _ in range(200):
         params: dict[str, Any] = {}
         for p in cls.PARAMS:
-            if p.type is int:
+            if p.type is str:
+                params[p.name] = p.default  # compat=reference breaks the promises on purpose
+            elif p.type is int:
                 params[p.name] = rng.randint(1, 24)
             else:
                 params[p.name] = round(rng.uniform(0.5, 3.0), 3)

@@ -271,8 +271,10 @@ def mutated_traces(draw: st.DrawFn) -> bytes:
             if not isinstance(obj, dict):
                 continue
             target = obj
-            if "tasks" in obj and obj["tasks"] and draw(st.booleans()):
-                target = obj["tasks"][0]
+            tasks = obj.get("tasks")
+            has_task = isinstance(tasks, list) and tasks and isinstance(tasks[0], dict)
+            if has_task and draw(st.booleans()):
+                target = tasks[0]
             if not target:
                 continue
             key = draw(st.sampled_from(sorted(target)))

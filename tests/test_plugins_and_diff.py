@@ -31,7 +31,10 @@ def test_import_string_loads_a_policy_class() -> None:
     assert r.returncode == 0, r.stderr.decode()
     batches = [orjson.loads(x) for x in r.stdout.splitlines() if b'"batch"' in x]
     assert all(len(b["batch"]) == 1 for b in batches)
-    assert b"header's params are for 'decode-first'; not applied" in r.stderr
+    assert r.stderr.decode().splitlines() == [
+        "note: 'one-per-batch' does not take the trace header's max_decode_sequences, "
+        "max_prefill_chunk_size; not applied"
+    ]
 
 
 def test_import_string_errors_name_the_plugin() -> None:

@@ -29,7 +29,8 @@ def test_every_builtin_declares_typed_params_and_states_its_rule() -> None:
         assert cls.__doc__ and len(cls.__doc__.strip().splitlines()) >= 2
         assert cls.PARAMS
         for p in cls.PARAMS:
-            assert p.help and p.type in (int, float)
+            assert p.help and p.type in (int, float, str)
+            assert (p.type is str) == bool(p.choices)
         built = build_policy(name)
         assert built.params() == {p.name: p.default for p in cls.PARAMS}
 

@@ -8,10 +8,18 @@ from __future__ import annotations
 from ..scheduler import Param
 
 MAX_BATCH_TOKENS = Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1)
+# Two different caps, so two names: decode-first's family counts only decodes (prefill
+# chunks are bounded by the budget alone); fcfs's family counts every task.
 MAX_DECODE_SEQUENCES = Param(
-    "max_decode_sequences", int, 32, "decodes one batch may hold", minimum=1
+    "max_decode_sequences",
+    int,
+    32,
+    "decodes one batch may hold (prefill chunks not counted)",
+    minimum=1,
 )
-MAX_NUM_SEQS = Param("max_num_seqs", int, 64, "tasks one batch may hold", minimum=1)
+MAX_NUM_SEQS = Param(
+    "max_num_seqs", int, 64, "tasks one batch may hold, decodes and chunks alike", minimum=1
+)
 MAX_PREFILL_CHUNK_SIZE = Param(
     "max_prefill_chunk_size", int, 256, "largest prefill chunk accepted", minimum=1
 )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
-from ..scheduler import QueueScheduler
+from ..scheduler import Param, QueueScheduler
 from ..task import DECODE, Id, Task
+from ._decode_first_reference import ReferenceDecodeFirst
 from ._limits import (
     MAX_BATCH_TOKENS,
     MAX_DECODE_SEQUENCES,
@@ -14,30 +16,45 @@ from ._limits import (
 )
 from ._queues import DecodeQueue
 
+FIXED, REFERENCE = "fixed", "reference"
+
+COMPAT = Param(
+    "compat",
+    str,
+    FIXED,
+    "fixed: the reference plus its two fixes; reference: batch for batch as the C++ runner",
+    choices=(FIXED, REFERENCE),
+)
+
 
 class DecodeFirstScheduler(QueueScheduler):
     """Decodes first, in arrival order, one per session, up to max_decode_sequences.
     Then prefill in passes over a rotation of sessions, one chunk per session per pass,
-    within max_batch_tokens. A session passed over (its decode is in the batch, or its
-    chunk does not fit) keeps its place at the front; a served one goes to the back.
+    within max_batch_tokens. A session passed over (its decode is in the batch, its
+    chunk does not fit, or its chunk would be the session's second output in the batch)
+    keeps its place at the front; a served one goes to the back. compat=reference drops
+    the two fixes (one output per session, release by identity) to match the C++ runner.
     """
 
     name = "decode-first"
-    PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE)
+    PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE, COMPAT)
     max_batch_tokens: int
     max_decode_sequences: int
     max_prefill_chunk_size: int
+    compat: str
 
     def __init__(
         self,
         max_batch_tokens: int = 544,
         max_decode_sequences: int = 32,
         max_prefill_chunk_size: int = 256,
+        compat: str = FIXED,
     ) -> None:
         super().__init__(
             max_batch_tokens=max_batch_tokens,
             max_decode_sequences=max_decode_sequences,
             max_prefill_chunk_size=max_prefill_chunk_size,
+            compat=compat,
         )
         b, d, c = max_batch_tokens, max_decode_sequences, max_prefill_chunk_size
         decodes_leave_room(d, b)
@@ -58,6 +75,45 @@ class DecodeFirstScheduler(QueueScheduler):
         # place, and rejoining before then cannot give it a second slot.
         self._chunks: dict[Id, deque[Task]] = {}
         self._rotation: deque[Id] = deque()
+        self._reference = ReferenceDecodeFirst(b, d, c) if compat == REFERENCE else None
+
+    # --- compat=reference: the reference's own bookkeeping replaces the shared one ---
+
+    @property
+    def one_output_per_session(self) -> bool:
+        return self._reference is None
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        if self._reference is None:
+            return super().try_submit(tasks)
+        with self._lock:
+            return self._reference.submit(tasks)
+
+    def has_work(self) -> bool:
+        if self._reference is None:
+            return super().has_work()
+        with self._lock:
+            return bool(self._reference.pending)
+
+    def get_work(self) -> list[Task]:
+        if self._reference is None:
+            return super().get_work()
+        with self._lock:
+            return self._reference.get_work()
+
+    def cancel(self, sid: Id) -> list[Task]:
+        if self._reference is None:
+            return super().cancel(sid)
+        with self._lock:
+            return self._reference.cancel(sid)
+
+    def clear(self) -> list[Task]:
+        if self._reference is None:
+            return super().clear()
+        with self._lock:
+            return self._reference.clear()
+
+    # --- compat=fixed ---------------------------------------------------------
 
     def _enqueue(self, task: Task) -> None:
         sid = task.sid
@@ -75,15 +131,17 @@ class DecodeFirstScheduler(QueueScheduler):
         decoding: set[Id] = set()
         self._decodes.take(taken, decoding, self.max_decode_sequences)
         spent = len(taken)
-        owing: set[Id] = set()
+        # Sessions with an output-producing task in the batch (a decoding session is
+        # passed over anyway, so only chunks add to it).
+        outputs: set[Id] = set()
         while spent < self.max_batch_tokens:
-            spent, progress = self._prefill_pass(taken, spent, decoding, owing)
+            spent, progress = self._prefill_pass(taken, spent, decoding, outputs)
             if not progress:
                 break
         return taken
 
     def _prefill_pass(
-        self, taken: list[Task], spent: int, decoding: set[Id], owing: set[Id]
+        self, taken: list[Task], spent: int, decoding: set[Id], outputs: set[Id]
     ) -> tuple[int, bool]:
         budget = self.max_batch_tokens
         rotation = self._rotation
@@ -103,14 +161,14 @@ class DecodeFirstScheduler(QueueScheduler):
                 # adjoin, both producing output.
                 deferred.append(sid)
                 continue
-            if sid in owing:
-                # Its prompt's last chunk is already in this batch; the next prompt
-                # waits so the batch owes the session one output, not two.
-                served.append(sid)
-                continue
             t = chunks[0]
             if t.size > budget - spent:
                 # Pass the turn on: a smaller chunk behind this one may still fit.
+                deferred.append(sid)
+                continue
+            if t.produce_output and sid in outputs:
+                # Fix 2: the batch already owes this session an output. Deferred exactly
+                # like a chunk that does not fit, so it keeps its place at the front.
                 deferred.append(sid)
                 continue
             chunks.popleft()
@@ -118,7 +176,7 @@ class DecodeFirstScheduler(QueueScheduler):
             spent += t.size
             progress = True
             if t.produce_output:
-                owing.add(sid)
+                outputs.add(sid)
             if chunks:
                 served.append(sid)
             else:

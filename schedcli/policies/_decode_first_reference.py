@@ -1,0 +1,153 @@
+"""decode-first under ``compat=reference``: the reference's bookkeeping, flaws included.
+
+The reference finds queued tasks by tid and leaves a cancelled decode in its queue
+until it surfaces. Both are reproduced here on purpose, so a recording made under the
+C++ runner replays batch for batch:
+
+- ``pending`` maps tid -> task and is what "queued" means. Dispatch and release erase
+  by tid, so a stale queue entry can release (or a dispatch can forget) a newer task
+  that reuses its tid. The replay engine's ledger reports what that breaks.
+- Prefill passes never read ``produce_output``: a session may get two outputs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from ..task import DECODE, Id, Task, settle_outputs, show_id
+
+
+class ReferenceDecodeFirst:
+    """The reference's state and algorithm; the caller holds the lock."""
+
+    def __init__(self, budget: int, decode_cap: int, chunk_limit: int) -> None:
+        self.budget = budget
+        self.decode_cap = decode_cap
+        self.chunk_limit = chunk_limit
+        self.pending: dict[Id, Task] = {}
+        self.decodes: deque[Task] = deque()
+        # A session is in the rotation exactly when it has an entry here, even an
+        # entry emptied by cancel: the pass that reaches it retires both together.
+        self.chunks: dict[Id, deque[Task]] = {}
+        self.rotation: deque[Id] = deque()
+
+    def refusal(self, group: list[Task]) -> str | None:
+        for i, t in enumerate(group):
+            if t.size == 0:
+                return f"task {show_id(t.tid)} has size 0"
+            if t.kind is DECODE:
+                if t.size != 1:
+                    return f"decode {show_id(t.tid)} has size {t.size}; a decode is 1 token"
+            elif t.size > self.chunk_limit:
+                return (
+                    f"prefill chunk of {t.size} tokens exceeds max_prefill_chunk_size "
+                    f"{self.chunk_limit}"
+                )
+            if t.tid in self.pending:
+                return f"tid {show_id(t.tid)} is already queued"
+            if any(u.tid == t.tid for u in group[:i]):
+                return f"tid {show_id(t.tid)} appears twice in the group"
+        return None
+
+    def submit(self, tasks: Iterable[Task]) -> str | None:
+        group = list(tasks)
+        reason = self.refusal(group)
+        if reason is not None:
+            return reason
+        settle_outputs(group)
+        for t in group:
+            t.cancelled = False
+            self.pending[t.tid] = t
+            if t.kind is DECODE:
+                self.decodes.append(t)
+                continue
+            queue = self.chunks.get(t.sid)
+            if queue is None:
+                queue = self.chunks[t.sid] = deque()
+                self.rotation.append(t.sid)
+            queue.append(t)
+        return None
+
+    def _release(self, t: Task) -> bool:
+        """Erase ``t``'s tid from pending; whichever task held it, ``t`` is the one marked."""
+        if self.pending.pop(t.tid, None) is None:
+            return False
+        t.cancelled = True
+        return True
+
+    def cancel(self, sid: Id) -> list[Task]:
+        dropped: list[Task] = []
+        queue = self.chunks.get(sid)
+        if queue is not None:
+            dropped.extend(t for t in queue if self._release(t))
+            queue.clear()
+        dropped.extend(t for t in self.decodes if t.sid == sid and self._release(t))
+        return dropped
+
+    def clear(self) -> list[Task]:
+        dropped = list(self.pending.values())
+        for t in dropped:
+            t.cancelled = True
+        self.pending.clear()
+        self.decodes.clear()
+        self.chunks.clear()
+        self.rotation.clear()
+        return dropped
+
+    def get_work(self) -> list[Task]:
+        taken: list[Task] = []
+        decoding: set[Id] = set()
+        self._take_decodes(taken, decoding)
+        spent = len(taken)
+        while spent < self.budget:
+            spent, progress = self._prefill_pass(taken, spent, decoding)
+            if not progress:
+                break
+        return taken
+
+    def _take_decodes(self, taken: list[Task], decoding: set[Id]) -> None:
+        queue, pending = self.decodes, self.pending
+        deferred: list[Task] = []
+        while len(taken) < self.decode_cap:
+            while queue and queue[0].cancelled:
+                queue.popleft()
+            if not queue:
+                break
+            t = queue.popleft()
+            if t.sid in decoding:
+                deferred.append(t)
+                continue
+            decoding.add(t.sid)
+            taken.append(t)
+            pending.pop(t.tid, None)
+        queue.extendleft(reversed(deferred))
+
+    def _prefill_pass(self, taken: list[Task], spent: int, decoding: set[Id]) -> tuple[int, bool]:
+        rotation, pending = self.rotation, self.pending
+        progress = False
+        deferred: list[Id] = []
+        served: list[Id] = []
+        while spent < self.budget and rotation:
+            sid = rotation.popleft()
+            queue = self.chunks[sid]
+            while queue and queue[0].cancelled:
+                queue.popleft()
+            if not queue:
+                del self.chunks[sid]
+                continue
+            if sid in decoding or queue[0].size > self.budget - spent:
+                deferred.append(sid)
+                continue
+            t = queue.popleft()
+            taken.append(t)
+            pending.pop(t.tid, None)
+            spent += t.size
+            progress = True
+            if queue:
+                served.append(sid)
+            else:
+                del self.chunks[sid]
+        rotation.extendleft(reversed(deferred))
+        rotation.extend(served)
+        return spent, progress
