@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
+from .model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
+from .model.scheduler import Param, QueueScheduler, Scheduler
+from .model.task import Id, Task, TaskKind
 from .policies import BUILTIN_POLICIES, DecodeFirstScheduler
-from .registry import build_policy, policy_sources, resolve_policy
-from .scheduler import Param, QueueScheduler, Scheduler
-from .task import Id, Task, TaskKind
+from .policies.registry import build_policy, policy_sources, resolve_policy
 
 try:
     __version__ = version("schedcli")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedcli import Scheduler, Task
-from schedcli.task import Id
+from schedcli.model.task import Id
 
 
 @dataclass

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from schedcli import DecodeFirstScheduler, Task
-from schedcli.task import Id
+from schedcli.model.task import Id
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"

@@ -6,8 +6,8 @@ import threading
 from collections.abc import Iterable
 
 from schedcli import Scheduler, Task
-from schedcli.scheduler import Param
-from schedcli.task import Id
+from schedcli.model.scheduler import Param
+from schedcli.model.task import Id
 
 
 class OnePerBatch(Scheduler):

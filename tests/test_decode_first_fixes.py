@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcli import DecodeFirstScheduler, Task
-from schedcli.task import Id, settle_outputs
+from schedcli.model.task import Id, settle_outputs
 from tests.helpers import dc, ids, pf
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from bench.replay_bench import generate
 from schedcli import Task, policy_sources
-from schedcli.registry import build_policy
+from schedcli.policies.registry import build_policy
 from tests.helpers import ROOT, TRACES, run_cli
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedcli.cli import main
+from schedcli.app.cli import main
 from tests.helpers import TRACES, run_cli
 
 EXAMPLES = sorted(TRACES.glob("*.jsonl"))

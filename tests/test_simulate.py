@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES, build_policy
-from schedcli.simulate import CostModel, simulate
-from schedcli.workload import Request
+from schedcli.engine.simulate import CostModel, simulate
+from schedcli.formats.workload import Request
 from tests.helpers import REAL, ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden" / "azure-conv-60.json"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..scheduler import Scheduler
+from ..model.scheduler import Scheduler
 from .decode_first import DecodeFirstScheduler
 from .fair import FairScheduler
 from .fcfs import FcfsScheduler

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from ..task import DECODE, Id, Task, settle_outputs, show_id
+from ..model.task import DECODE, Id, Task, settle_outputs, show_id
 
 
 class ReferenceDecodeFirst:

@@ -5,7 +5,7 @@ Each rule's message names the rule, so a bad ``--param`` says what to change.
 
 from __future__ import annotations
 
-from ..scheduler import Param
+from ..model.scheduler import Param
 
 MAX_BATCH_TOKENS = Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1)
 # Two different caps, so two names: decode-first's family counts only decodes (prefill

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from ..task import DECODE, Id, Task
+from ..model.task import DECODE, Id, Task
 
 
 class OrderedQueue:

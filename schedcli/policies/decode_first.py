@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from ..scheduler import Param, QueueScheduler
-from ..task import DECODE, Id, Task
+from ..model.scheduler import Param, QueueScheduler
+from ..model.task import DECODE, Id, Task
 from ._decode_first_reference import ReferenceDecodeFirst
 from ._limits import (
     MAX_BATCH_TOKENS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from ..scheduler import Param, QueueScheduler
-from ..task import DECODE, Id, Task
+from ..model.scheduler import Param, QueueScheduler
+from ..model.task import DECODE, Id, Task
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions
 

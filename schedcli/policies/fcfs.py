@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..scheduler import QueueScheduler
-from ..task import Id, Task
+from ..model.scheduler import QueueScheduler
+from ..model.task import Id, Task
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions, OrderedQueue, take_in_order
 

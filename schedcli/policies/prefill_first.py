@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..scheduler import QueueScheduler
-from ..task import DECODE, Id, Task
+from ..model.scheduler import QueueScheduler
+from ..model.task import DECODE, Id, Task
 from ._limits import (
     MAX_BATCH_TOKENS,
     MAX_DECODE_SEQUENCES,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..task import Task
+from ..model.task import Task
 from .fcfs import FcfsScheduler
 
 

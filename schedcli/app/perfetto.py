@@ -13,7 +13,7 @@ from typing import IO, Any
 
 import orjson
 
-from .task import Id, id_key, show_id
+from ..model.task import Id, id_key, show_id
 
 STEP_US = 1000.0  # a replayed step on the timeline
 PID = 1

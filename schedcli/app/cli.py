@@ -19,8 +19,12 @@ import orjson
 import typer
 from rich.console import Console
 
-from . import __version__, interrupt
-from .dump import (
+from .. import __version__
+from ..engine.replay import ExpectMismatch, task_entry
+from ..engine.run import open_replay
+from ..engine.simulate import CostModel, chunk_size_for
+from ..formats import interrupt
+from ..formats.dump import (
     GoldenCheck,
     JsonlWriter,
     RecordFilter,
@@ -30,15 +34,12 @@ from .dump import (
     output_stream,
     parse_id_option,
 )
-from .errors import CheckFailed, InputError, SchedcliError, UsageError
-from .interrupt import Stopped, guard
+from ..formats.interrupt import Stopped, guard
+from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name, file_size
+from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
 from .perfetto import PerfettoWriter
 from .progress import ProgressBar
 from .render import TableView, golden_view, mismatch_view, summary_table
-from .replay import ExpectMismatch, task_entry
-from .run import open_replay
-from .simulate import CostModel, chunk_size_for
-from .source import DEFAULT_MAX_LINE_BYTES, display_name, file_size
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
@@ -315,7 +316,7 @@ def policies(
     fmt: ViewFormatOption = ViewFormat.table,
 ) -> None:
     """List the policies: built-ins and plugins, with parameters, defaults and rule."""
-    from .registry import describe_policies
+    from ..policies.registry import describe_policies
     from .render import policies_table
 
     described = describe_policies()
@@ -426,8 +427,8 @@ def convert(
 
     Exit codes: 0 ok; 2 bad input (FILE:LINE: message) or usage.
     """
-    from .convert import ConvertOptions, to_text
-    from .convert import convert as run_convert
+    from ..formats.convert import ConvertOptions, to_text
+    from ..formats.convert import convert as run_convert
 
     options = ConvertOptions(
         limit=limit,
@@ -492,10 +493,10 @@ def simulate(
     step_seconds = a + b * batch_tokens + c * decodes_in_batch (--cost-a/-b/-c).
     Exit codes: 0 ok; 2 bad input or usage; 3 the policy broke the contract.
     """
-    from .registry import build_policy
+    from ..engine.simulate import simulate as run_simulation
+    from ..formats.workload import read_workload
+    from ..policies.registry import build_policy
     from .render import simulation_tables
-    from .simulate import simulate as run_simulation
-    from .workload import read_workload
 
     params = parse_params(param)
     built = build_policy(policy, params)

@@ -15,16 +15,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dump import batch_tasks, read_dump
-from .errors import UsageError
-from .metrics import StepMetrics
-from .registry import build_policy, config_label
+from ..engine.metrics import StepMetrics
+from ..engine.run import open_replay
+from ..engine.simulate import CostModel, chunk_size_for, simulate
+from ..formats.dump import batch_tasks, read_dump
+from ..formats.source import display_name, sniff_kind
+from ..formats.workload import read_workload
+from ..model.errors import UsageError
+from ..model.task import DECODE, Task
+from ..policies.registry import build_policy, config_label
 from .render import _METRIC_LABELS, _metric
-from .run import open_replay
-from .simulate import CostModel, chunk_size_for, simulate
-from .source import display_name, sniff_kind
-from .task import DECODE, Task
-from .workload import read_workload
 
 MAX_BINS = 400
 COLORS = ("#3b6ea5", "#d9822b", "#3a9e6e", "#b8475a", "#7b5ea7", "#8c7a3c")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .errors import InputError, UsageError
-from .run import choose_policy
-from .source import DEFAULT_MAX_LINE_BYTES, display_name
-from .trace import open_trace
+from ..engine.run import choose_policy
+from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
+from ..formats.trace import open_trace
+from ..model.errors import InputError, UsageError
 
 
 def validate_trace(

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .task import Id, Task, id_key
+from ..model.task import Id, Task, id_key
 
 
 def jain_index(values: Iterable[float]) -> float | None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from .errors import UsageError
-from .policies import BUILTIN_POLICIES
-from .scheduler import Param, Scheduler
+from ..model.errors import UsageError
+from ..model.scheduler import Param, Scheduler
+from . import BUILTIN_POLICIES
 
 ENTRY_POINT_GROUP = "schedcli.policies"
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InvariantError, UsageError
+from ..formats.workload import Request
+from ..model.errors import InvariantError, UsageError
+from ..model.scheduler import Scheduler
+from ..model.task import DECODE, PREFILL, Id, Task
 from .metrics import jain_index, percentile
-from .scheduler import Scheduler
-from .task import DECODE, PREFILL, Id, Task
-from .workload import Request
 
 Record = dict[str, Any]
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .errors import InputError, UsageError
-from .registry import build_policy, resolve_policy
+from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
+from ..formats.trace import Header, TraceReader, open_trace
+from ..model.errors import InputError, UsageError
+from ..model.scheduler import Scheduler
+from ..policies.registry import build_policy, resolve_policy
 from .replay import Emit, Observer, Replayer, Totals
-from .scheduler import Scheduler
-from .source import DEFAULT_MAX_LINE_BYTES, display_name, readable_twice
-from .trace import Header, TraceReader, has_get_work, open_trace
 
 DEFAULT_POLICY = "decode-first"
 
@@ -75,13 +75,12 @@ def choose_policy(
 
 @dataclass
 class OpenTrace:
-    """A trace ready to replay: its reader, its policy and its step mode."""
+    """A trace ready to replay: its reader and its policy."""
 
     reader: TraceReader
     policy: Scheduler
     policy_name: str
     params: dict[str, object]
-    explicit: bool
     name: str
 
     def replayer(
@@ -97,6 +96,7 @@ class OpenTrace:
             self.policy,
             emit,
             policy_name=self.policy_name,
+            trace_name=self.name,
             check=check,
             drain=drain,
             on_step=on_step,
@@ -105,7 +105,7 @@ class OpenTrace:
 
     def run(self, engine: Replayer) -> Totals:
         """Replay every event of the trace through ``engine``, then finish."""
-        return engine.run(self.reader, explicit=self.explicit)
+        return engine.run(self.reader)
 
 
 @contextmanager
@@ -118,9 +118,6 @@ def open_replay(
     note: Callable[[str], None] = _stderr_note,
 ) -> Iterator[OpenTrace]:
     name = display_name(path)
-    with ExitStack() as stack:
-        real = stack.enter_context(readable_twice(path))
-        explicit = has_get_work(real, max_line_bytes=max_line_bytes)
-        reader = stack.enter_context(open_trace(real, name=name, max_line_bytes=max_line_bytes))
+    with open_trace(path, name=name, max_line_bytes=max_line_bytes) as reader:
         built, label, used = choose_policy(reader.header, name, policy, params or {}, note)
-        yield OpenTrace(reader, built, label, used, explicit, name)
+        yield OpenTrace(reader, built, label, used, name)

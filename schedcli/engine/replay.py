@@ -1,10 +1,9 @@
-"""The replay engine: owns the loop, the bookkeeping and the accounting; the policy decides.
+"""The replay driver: feeds trace events to a policy and emits one record per thing that happened.
 
-The engine feeds trace events to a policy, calls ``get_work`` as the trace's step mode
-says, and emits one record per thing that happened (see the dump in trace-format.md).
-It keeps its own ledger of queued tasks and checks every answer of the policy against
-it, so a policy that loses a task, returns one twice or breaks a session rule is caught
-where it happens (InvariantError, exit 3).
+The driver owns the loop; the step clock (clock.py) says when get_work is due, and the
+ledger (ledger.py) checks every answer of the policy, so a policy that loses a task,
+returns one twice or breaks a session rule is caught where it happens (exit 3).
+The records are the dump of docs/trace-format.md.
 """
 
 from __future__ import annotations
@@ -12,17 +11,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from .errors import CheckFailed, InvariantError, UsageError
-from .scheduler import Scheduler
-from .task import DECODE, Id, Task, same_id, show_id
-from .trace import Event
+from ..formats.trace import Event
+from ..model.errors import CheckFailed, InvariantError, UsageError
+from ..model.scheduler import Scheduler
+from ..model.task import Id, Task, same_id
+from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
+from .ledger import Ledger, Record
 
-Record = dict[str, Any]
 Emit = Callable[[Record], None]
-
-EXPLICIT, STEPPED, PLAIN = "explicit", "stepped", "plain"
 
 # Consecutive empty batches while work is queued, with no event in between, before
 # the replay is declared stuck. A deterministic policy repeats itself after one.
@@ -33,7 +31,7 @@ STUCK_AFTER = 1000
 class Totals:
     """What a replay did, for the ``end`` record and the summary."""
 
-    mode: str = EXPLICIT
+    mode: str = PLAIN
     steps: int = 0
     accepted: int = 0
     dispatched: int = 0
@@ -115,8 +113,12 @@ class Observer(Protocol):
     def dropped(self, tasks: list[Task], step: int) -> None: ...
 
 
+def _stderr_warning(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 class Replayer:
-    """Drives one policy through one trace's events."""
+    """Drives one policy through one trace's events: ``feed`` each, then ``close``."""
 
     def __init__(
         self,
@@ -124,6 +126,7 @@ class Replayer:
         emit: Emit,
         *,
         policy_name: str = "",
+        trace_name: str = "<trace>",
         check: bool = False,
         drain: bool = False,
         on_step: Callable[[int], None] | None = None,
@@ -131,23 +134,28 @@ class Replayer:
         warn: Callable[[str], None] | None = None,
     ) -> None:
         self.policy = policy
-        self.warn = warn or _stderr_warning
-        # A policy that reproduces a flawed original may owe a session two outputs;
-        # then that is reported, not fatal.
-        self._two_outputs_fatal = policy.one_output_per_session
         self.observer = observer
         self.emit = emit
         self.policy_name = policy_name or type(policy).__name__
         self.check = check
         self.drain = drain
         self.on_step = on_step
+        self._warn = warn or _stderr_warning
         self.totals = Totals(budget=policy.token_budget)
-        # Our own ledger: tid -> accepted task not yet returned, in acceptance order,
-        # and how many of each session's tasks it holds.
-        self.queued: dict[Id, Task] = {}
-        self.per_session: dict[Id, int] = {}
+        self.clock = StepClock(trace_name)
+        self.ledger = Ledger(
+            self._broken,
+            self._two_outputs,
+            budget=policy.token_budget,
+            two_outputs_fatal=policy.one_output_per_session,
+        )
         self._line = 0
         self._next_step = 0
+
+    @property
+    def queued(self) -> dict[Id, Task]:
+        """Accepted tasks not yet returned, in acceptance order."""
+        return self.ledger.queued
 
     @property
     def upcoming_step(self) -> int:
@@ -171,35 +179,24 @@ class Replayer:
             f"{self._next_step} ({self._where()}): {message}"
         )
 
-    # --- the ledger -------------------------------------------------------------------
+    def _two_outputs(self, message: str) -> None:
+        self._warn(
+            f"warning: step {self._next_step} ({self._where()}): {message} "
+            f"(policy {self.policy_name!r} keeps the reference's behaviour)"
+        )
 
     def _has_work(self) -> bool:
         try:
             answer = self.policy.has_work()
         except Exception as e:
             raise self._crash("has_work", e) from e
-        if answer != bool(self.queued):
+        if answer != bool(self.ledger.queued):
             raise self._broken(
-                f"has_work() is {answer} but {len(self.queued)} accepted tasks are queued"
+                f"has_work() is {answer} but {len(self.ledger)} accepted tasks are queued"
             )
         return answer
 
-    def _take_back(self, t: Task, call: str) -> None:
-        tid = t.tid
-        if self.queued.get(tid) is not t:
-            raise self._broken(
-                f"{call} returned task {show_id(tid)}, which is not queued "
-                "(returned twice, or never accepted)"
-            )
-        del self.queued[tid]
-        per_session = self.per_session
-        left = per_session[t.sid] - 1
-        if left:
-            per_session[t.sid] = left
-        else:
-            del per_session[t.sid]
-
-    # --- events -----------------------------------------------------------------------
+    # --- one call each ------------------------------------------------------------------
 
     def submit(self, event: Event) -> None:
         tasks = event.tasks or []
@@ -209,13 +206,7 @@ class Replayer:
             raise self._crash("submit", e) from e
         totals = self.totals
         if reason is None:
-            queued = self.queued
-            per_session = self.per_session
-            for t in tasks:
-                if t.tid in queued:
-                    raise self._broken(f"accepted tid {show_id(t.tid)} while it was queued")
-                queued[t.tid] = t
-                per_session[t.sid] = per_session.get(t.sid, 0) + 1
+            self.ledger.accept(tasks)
             totals.accepted += len(tasks)
             if self.observer is not None:
                 self.observer.accepted(tasks, self._next_step)
@@ -235,21 +226,12 @@ class Replayer:
 
     def cancel(self, event: Event) -> None:
         sid = event.sid
-        assert sid is not None
+        assert sid is not None  # the reader never builds a cancel without one
         try:
             dropped = self.policy.cancel(sid)
         except Exception as e:
             raise self._crash("cancel", e) from e
-        for t in dropped:
-            if t.sid != sid:
-                raise self._broken(
-                    f"cancel({show_id(sid)}) returned task {show_id(t.tid)} of session "
-                    f"{show_id(t.sid)}"
-                )
-            self._take_back(t, "cancel")
-        left = self.per_session.get(sid)
-        if left:
-            raise self._broken(f"cancel({show_id(sid)}) kept {left} of its queued tasks")
+        self.ledger.cancelled(sid, dropped)
         self.totals.cancelled += len(dropped)
         if self.observer is not None:
             self.observer.dropped(dropped, self._next_step)
@@ -262,10 +244,7 @@ class Replayer:
             dropped = self.policy.clear()
         except Exception as e:
             raise self._crash("clear", e) from e
-        for t in dropped:
-            self._take_back(t, "clear")
-        if self.queued:
-            raise self._broken(f"clear() kept {len(self.queued)} queued tasks")
+        self.ledger.cleared(dropped)
         self.totals.cancelled += len(dropped)
         if self.observer is not None:
             self.observer.dropped(dropped, self._next_step)
@@ -273,43 +252,13 @@ class Replayer:
 
     def get_work(self, step: int, event: Event | None = None) -> int:
         """One get_work call recorded as ``step``; returns the batch size."""
+        self._next_step = step
         try:
             batch = self.policy.get_work()
         except Exception as e:
             raise self._crash("get_work", e) from e
-        queued = self.queued
-        per_session = self.per_session
-        tokens = 0
-        entries = []
-        sessions: dict[Id, Task] = {}
-        for t in batch:
-            tid = t.tid
-            if queued.get(tid) is not t:
-                raise self._broken(
-                    f"get_work returned task {show_id(tid)}, which is not queued "
-                    "(returned twice, or never accepted)"
-                )
-            del queued[tid]
-            sid = t.sid
-            left = per_session[sid] - 1
-            if left:
-                per_session[sid] = left
-            else:
-                del per_session[sid]
-            prev = sessions.get(sid)
-            if prev is not None:
-                self._check_same_session(prev, t)
-            sessions[sid] = t
-            tokens += t.size
-            entries.append(  # task_entry(t), inlined: this loop is the hot path
-                {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size}
-                if t.meta is None
-                else {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size, "meta": t.meta}
-            )
+        tokens, entries = self.ledger.dispatched(batch)
         totals = self.totals
-        budget = totals.budget
-        if budget is not None and tokens > budget:
-            raise self._broken(f"a batch of {tokens} tokens exceeds its budget of {budget}")
         totals.steps += 1
         totals.dispatched += len(batch)
         totals.tokens += tokens
@@ -324,25 +273,12 @@ class Replayer:
             and event.expect is not None
             and not _same_ids([t.tid for t in batch], event.expect)
         ):
-            raise ExpectMismatch(Mismatch(step, event.line, event.expect, batch, dict(queued)))
-        self.emit({"step": step, "batch": entries, "tokens": tokens, "queued": len(queued)})
+            mismatch = Mismatch(step, event.line, event.expect, batch, dict(self.ledger.queued))
+            raise ExpectMismatch(mismatch)
+        self.emit({"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)})
         if self.on_step is not None:
             self.on_step(step)
         return len(batch)
-
-    def _check_same_session(self, prev: Task, t: Task) -> None:
-        if prev.kind is DECODE or t.kind is DECODE:
-            raise self._broken(
-                f"session {show_id(t.sid)} has a decode beside another of its tasks in one batch"
-            )
-        if prev.produce_output and t.produce_output:
-            message = f"one batch owes session {show_id(t.sid)} two outputs"
-            if self._two_outputs_fatal:
-                raise self._broken(message)
-            self.warn(
-                f"warning: step {self._next_step} ({self._where()}): {message} "
-                f"(policy {self.policy_name!r} keeps the reference's behaviour)"
-            )
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -356,99 +292,73 @@ class Replayer:
                 empty_run += 1
                 if empty_run >= STUCK_AFTER:
                     raise self._broken(
-                        f"{STUCK_AFTER} empty batches in a row while {len(self.queued)} "
+                        f"{STUCK_AFTER} empty batches in a row while {len(self.ledger)} "
                         "tasks are queued: the replay would never finish"
                     )
             step += 1
         return step
 
-    def run(self, events: Iterable[Event], *, explicit: bool) -> Totals:
-        """Replay every event, then finish (drain as the mode says, and account)."""
-        self.start(explicit=explicit)
-        if explicit:
-            # The hot loop of explicit traces, inlined from feed().
-            submit, get_work = self.submit, self.get_work
-            for event in events:
-                op = event.op
-                self._line = event.line
-                if op == "submit":
-                    submit(event)
-                elif op == "get_work":
-                    get_work(self._step, event)
-                    self._step += 1
-                else:
-                    self._apply(event)
-        else:
-            feed = self.feed
-            for event in events:
-                feed(event)
-        return self.close()
-
-    def start(self, *, explicit: bool) -> None:
-        self._explicit = explicit
-        self.totals.mode = EXPLICIT if explicit else PLAIN
-        self._step = 0
-        self._current: int | None = None
+    def _advance(self, event: Event) -> None:
+        """Stepped traces: run the steps an event's step number moves past."""
+        moved = self.clock.advance(event)
+        if moved is not None:
+            old, new = moved
+            if self._has_work():
+                self.get_work(old)
+            self._drain_from(old + 1, until=new)
+            self._line = event.line
+        if self.clock.mode is not EXPLICIT:
+            self._next_step = self.clock.final_step
 
     def feed(self, event: Event) -> None:
         """Apply one event, calling get_work where the step mode says."""
         self._line = event.line
-        if self._explicit:
-            if event.op == "get_work":
-                self.get_work(self._step, event)
-                self._step += 1
-            else:
-                self._apply(event)
-            return
-        # Stepped and plain: an event without a step belongs to the step of the event
-        # before it (0 at the start); a trace with no steps is one step 0, then a drain.
-        step = event.step
-        current = self._current
-        if step is not None:
-            self.totals.mode = STEPPED
-        else:
-            step = current if current is not None else 0
-        if current is None:
-            self._current = self._next_step = step
-        elif step > current:
-            if self._has_work():
-                self.get_work(current)
-            self._drain_from(current + 1, until=step)
-            self._current = self._next_step = step
-            self._line = event.line
-        self._apply(event)
-
-    def close(self) -> Totals:
-        """After the last event: drain (stepped and plain, or --drain) and account."""
-        self._line = 0
-        if self._explicit:
-            if self.drain:
-                self._drain_from(self._step)
-        else:
-            current = self._current if self._current is not None else 0
-            if self._has_work():
-                self.get_work(current)
-            self._drain_from(current + 1)
-        self.finish()
-        return self.totals
-
-    def _apply(self, event: Event) -> None:
         op = event.op
+        if op == "get_work":
+            self.get_work(self.clock.get_work_step(event), event)
+            return
+        if event.step is not None or self.clock.current is None:
+            self._advance(event)
         if op == "submit":
             self.submit(event)
         elif op == "cancel":
             self.cancel(event)
-        elif op == "clear":
-            self.clear(event)
         else:
-            raise AssertionError(op)
+            self.clear(event)
+
+    def run(self, events: Iterable[Event]) -> Totals:
+        """Replay every event, then close: the hot loop, ``feed`` inlined for submit."""
+        submit, feed, clock = self.submit, self.feed, self.clock
+        for event in events:
+            if event.op == "submit" and event.step is None and clock.current is not None:
+                self._line = event.line
+                submit(event)
+            else:
+                feed(event)
+        return self.close()
+
+    def close(self) -> Totals:
+        """After the last event: drain as the mode says, then account."""
+        self._line = 0
+        clock = self.clock
+        self.totals.mode = clock.mode
+        if clock.mode is EXPLICIT:
+            if self.drain:
+                self._drain_from(clock.next_explicit)
+        else:
+            step = clock.final_step
+            if self._has_work():
+                self.get_work(step)
+            self._drain_from(step + 1)
+        self.finish()
+        return self.totals
 
     def finish(self) -> None:
         """The accounting check: every accepted task dispatched, cancelled or queued."""
         totals = self.totals
         self._has_work()
-        totals.queued = len(self.queued)
-        totals.still_queued = list(self.queued)
+        totals.queued = len(self.ledger)
+        totals.still_queued = list(self.ledger.queued)
         if totals.accepted != totals.dispatched + totals.cancelled + totals.queued:
             raise self._broken(
                 f"accepted {totals.accepted} != dispatched {totals.dispatched} + cancelled "
@@ -457,9 +367,8 @@ class Replayer:
         self.emit(totals.end_record())
 
 
-def _stderr_warning(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
 def _same_ids(got: list[Id], expected: list[Id]) -> bool:
     return len(got) == len(expected) and all(map(same_id, got, expected))
+
+
+__all__ = ["EXPLICIT", "PLAIN", "STEPPED", "Emit", "Observer", "Record", "Replayer", "Totals"]

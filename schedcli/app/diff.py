@@ -8,14 +8,14 @@ from typing import Any
 
 import orjson
 
-from .dump import Record, batch_tasks, read_dump
-from .metrics import StepMetrics
-from .registry import config_label
-from .replay import Replayer
-from .run import choose_policy, open_replay
-from .source import DEFAULT_MAX_LINE_BYTES, display_name
-from .task import Task, ids_only_in
-from .trace import Event
+from ..engine.metrics import StepMetrics
+from ..engine.replay import Replayer
+from ..engine.run import choose_policy, open_replay
+from ..formats.dump import Record, batch_tasks, read_dump
+from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
+from ..formats.trace import Event
+from ..model.task import Task, ids_only_in
+from ..policies.registry import config_label
 
 
 @dataclass
@@ -182,14 +182,18 @@ def diff_trace(
             ta.policy,
             aligner.sink("a"),
             policy_name=ta.policy_name,
+            trace_name=name,
             drain=drain,
             observer=metrics_a,
         )
         side_b = Replayer(
-            policy_b, aligner.sink("b"), policy_name=label_b, drain=drain, observer=metrics_b
+            policy_b,
+            aligner.sink("b"),
+            policy_name=label_b,
+            trace_name=name,
+            drain=drain,
+            observer=metrics_b,
         )
-        side_a.start(explicit=ta.explicit)
-        side_b.start(explicit=ta.explicit)
         for event in ta.reader:
             twin = _clone(event)
             side_a.feed(event)

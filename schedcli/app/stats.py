@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .dump import batch_tasks, read_dump
-from .metrics import StepMetrics
-from .run import open_replay
-from .source import display_name, sniff_kind
+from ..engine.metrics import StepMetrics
+from ..engine.run import open_replay
+from ..formats.dump import batch_tasks, read_dump
+from ..formats.source import display_name, sniff_kind
 
 
 def _dump_stats(path: str) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from typing import IO, Any
 
 import orjson
 
+from ..model.errors import InputError, UsageError
 from .dump import JsonlWriter
-from .errors import InputError, UsageError
 from .source import display_name, numbered_lines, open_binary
 
 

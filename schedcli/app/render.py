@@ -10,10 +10,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .dump import Divergence, Record
-from .interrupt import whole_write
-from .replay import Mismatch, Totals
-from .task import Id, Task, id_key, ids_only_in, show_id
+from ..engine.replay import Mismatch, Totals
+from ..formats.dump import Divergence, Record
+from ..formats.interrupt import whole_write
+from ..model.task import Id, Task, id_key, ids_only_in, show_id
 
 
 def _step_table(header: bool) -> Table:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import gzip
-import shutil
 import sys
-import tempfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +12,7 @@ from typing import BinaryIO
 
 import orjson
 
-from .errors import InputError
+from ..model.errors import InputError
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -102,18 +100,6 @@ def numbered_lines(
         raise InputError(name, lineno + 1, f"corrupt gzip data: {e}") from None
     except EOFError:
         raise InputError(name, lineno + 1, "gzip data ends early: the file was cut short") from None
-
-
-@contextmanager
-def readable_twice(path: str) -> Iterator[str]:
-    """A path that can be opened more than once: standard input is spooled to disk."""
-    if path != "-":
-        yield path
-        return
-    with tempfile.NamedTemporaryFile(prefix="schedcli-stdin-") as spool:
-        shutil.copyfileobj(sys.stdin.buffer, spool, _CHUNK)
-        spool.flush()
-        yield spool.name
 
 
 def sniff_kind(path: str) -> str:

@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from .errors import InputError
+from ..model.errors import InputError
+from ..model.task import Id, id_key, show_id
 from .source import display_name, numbered_lines, open_binary
-from .task import Id, id_key, show_id
 
 FIELDS = frozenset(
     ("sid", "arrival", "prompt_tokens", "output_tokens", "cancel_after", "priority", "meta")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,9 +11,9 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from .errors import InputError
+from ..model.errors import InputError
+from ..model.task import KINDS, Id, Task, show_id
 from .source import DEFAULT_MAX_LINE_BYTES, display_name, numbered_lines, open_binary
-from .task import KINDS, Id, Task, show_id
 
 FORMAT_VERSION = 1
 _INT_MIN = -(2**63)
@@ -500,47 +499,3 @@ def open_trace(
         raw = getattr(stream, "fileobj", stream)
         reader.position = raw.tell
         yield reader
-
-
-def has_get_work(path: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> bool:
-    """Whether the trace holds a get_work event (which makes it an explicit call log).
-
-    Scans raw bytes and parses only lines that mention get_work, stopping at the
-    first real one, so deciding the mode costs little beside the replay itself.
-    """
-    try:
-        return _scan_for_get_work(path, max_line_bytes)
-    except (OSError, EOFError, zlib.error, InputError):
-        return False  # unreadable: the reading pass reports it where it happens
-
-
-def _scan_for_get_work(path: str, max_line_bytes: int) -> bool:
-    needle = b"get_work"
-    with open_binary(path) as stream:
-        tail = b""
-        while True:
-            chunk = stream.read(1 << 20)
-            if not chunk:
-                data = tail
-                tail = b""
-            else:
-                data = tail + chunk
-                cut = data.rfind(b"\n") + 1
-                if cut == 0 and len(data) <= max_line_bytes:
-                    tail = data
-                    continue
-                data, tail = data[:cut] if cut else data, data[cut:] if cut else b""
-            pos = data.find(needle)
-            while pos != -1:
-                start = data.rfind(b"\n", 0, pos) + 1
-                end = data.find(b"\n", pos)
-                line = data[start : end if end != -1 else len(data)]
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    obj = None
-                if type(obj) is dict and obj.get("op") == "get_work":
-                    return True
-                pos = data.find(needle, end if end != -1 else len(data))
-            if not chunk:
-                return False

@@ -14,10 +14,10 @@ from typing import IO, Any
 
 import orjson
 
-from .errors import InputError, UsageError
+from ..model.errors import InputError, UsageError
+from ..model.task import Id, Task, same_id
 from .interrupt import guard, raise_held
 from .source import display_name, numbered_lines, open_binary
-from .task import Id, Task, same_id
 
 Record = dict[str, Any]
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE

@@ -1,0 +1,76 @@
+"""The step clock: the trace's step mode, decided as events arrive, and when get_work is due.
+
+A trace is plain until its first ``get_work`` (then explicit) or its first event with a
+``step`` (then stepped). Plain mode calls get_work only after the last event, so switching
+out of it loses nothing, and the input is read once: files, ``.gz`` and pipes alike.
+"""
+
+from __future__ import annotations
+
+from ..formats.trace import Event
+from ..model.errors import InputError
+
+EXPLICIT, STEPPED, PLAIN = "explicit", "stepped", "plain"
+
+
+class StepClock:
+    """Numbers explicit steps and tells the driver when a stepped trace's step advances."""
+
+    def __init__(self, trace_name: str) -> None:
+        self.trace_name = trace_name
+        self.mode = PLAIN
+        self._mode_line = 0
+        # Explicit mode: the number the next get_work event gets.
+        self.next_explicit = 0
+        # Stepped and plain: the step the events being applied belong to (None: no event
+        # yet). An event without a step belongs to the step of the one before (0 at first).
+        self.current: int | None = None
+
+    def get_work_step(self, event: Event) -> int:
+        """The step number of a get_work event; an error in a stepped trace."""
+        if self.mode is not EXPLICIT:
+            if self.mode is STEPPED:
+                raise InputError(
+                    self.trace_name,
+                    event.line,
+                    f"get_work in a stepped trace (line {self._mode_line} gave a step, so "
+                    "get_work is called once per step); a trace uses get_work events or "
+                    "steps, not both",
+                )
+            self.mode = EXPLICIT
+            self._mode_line = event.line
+        step = self.next_explicit
+        self.next_explicit = step + 1
+        return step
+
+    def advance(self, event: Event) -> tuple[int, int] | None:
+        """For an event that is not get_work: ``(old, new)`` when it moves the step on."""
+        step = event.step
+        current = self.current
+        if step is None:
+            if current is None:
+                self.current = 0
+            return None
+        if self.mode is not STEPPED:
+            if self.mode is EXPLICIT:
+                raise InputError(
+                    self.trace_name,
+                    event.line,
+                    f"{event.op} with a step in an explicit trace (the get_work at line "
+                    f"{self._mode_line} made it one); a trace uses get_work events or steps, "
+                    "not both",
+                )
+            self.mode = STEPPED
+            self._mode_line = event.line
+        if current is None:
+            self.current = step
+            return None
+        if step > current:
+            self.current = step
+            return current, step
+        return None
+
+    @property
+    def final_step(self) -> int:
+        """Stepped and plain: the step the last events belong to (0 if none)."""
+        return self.current if self.current is not None else 0

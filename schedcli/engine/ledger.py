@@ -1,0 +1,127 @@
+"""The engine's own record of accepted tasks, against which every policy answer is checked.
+
+A policy that loses a task, returns one twice, breaks a session rule or overspends its
+budget is caught by the call that does it (InvariantError, exit 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..model.errors import InvariantError
+from ..model.task import DECODE, Id, Task, show_id
+
+Record = dict[str, Any]
+
+
+class Ledger:
+    """tid -> accepted task not yet returned, in acceptance order; counts per session.
+
+    ``broken(message)`` builds the error to raise, located where the replay is;
+    ``warn(message)`` reports a session-rule break the policy declared it makes.
+    """
+
+    def __init__(
+        self,
+        broken: Callable[[str], InvariantError],
+        warn: Callable[[str], None],
+        *,
+        budget: int | None,
+        two_outputs_fatal: bool = True,
+    ) -> None:
+        self.queued: dict[Id, Task] = {}
+        self.per_session: dict[Id, int] = {}
+        self.budget = budget
+        self._broken = broken
+        self._warn = warn
+        self._two_outputs_fatal = two_outputs_fatal
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+    def accept(self, tasks: list[Task]) -> None:
+        queued, per_session = self.queued, self.per_session
+        for t in tasks:
+            if t.tid in queued:
+                raise self._broken(f"accepted tid {show_id(t.tid)} while it was queued")
+            queued[t.tid] = t
+            per_session[t.sid] = per_session.get(t.sid, 0) + 1
+
+    def take_back(self, t: Task, call: str) -> None:
+        tid = t.tid
+        if self.queued.get(tid) is not t:
+            raise self._broken(
+                f"{call} returned task {show_id(tid)}, which is not queued "
+                "(returned twice, or never accepted)"
+            )
+        del self.queued[tid]
+        per_session = self.per_session
+        left = per_session[t.sid] - 1
+        if left:
+            per_session[t.sid] = left
+        else:
+            del per_session[t.sid]
+
+    def cancelled(self, sid: Id, dropped: list[Task]) -> None:
+        for t in dropped:
+            if t.sid != sid:
+                raise self._broken(
+                    f"cancel({show_id(sid)}) returned task {show_id(t.tid)} of session "
+                    f"{show_id(t.sid)}"
+                )
+            self.take_back(t, "cancel")
+        left = self.per_session.get(sid)
+        if left:
+            raise self._broken(f"cancel({show_id(sid)}) kept {left} of its queued tasks")
+
+    def cleared(self, dropped: list[Task]) -> None:
+        for t in dropped:
+            self.take_back(t, "clear")
+        if self.queued:
+            raise self._broken(f"clear() kept {len(self.queued)} queued tasks")
+
+    def dispatched(self, batch: list[Task]) -> tuple[int, list[Record]]:
+        """Take a batch back; returns its tokens and its dump entries. The hot loop."""
+        queued, per_session = self.queued, self.per_session
+        tokens = 0
+        entries = []
+        sessions: dict[Id, Task] = {}
+        for t in batch:
+            tid = t.tid
+            if queued.get(tid) is not t:
+                raise self._broken(
+                    f"get_work returned task {show_id(tid)}, which is not queued "
+                    "(returned twice, or never accepted)"
+                )
+            del queued[tid]
+            sid = t.sid
+            left = per_session[sid] - 1
+            if left:
+                per_session[sid] = left
+            else:
+                del per_session[sid]
+            prev = sessions.get(sid)
+            if prev is not None:
+                self._same_session(prev, t)
+            sessions[sid] = t
+            tokens += t.size
+            entries.append(
+                {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size}
+                if t.meta is None
+                else {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size, "meta": t.meta}
+            )
+        if self.budget is not None and tokens > self.budget:
+            raise self._broken(f"a batch of {tokens} tokens exceeds its budget of {self.budget}")
+        return tokens, entries
+
+    def _same_session(self, prev: Task, t: Task) -> None:
+        if prev.kind is DECODE or t.kind is DECODE:
+            raise self._broken(
+                f"session {show_id(t.sid)} has a decode beside another of its tasks in one batch"
+            )
+        if prev.produce_output and t.produce_output:
+            message = f"one batch owes session {show_id(t.sid)} two outputs"
+            if self._two_outputs_fatal:
+                raise self._broken(message)
+            self._warn(message)
