@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from schedcli import BUILTIN_POLICIES, build_policy
 from schedcli.engine.simulate import CostModel, simulate
 from schedcli.formats.workload import Request
+from schedcli.formats.writer import TraceWriter
 from tests.helpers import REAL, ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden" / "azure-conv-60.json"
@@ -48,7 +51,7 @@ def test_every_request_finishes_or_is_cancelled_and_tokens_add_up(
 ) -> None:
     reqs = workload(spec)
     policy = build_policy(name, {"max_batch_tokens": 300, "max_prefill_chunk_size": 128})
-    events: list[dict[str, object]] = []
+    out = io.BytesIO()
     result = simulate(
         reqs,
         policy,
@@ -56,8 +59,9 @@ def test_every_request_finishes_or_is_cancelled_and_tokens_add_up(
         params={},
         chunk_size=128,
         cost=CostModel(),
-        emit=events.append,
+        trace=TraceWriter(out),
     )
+    events = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert result.requests == len(reqs)
     assert result.finished + result.cancelled == len(reqs)
     assert result.rejected == 0

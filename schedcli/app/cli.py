@@ -1,7 +1,8 @@
 """The command line: parse options, call library functions, map errors to exit codes.
 
 Exit codes: 0 ok, 1 a check found a difference, 2 bad input or usage,
-3 a policy broke the Scheduler contract, 130 interrupted (143 on SIGTERM).
+3 a policy broke the Scheduler contract, 4 an internal error of schedcli,
+130 interrupted (143 on SIGTERM).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from ..formats.dump import (
     parse_id_option,
 )
 from ..formats.interrupt import Stopped, guard
-from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name, file_size
+from ..formats.source import DEFAULT_MAX_LINE_BYTES, WaitHook, display_name, file_size
+from ..formats.writer import TraceWriter
 from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
 from .perfetto import PerfettoWriter
 from .progress import ProgressBar
@@ -43,7 +45,8 @@ from .render import TableView, golden_view, mismatch_view, summary_table
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
-    "3 a policy broke the Scheduler contract (a policy bug); 130 interrupted; 143 terminated."
+    "3 a policy broke the Scheduler contract (a policy bug); 4 an internal error of schedcli; "
+    "130 interrupted; 143 terminated."
 )
 
 app = typer.Typer(
@@ -56,6 +59,9 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# A bug in schedcli itself; 3 stays "a policy broke the contract".
+INTERNAL_ERROR = 4
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=False)
 
@@ -201,6 +207,13 @@ def replay(
     ] = False,
     max_line_bytes: MaxLineOption = DEFAULT_MAX_LINE_BYTES,
     perfetto: PerfettoOption = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep reading FILE as it grows (like tail -f) until Ctrl-C.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a trace through a policy and show or dump every batch.
 
@@ -214,11 +227,22 @@ def replay(
     sid = parse_id_option(session) if session is not None else None
     to_terminal = output is None and sys.stdout.isatty()
     chosen = fmt or (OutputFormat.table if to_terminal else OutputFormat.jsonl)
+    # From a pipe or a followed file, each record is written out before input is awaited.
+    flush_before_wait = WaitHook()
     with ExitStack() as stack:
         opened = stack.enter_context(
-            open_replay(trace, policy=policy, params=params, max_line_bytes=max_line_bytes)
+            open_replay(
+                trace,
+                policy=policy,
+                params=params,
+                max_line_bytes=max_line_bytes,
+                on_wait=flush_before_wait,
+                follow=follow,
+            )
         )
         out = stack.enter_context(output_stream(output))
+        flush_before_wait.add(out.flush)
+        flush_before_wait.add(sys.stdout.flush)
         emitters: list[Any] = []
         console: Console | None = None
         if chosen is OutputFormat.table:
@@ -505,24 +529,19 @@ def simulate(
     size = chunk_size or chunk_size_for(built)
     cost = CostModel(cost_a, cost_b, cost_c)
     with ExitStack() as stack:
-        emit = None
+        trace: TraceWriter | None = None
         if output is not None:
-            out = stack.enter_context(atomic_output(output))
-            writer = JsonlWriter(out)
-            writer(
+            trace = TraceWriter(stack.enter_context(atomic_output(output)))
+            trace.header(
+                label,
+                declared,
                 {
-                    "schedcli": 1,
-                    "policy": label,
-                    "params": declared,
-                    "meta": {
-                        "generated_by": "schedcli simulate",
-                        "workload": workload,
-                        "chunk_size": size,
-                        "cost_model": {"a": cost.a, "b": cost.b, "c": cost.c},
-                    },
-                }
+                    "generated_by": "schedcli simulate",
+                    "workload": workload,
+                    "chunk_size": size,
+                    "cost_model": {"a": cost.a, "b": cost.b, "c": cost.c},
+                },
             )
-            emit = writer
         on_batch = None
         timeline: PerfettoWriter | None = None
         if perfetto:
@@ -541,7 +560,7 @@ def simulate(
                 params=declared,
                 chunk_size=size,
                 cost=cost,
-                emit=emit,
+                trace=trace,
                 slo_ttft=slo_ttft,
                 slo_tpot=slo_tpot,
                 on_progress=lambda requests, t: progress.update(requests, t=t),
@@ -683,5 +702,5 @@ def main(argv: list[str] | None = None) -> None:
             "(set SCHEDCLI_DEBUG=1 for the traceback, and please report it)",
             file=sys.stderr,
         )
-        _exit(3)
+        _exit(INTERNAL_ERROR)
     _exit(0)

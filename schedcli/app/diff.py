@@ -168,9 +168,7 @@ def diff_trace(
     """Replay one trace under two configurations in lockstep and compare every step."""
     with open_replay(path, policy=a.policy, params=a.params, max_line_bytes=max_line_bytes) as ta:
         name = display_name(path)
-        policy_b, label_b, params_b = choose_policy(
-            ta.reader.header, name, b.policy, b.params
-        )
+        policy_b, label_b, params_b = choose_policy(ta.reader.header, name, b.policy, b.params)
         result = DiffResult(
             (config_label(ta.policy_name, ta.params), config_label(label_b, params_b)),
             (dict(ta.params), dict(params_b)),

@@ -116,8 +116,14 @@ def open_replay(
     params: Mapping[str, object] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     note: Callable[[str], None] = _stderr_note,
+    on_wait: Callable[[], None] | None = None,
+    follow: bool = False,
 ) -> Iterator[OpenTrace]:
+    """The trace opened for one pass, its policy built. ``on_wait`` runs before reading
+    from a pipe (or a ``follow``ed file) would wait: flush outputs there."""
     name = display_name(path)
-    with open_trace(path, name=name, max_line_bytes=max_line_bytes) as reader:
+    with open_trace(
+        path, name=name, max_line_bytes=max_line_bytes, on_wait=on_wait, follow=follow
+    ) as reader:
         built, label, used = choose_policy(reader.header, name, policy, params or {}, note)
         yield OpenTrace(reader, built, label, used, name)

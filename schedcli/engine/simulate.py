@@ -14,12 +14,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..formats.workload import Request
+from ..formats.writer import TraceWriter
 from ..model.errors import InvariantError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
 from .metrics import jain_index, percentile
-
-Record = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -110,6 +109,27 @@ class SimResult:
     slo_ttft: float | None = None
     slo_tpot: float | None = None
 
+    def finish(self, req: _Live) -> None:
+        """A request produced its last token (or gave up): its latencies and SLO verdict."""
+        self.e2e.append(req.last_token - req.arrival)
+        self.e2e_steps.append(req.last_token_step - req.arrival_step)
+        span = req.last_token - req.arrival
+        self.service_rate.append(req.produced / span if span > 0 else float(req.produced))
+        tpot = None
+        if req.produced > 1:
+            tpot = (req.last_token - req.first_token) / (req.produced - 1)
+            self.tpot.append(tpot)
+            self.tpot_steps.append(
+                (req.last_token_step - req.first_token_step) / (req.produced - 1)
+            )
+        if req.produced == req.output:
+            ttft = req.first_token - req.arrival
+            slo_ttft, slo_tpot = self.slo_ttft, self.slo_tpot
+            if (slo_ttft is None or ttft <= slo_ttft) and (
+                slo_tpot is None or tpot is None or tpot <= slo_tpot
+            ):
+                self.good += 1
+
     def summary(self) -> dict[str, Any]:
         span = self.end - self.start
         out: dict[str, Any] = {
@@ -173,6 +193,149 @@ def chunk_size_for(policy: Scheduler) -> int:
     return int(policy.params().get("max_prefill_chunk_size", DEFAULT_CHUNK_SIZE))
 
 
+class _Runner:
+    """The closed loop of one simulation; ``run`` is the loop, each method one phase."""
+
+    def __init__(
+        self,
+        policy: Scheduler,
+        result: SimResult,
+        policy_name: str,
+        trace: TraceWriter | None,
+        on_batch: Callable[[int, float, float, list[Task], int], None] | None,
+    ) -> None:
+        self.policy = policy
+        self.result = result
+        self.policy_name = policy_name
+        self.trace = trace
+        self.on_batch = on_batch
+        self.live: dict[Id, _Live] = {}
+        self.deadlines: list[tuple[float, int, Id]] = []
+        self.t = 0.0
+        self.step = 0
+        self.next_tid = 0
+        self.queued = 0  # tasks accepted and not yet dispatched or cancelled
+
+    def admit(self, req: Request) -> None:
+        """A request arrives: its prompt is submitted as one group of chunks."""
+        result = self.result
+        result.requests += 1
+        tasks = []
+        pos = 0
+        prompt = req.prompt_tokens
+        while pos < prompt:
+            size = min(result.chunk_size, prompt - pos)
+            last = pos + size == prompt
+            tasks.append(
+                Task(
+                    self.next_tid,
+                    req.sid,
+                    PREFILL,
+                    size,
+                    position=pos,
+                    produce_output=last,
+                    priority=req.priority,
+                )
+            )
+            self.next_tid += 1
+            pos += size
+        reason = self.policy.try_submit(tasks)
+        if self.trace is not None:
+            # The workload's meta rides on the submit, carried through.
+            self.trace.submit(tasks, t=self.t, inline=False, meta=req.meta)
+        if reason is not None:
+            result.rejected += 1
+            return
+        self.queued += len(tasks)
+        self.live[req.sid] = _Live(req, self.step)
+        if req.cancel_after is not None:
+            heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
+
+    def cancel_due(self) -> None:
+        """Clients whose patience ran out by now give up."""
+        deadlines = self.deadlines
+        while deadlines and deadlines[0][0] <= self.t:
+            _, _, sid = heapq.heappop(deadlines)
+            victim = self.live.pop(sid, None)
+            if victim is None:
+                continue  # finished in time
+            self.queued -= len(self.policy.cancel(sid))
+            if self.trace is not None:
+                self.trace.cancel(sid, t=self.t)
+            victim.cancelled = True
+            self.result.cancelled += 1
+
+    def run_batch(self, batch: list[Task], cost: CostModel) -> None:
+        """Dispatch a non-empty batch: time advances, tokens are produced, decodes follow."""
+        result = self.result
+        tokens = 0
+        decodes = 0
+        for x in batch:
+            tokens += x.size
+            if x.kind is DECODE:
+                decodes += 1
+        start = self.t
+        end = start + cost.a + cost.b * tokens + cost.c * decodes
+        self.queued -= len(batch)
+        if self.on_batch is not None:
+            self.on_batch(self.step, start, end, batch, self.queued)
+        result.batch_tokens += tokens
+        result.decode_tokens += decodes
+        result.prefill_tokens += tokens - decodes
+        continuing = self._produce(batch, start, end)
+        self.t = end
+        self.step += 1
+        for req in continuing:
+            self._submit_decode(req)
+
+    def _produce(self, batch: list[Task], start: float, end: float) -> list[_Live]:
+        """Account the batch's outputs; returns the requests that go on decoding."""
+        result, live, step = self.result, self.live, self.step
+        continuing: list[_Live] = []
+        produced_now = 0
+        for x in batch:
+            req = live.get(x.sid)
+            if req is None:
+                raise InvariantError(
+                    f"policy {self.policy_name!r} dispatched task {x.tid} of no live request"
+                )
+            if req.first_dispatch_step < 0:
+                req.first_dispatch = start
+                req.first_dispatch_step = step
+                result.queue_delay.append(start - req.arrival)
+                result.queue_delay_steps.append(step - req.arrival_step)
+            if not x.produce_output:
+                continue
+            produced_now += 1
+            req.produced += 1
+            req.last_token = end
+            req.last_token_step = step + 1
+            if req.produced == 1:
+                req.first_token = end
+                req.first_token_step = step + 1
+                result.ttft.append(end - req.arrival)
+                result.ttft_steps.append(step + 1 - req.arrival_step)
+            if req.produced >= req.output:
+                del live[x.sid]
+                result.finished += 1
+                result.finish(req)
+            else:
+                continuing.append(req)
+        result.output_tokens += produced_now
+        return continuing
+
+    def _submit_decode(self, req: _Live) -> None:
+        tid = self.next_tid
+        self.next_tid += 1
+        task = Task(tid, req.sid, DECODE, 1, produce_output=True)
+        reason = self.policy.try_submit([task])
+        self.queued += 1
+        if self.trace is not None:
+            self.trace.submit([task], t=self.t)
+        if reason is not None:
+            raise InvariantError(f"policy {self.policy_name!r} rejected decode {tid}: {reason}")
+
+
 def simulate(
     requests: Iterable[Request],
     policy: Scheduler,
@@ -181,13 +344,13 @@ def simulate(
     params: dict[str, Any],
     chunk_size: int,
     cost: CostModel,
-    emit: Callable[[Record], None] | None = None,
+    trace: TraceWriter | None = None,
     slo_ttft: float | None = None,
     slo_tpot: float | None = None,
     on_progress: Callable[[int, float], None] | None = None,
     on_batch: Callable[[int, float, float, list[Task], int], None] | None = None,
 ) -> SimResult:
-    """Run the workload through ``policy``; ``emit`` receives the explicit-mode trace.
+    """Run the workload through ``policy``; ``trace`` receives the explicit-mode trace.
 
     ``on_batch(step, start, end, batch, queued)`` sees every dispatched batch in time.
     """
@@ -195,191 +358,43 @@ def simulate(
         raise UsageError("chunk size must be >= 1")
     result = SimResult(policy_name, params, cost, chunk_size, budget=policy.token_budget)
     result.slo_ttft, result.slo_tpot = slo_ttft, slo_tpot
-    a, b, c = cost.a, cost.b, cost.c
-    live: dict[Id, _Live] = {}
-    deadlines: list[tuple[float, int, Id]] = []
+    runner = _Runner(policy, result, policy_name, trace, on_batch)
     arrivals = iter(requests)
     pending = next(arrivals, None)
     if pending is not None:
         result.start = pending.arrival
-    t = result.start
-    step = 0
-    next_tid = 0
+    runner.t = result.start
     empty_run = 0
-    queued = 0  # tasks accepted and not yet dispatched or cancelled
-    submit = policy.try_submit
-    get_work = policy.get_work
-
-    def finish(req: _Live) -> None:
-        result.e2e.append(req.last_token - req.arrival)
-        result.e2e_steps.append(req.last_token_step - req.arrival_step)
-        span = req.last_token - req.arrival
-        result.service_rate.append(req.produced / span if span > 0 else float(req.produced))
-        tpot = None
-        if req.produced > 1:
-            tpot = (req.last_token - req.first_token) / (req.produced - 1)
-            result.tpot.append(tpot)
-            result.tpot_steps.append(
-                (req.last_token_step - req.first_token_step) / (req.produced - 1)
-            )
-        if req.produced == req.output:
-            ttft = req.first_token - req.arrival
-            if (slo_ttft is None or ttft <= slo_ttft) and (
-                slo_tpot is None or tpot is None or tpot <= slo_tpot
-            ):
-                result.good += 1
-
     while True:
-        while pending is not None and pending.arrival <= t:
-            req = pending
+        while pending is not None and pending.arrival <= runner.t:
+            runner.admit(pending)
             pending = next(arrivals, None)
-            result.requests += 1
-            tasks = []
-            pos = 0
-            prompt = req.prompt_tokens
-            while pos < prompt:
-                size = min(chunk_size, prompt - pos)
-                tasks.append(
-                    Task(
-                        next_tid,
-                        req.sid,
-                        PREFILL,
-                        size,
-                        position=pos,
-                        produce_output=pos + size == prompt,
-                        priority=req.priority,
-                    )
-                )
-                next_tid += 1
-                pos += size
-            reason = submit(tasks)
-            if emit is not None:
-                event: Record = {
-                    "op": "submit",
-                    "t": t,
-                    "tasks": [
-                        {
-                            "tid": x.tid,
-                            "sid": x.sid,
-                            "kind": "prefill",
-                            "size": x.size,
-                            "position": x.position,
-                            **({"priority": x.priority} if x.priority else {}),
-                        }
-                        for x in tasks
-                    ],
-                }
-                if req.meta is not None:
-                    event["meta"] = req.meta  # the workload's meta, carried through
-                emit(event)
-            if reason is not None:
-                result.rejected += 1
-                continue
-            queued += len(tasks)
-            live[req.sid] = _Live(req, step)
-            if req.cancel_after is not None:
-                heapq.heappush(deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
-        while deadlines and deadlines[0][0] <= t:
-            _, _, sid = heapq.heappop(deadlines)
-            victim = live.pop(sid, None)
-            if victim is None:
-                continue  # finished in time
-            queued -= len(policy.cancel(sid))
-            if emit is not None:
-                emit({"op": "cancel", "t": t, "sid": sid})
-            victim.cancelled = True
-            result.cancelled += 1
+        runner.cancel_due()
         if not policy.has_work():
-            if live:
+            if runner.live:
                 raise InvariantError(
-                    f"policy {policy_name!r} reports no work while {len(live)} requests wait"
+                    f"policy {policy_name!r} reports no work while {len(runner.live)} requests wait"
                 )
             if pending is None:
                 break
-            t = pending.arrival
+            runner.t = pending.arrival
             continue
-        batch = get_work()
-        if emit is not None:
-            emit({"op": "get_work", "step": step, "t": t, "expect": [x.tid for x in batch]})
-        if not batch:
+        batch = policy.get_work()
+        if trace is not None:
+            trace.get_work([x.tid for x in batch], step=runner.step, t=runner.t)
+        if batch:
+            empty_run = 0
+            runner.run_batch(batch, cost)
+        else:
             empty_run += 1
             if empty_run >= STUCK_AFTER:
                 raise InvariantError(
                     f"policy {policy_name!r}: {STUCK_AFTER} empty batches in a row while work "
                     "is queued: the simulation would never finish"
                 )
-            step += 1
-            continue
-        empty_run = 0
-        tokens = 0
-        decodes = 0
-        for x in batch:
-            tokens += x.size
-            if x.kind is DECODE:
-                decodes += 1
-        end = t + a + b * tokens + c * decodes
-        queued -= len(batch)
-        if on_batch is not None:
-            on_batch(step, t, end, batch, queued)
-        result.batch_tokens += tokens
-        result.decode_tokens += decodes
-        result.prefill_tokens += tokens - decodes
-        new_decodes: list[_Live] = []
-        produced_now = 0
-        for x in batch:
-            req_live = live.get(x.sid)
-            if req_live is None:
-                raise InvariantError(
-                    f"policy {policy_name!r} dispatched task {x.tid} of no live request"
-                )
-            if req_live.first_dispatch_step < 0:
-                req_live.first_dispatch = t
-                req_live.first_dispatch_step = step
-                result.queue_delay.append(t - req_live.arrival)
-                result.queue_delay_steps.append(step - req_live.arrival_step)
-            if not x.produce_output:
-                continue
-            produced_now += 1
-            req_live.produced += 1
-            req_live.last_token = end
-            req_live.last_token_step = step + 1
-            if req_live.produced == 1:
-                req_live.first_token = end
-                req_live.first_token_step = step + 1
-                result.ttft.append(end - req_live.arrival)
-                result.ttft_steps.append(step + 1 - req_live.arrival_step)
-            if req_live.produced >= req_live.output:
-                del live[x.sid]
-                result.finished += 1
-                finish(req_live)
-            else:
-                new_decodes.append(req_live)
-        result.output_tokens += produced_now
-        t = end
-        step += 1
-        for req_live in new_decodes:
-            decode_tid = next_tid
-            next_tid += 1
-            task = Task(decode_tid, req_live.sid, DECODE, 1, produce_output=True)
-            reason = submit([task])
-            queued += 1
-            if emit is not None:
-                emit(
-                    {
-                        "op": "submit",
-                        "t": t,
-                        "tid": decode_tid,
-                        "sid": task.sid,
-                        "kind": "decode",
-                        "size": 1,
-                    }
-                )
-            if reason is not None:
-                raise InvariantError(
-                    f"policy {policy_name!r} rejected decode {decode_tid}: {reason}"
-                )
-        if on_progress is not None and step % 4096 == 0:
-            on_progress(result.requests, t)
-    result.steps = step
-    result.end = t
+            runner.step += 1
+        if on_progress is not None and batch and runner.step % 4096 == 0:
+            on_progress(result.requests, runner.t)
+    result.steps = runner.step
+    result.end = runner.t
     return result

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import gzip
+import io
+import os
+import select
+import stat
 import sys
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import orjson
 
 from ..model.errors import InputError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -20,23 +28,109 @@ _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
 
 
+FOLLOW_POLL_SECONDS = 0.2
+
+
 def display_name(path: str) -> str:
     return "<stdin>" if path == "-" else path
 
 
+class WaitHook:
+    """What to do before input blocks: flush what has been written, so a live reader
+    sees each record as soon as it is known. Callbacks are added once outputs exist."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[], None]] = []
+
+    def add(self, callback: Callable[[], None]) -> None:
+        self.callbacks.append(callback)
+
+    def __call__(self) -> None:
+        for callback in self.callbacks:
+            callback()
+
+
+class _LiveRaw(io.RawIOBase):
+    """A pipe or terminal, read with os.read; ``on_wait`` runs whenever a read would block.
+
+    Files are read without this: asking before every read would cost, and never wait.
+    """
+
+    def __init__(self, fd: int, on_wait: Callable[[], None]) -> None:
+        self._fd = fd
+        self._on_wait = on_wait
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Buffer) -> int:
+        ready, _, _ = select.select([self._fd], [], [], 0)
+        if not ready:
+            self._on_wait()
+        return os.readv(self._fd, [memoryview(buffer)])
+
+
+class _FollowRaw(io.RawIOBase):
+    """A file still being written (``tail -f``): at its end, wait for more, never EOF.
+
+    Ends only with a signal (Ctrl-C), like tail -f.
+    """
+
+    def __init__(self, f: io.BufferedReader, on_wait: Callable[[], None]) -> None:
+        self._f = f
+        self._on_wait = on_wait
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Buffer) -> int:
+        while True:
+            n = self._f.readinto(buffer)
+            if n:
+                return int(n)
+            self._on_wait()
+            time.sleep(FOLLOW_POLL_SECONDS)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def _is_live(stream: BinaryIO) -> bool:
+    """A pipe, socket or terminal: input that can make a reader wait."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+    return not stat.S_ISREG(mode)
+
+
 @contextmanager
-def open_binary(path: str, name: str | None = None) -> Iterator[BinaryIO]:
+def open_binary(
+    path: str,
+    name: str | None = None,
+    *,
+    on_wait: Callable[[], None] | None = None,
+    follow: bool = False,
+) -> Iterator[BinaryIO]:
     """The file's bytes, decompressed when it is gzip (recognised by its magic bytes).
 
-    ``-`` is standard input.
+    ``-`` is standard input. ``on_wait`` runs before a read from a pipe or terminal (or a
+    followed file) would wait for more input. ``follow`` keeps reading a file that is
+    still being written.
     """
     name = name or display_name(path)
     raw: BinaryIO
+    owned: list[BinaryIO] = []
+    if follow and path == "-":
+        raise InputError(name, None, "--follow reads a file that is being written, not stdin")
     if path == "-":
         raw = sys.stdin.buffer
+        if on_wait is not None and _is_live(raw):
+            raw = io.BufferedReader(_LiveRaw(raw.fileno(), on_wait), 1 << 16)
     else:
         try:
-            raw = open(path, "rb")  # noqa: SIM115 - closed below
+            f = open(path, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
             raise InputError(name, None, "no such file") from None
         except IsADirectoryError:
@@ -45,6 +139,12 @@ def open_binary(path: str, name: str | None = None) -> Iterator[BinaryIO]:
             raise InputError(name, None, "permission denied") from None
         except OSError as e:
             raise InputError(name, None, f"cannot open: {e.strerror or e}") from None
+        raw = f
+        owned.append(f)
+        if follow:
+            raw = io.BufferedReader(_FollowRaw(f, on_wait or (lambda: None)), 1 << 16)
+        elif on_wait is not None and _is_live(f):
+            raw = io.BufferedReader(_LiveRaw(f.fileno(), on_wait), 1 << 16)
     try:
         head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
         if not head and raw.seekable():
@@ -58,7 +158,9 @@ def open_binary(path: str, name: str | None = None) -> Iterator[BinaryIO]:
             yield raw
     finally:
         if raw is not sys.stdin.buffer:
-            raw.close()
+            raw.close()  # the file, or our wrapper (which leaves a descriptor open)
+        for stream in owned:
+            stream.close()
 
 
 def numbered_lines(

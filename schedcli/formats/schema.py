@@ -1,0 +1,222 @@
+"""Trace format v1, declared once: the reader decodes with it, the writer and the docs
+follow it, and the error messages are derived from it (see ``explain``).
+
+msgspec decodes a line straight into these structs, validating as it goes, for less than
+the cost of parsing to dicts. A line it refuses is parsed again, only to say why.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from typing import Annotated, Any, Literal
+
+import msgspec
+import orjson
+from msgspec import Meta, Struct
+from msgspec import inspect as mi
+
+FORMAT_VERSION = 1
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+
+I64 = Annotated[int, Meta(ge=INT_MIN, le=INT_MAX)]
+Count = Annotated[int, Meta(ge=0, le=INT_MAX)]
+Id = I64 | str
+Kind = Annotated[Literal["prefill", "decode"], Meta(extra={"noun": '"prefill" or "decode"'})]
+Seconds = Annotated[float, Meta(extra={"noun": "a number of seconds"})]
+Tids = Annotated[list[Id], Meta(extra={"noun": "an array of tids", "item": "each expected tid"})]
+Tokens = Annotated[list[I64], Meta(extra={"noun": "an array of integers", "item": "each token"})]
+
+
+class TaskFields(Struct, forbid_unknown_fields=True):
+    """One task of a submit's ``tasks`` array."""
+
+    tid: Id
+    sid: Id
+    kind: Kind
+    size: Count | None = None
+    tokens: Tokens | None = None
+    position: Count | None = None
+    produce_output: bool | None = None
+    priority: I64 = 0
+    meta: Any = None
+
+
+TaskList = Annotated[list[TaskFields], Meta(extra={"noun": "an array of task objects"})]
+TASK_FIELDS = ("tid", "sid", "kind", "size", "tokens", "position", "produce_output", "priority")
+
+
+class Submit(Struct, tag_field="op", tag="submit", forbid_unknown_fields=True):
+    """A group (``tasks``), or one task's fields written on the event itself."""
+
+    tasks: TaskList | None = None
+    tid: Id | None = None
+    sid: Id | None = None
+    kind: Kind | None = None
+    size: Count | None = None
+    tokens: Tokens | None = None
+    position: Count | None = None
+    produce_output: bool | None = None
+    priority: I64 = 0
+    step: Count | None = None
+    t: Seconds | None = None
+    meta: Any = None
+
+
+class Cancel(Struct, tag_field="op", tag="cancel", forbid_unknown_fields=True):
+    sid: Id
+    step: Count | None = None
+    t: Seconds | None = None
+    meta: Any = None
+
+
+class GetWork(Struct, tag_field="op", tag="get_work", forbid_unknown_fields=True):
+    expect: Tids | None = None
+    step: Count | None = None
+    t: Seconds | None = None
+    meta: Any = None
+
+
+class Clear(Struct, tag_field="op", tag="clear", forbid_unknown_fields=True):
+    step: Count | None = None
+    t: Seconds | None = None
+    meta: Any = None
+
+
+class HeaderFields(Struct, forbid_unknown_fields=True):
+    schedcli: int
+    policy: str | None = None
+    params: dict[str, Any] | None = None
+    meta: Any = None
+
+
+EventStruct = Submit | Cancel | GetWork | Clear
+EVENTS: dict[str, type[Struct]] = {"submit": Submit, "cancel": Cancel, "get_work": GetWork}
+EVENTS["clear"] = Clear
+OPS = tuple(EVENTS)
+
+event_decoder = msgspec.json.Decoder(EventStruct)
+
+
+def json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number with a fraction" if not value.is_integer() else "an out-of-range number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def unknown_field(name: str, allowed: list[str], what: str) -> str:
+    hint = difflib.get_close_matches(name, sorted(allowed), n=1, cutoff=0.6)
+    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+    return f"unknown field {name!r} in {what}{did_you_mean}"
+
+
+@cache
+def _fields(cls: type[Struct]) -> tuple[mi.Field, ...]:
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    return info.fields
+
+
+def explain(obj: object, cls: type[Struct], what: str, skip: tuple[str, ...] = ()) -> str | None:
+    """Why ``obj`` (parsed JSON) is not a ``cls``, in the words of a person; None if it is.
+
+    ``skip`` names keys checked elsewhere (the ``op`` tag).
+    """
+    if type(obj) is not dict:
+        return f"{what} must be an object, not {json_type(obj)}"
+    fields = _fields(cls)
+    names = [f.encode_name for f in fields]
+    for key in obj:
+        if key not in names and key not in skip:
+            return unknown_field(key, names, what)
+    for f in fields:
+        if f.encode_name not in obj:
+            if f.required:
+                return f"{what} has no {f.encode_name}"
+            continue
+        problem = _value(obj[f.encode_name], f.type, f.encode_name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _unwrap(t: mi.Type) -> tuple[mi.Type, dict[str, Any]]:
+    if isinstance(t, mi.Metadata):
+        return t.type, dict(t.extra or {})
+    return t, {}
+
+
+def _value(value: object, t: mi.Type, name: str) -> str | None:
+    """Why ``value`` is not of type ``t`` (None if it is); ``name`` names it."""
+    t, extra = _unwrap(t)
+    if isinstance(t, mi.UnionType):
+        members = [m for m in t.types if not isinstance(m, mi.NoneType)]
+        if value is None and len(members) < len(t.types):
+            return None
+        problems = [_value(value, m, name) for m in members]
+        if any(p is None for p in problems):
+            return None
+        kinds = {type(_unwrap(m)[0]) for m in members}
+        if kinds == {mi.IntType, mi.StrType}:
+            if type(value) is int or (isinstance(value, float) and value.is_integer()):
+                return f"{name} is beyond the 64-bit integer range"
+            if value is None:
+                return f"{name} is missing"
+            return f"{name} must be an integer or a string, not {json_type(value)}"
+        return problems[0]
+    noun = extra.get("noun")
+    if isinstance(t, mi.IntType):
+        if type(value) is not int:
+            if isinstance(value, float) and value.is_integer():
+                return f"{name} is beyond the 64-bit integer range"
+            return f"{name} must be an integer, not {json_type(value)}"
+        if not INT_MIN <= value <= INT_MAX:
+            return f"{name} is beyond the 64-bit integer range"
+        if t.ge is not None and value < t.ge:
+            return f"{name} must be >= {t.ge}, not {value}"
+        return None
+    if isinstance(t, mi.LiteralType):
+        if value in t.values and type(value) is str:
+            return None
+        allowed = noun or " or ".join(orjson.dumps(v).decode() for v in sorted(t.values))
+        return f"{name} must be {allowed}, not {orjson.dumps(value).decode()}"
+    if isinstance(t, mi.BoolType):
+        return (
+            None if type(value) is bool else f"{name} must be true or false, not {json_type(value)}"
+        )
+    if isinstance(t, mi.FloatType):
+        if type(value) in (int, float):
+            return None
+        return f"{name} must be {noun or 'a number'}, not {json_type(value)}"
+    if isinstance(t, mi.StrType):
+        return None if type(value) is str else f"{name} must be a string, not {json_type(value)}"
+    if isinstance(t, mi.DictType):
+        return None if type(value) is dict else f"{name} must be an object, not {json_type(value)}"
+    if isinstance(t, mi.ListType):
+        if type(value) is not list:
+            return f"{name} must be {noun or 'an array'}, not {json_type(value)}"
+        item_type, _ = _unwrap(t.item_type)
+        if isinstance(item_type, mi.StructType):
+            for i, item in enumerate(value):
+                problem = explain(item, item_type.cls, f"task {i}")
+                if problem is not None:
+                    return problem
+            return None
+        item_name = extra.get("item", f"each {name} entry")
+        for item in value:
+            problem = _value(item, t.item_type, item_name)
+            if problem is not None:
+                return problem
+        return None
+    return None  # Any

@@ -1,0 +1,110 @@
+"""Writing trace v1: a header, then one event a line, whole lines only.
+
+The one place traces are written (simulate, the recorder, tests), so every trace
+schedcli writes is one every schedcli command reads back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
+
+import orjson
+
+from ..model.task import Id, Task
+from .interrupt import guard, raise_held
+
+FORMAT_VERSION = 1
+
+
+def task_record(t: Task, *, outputs: bool = False) -> dict[str, Any]:
+    """A task's fields as the trace spells them; ``outputs`` adds ``produce_output``."""
+    record: dict[str, Any] = {"tid": t.tid, "sid": t.sid, "kind": t.kind.value, "size": t.size}
+    if t.position is not None:
+        record["position"] = t.position
+    if outputs and t.produce_output is not None:
+        record["produce_output"] = t.produce_output
+    if t.priority:
+        record["priority"] = t.priority
+    if t.meta is not None:
+        record["meta"] = t.meta
+    return record
+
+
+class TraceWriter:
+    """Events as trace lines on ``out``. A stop signal waits for the line being written."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self._write = out.write
+        self.lines = 0
+
+    def _line(self, record: dict[str, Any]) -> None:
+        data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        guard.writing = True
+        try:
+            self._write(data)
+        finally:
+            guard.writing = False
+        self.lines += 1
+        if guard.held is not None:
+            raise_held()
+
+    def header(
+        self, policy: str | None = None, params: dict[str, Any] | None = None, meta: Any = None
+    ) -> None:
+        record: dict[str, Any] = {"schedcli": FORMAT_VERSION}
+        if policy is not None:
+            record["policy"] = policy
+        if params is not None:
+            record["params"] = params
+        if meta is not None:
+            record["meta"] = meta
+        self._line(record)
+
+    def submit(
+        self,
+        tasks: Sequence[Task],
+        *,
+        t: float | None = None,
+        inline: bool = True,
+        outputs: bool = False,
+        meta: Any = None,
+    ) -> None:
+        """A group; a group of one is written inline unless ``inline`` is False."""
+        record: dict[str, Any] = {"op": "submit"}
+        if t is not None:
+            record["t"] = t
+        if inline and len(tasks) == 1 and tasks[0].meta is None:
+            record.update(task_record(tasks[0], outputs=outputs))
+        else:
+            record["tasks"] = [task_record(x, outputs=outputs) for x in tasks]
+        if meta is not None:
+            record["meta"] = meta
+        self._line(record)
+
+    def cancel(self, sid: Id, *, t: float | None = None) -> None:
+        self._line({"op": "cancel", **({"t": t} if t is not None else {}), "sid": sid})
+
+    def get_work(
+        self, expect: Sequence[Id] | None = None, *, step: int | None = None, t: float | None = None
+    ) -> None:
+        record: dict[str, Any] = {"op": "get_work"}
+        if step is not None:
+            record["step"] = step
+        if t is not None:
+            record["t"] = t
+        if expect is not None:
+            record["expect"] = list(expect)
+        self._line(record)
+
+    def clear(self, *, t: float | None = None) -> None:
+        self._line({"op": "clear", **({"t": t} if t is not None else {})})
+
+
+@contextmanager
+def trace_writer(out: IO[bytes]) -> Iterator[TraceWriter]:
+    writer = TraceWriter(out)
+    yield writer
+    out.flush()
