@@ -31,16 +31,15 @@ from ..formats.dump import (
     RecordFilter,
     StepRange,
     Tee,
-    atomic_output,
-    output_stream,
     parse_id_option,
 )
 from ..formats.interrupt import Stopped, guard
-from ..formats.source import DEFAULT_MAX_LINE_BYTES, WaitHook, display_name, file_size
+from ..formats.output import atomic_output, output_stream
+from ..formats.source import DEFAULT_MAX_LINE_BYTES, WaitHook, display_name
 from ..formats.writer import TraceWriter
 from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
 from .perfetto import PerfettoWriter
-from .progress import ProgressBar
+from .progress import ProgressBar, TraceProgress
 from .render import TableView, golden_view, mismatch_view, summary_table
 
 EXIT_CODES_HELP = (
@@ -148,24 +147,8 @@ def _stdout_console() -> Console:
     return Console(highlight=False)
 
 
-def _replay_progress(path: str, position: Any, enabled: bool) -> tuple[ProgressBar, Any]:
-    """A bar over the file's bytes, updated every 2048 steps (cheap on the hot path)."""
-    bar = ProgressBar(
-        err_console if enabled else Console(file=io.StringIO()),
-        "replaying",
-        file_size(path),
-        "{task.fields[steps]} steps",
-    )
-
-    def on_step(step: int) -> None:
-        if step % 2048 == 0 and bar.shown:
-            try:
-                done = position()
-            except (OSError, ValueError, TypeError):
-                done = None
-            bar.update(done, steps=step)
-
-    return bar, on_step
+def _trace_progress(label: str, path: str, enabled: bool = True) -> TraceProgress:
+    return TraceProgress(err_console if enabled else Console(file=io.StringIO()), label, path)
 
 
 @command
@@ -285,9 +268,9 @@ def replay(
         if golden_out is not None:
             sinks.append(JsonlWriter(golden_out))
         emit = sinks[0] if len(sinks) == 1 else Tee(*sinks)
-        position = opened.reader.position
-        progress, on_step = _replay_progress(trace, position, chosen is OutputFormat.jsonl)
-        engine = opened.replayer(emit, check=check, drain=drain, on_step=on_step)
+        progress = _trace_progress("replaying", trace, chosen is OutputFormat.jsonl)
+        progress.position = opened.reader.position
+        engine = opened.replayer(emit, check=check, drain=drain, on_step=progress.on_step)
         try:
             totals = opened.run(engine)
         except ExpectMismatch as e:
@@ -379,12 +362,17 @@ def diff(
     from .render import diff_view
 
     if len(inputs) == 1:
-        result = diff_trace(
-            inputs[0],
-            Config(a_policy, dict(parse_params(a_param))),
-            Config(b_policy, dict(parse_params(b_param))),
-            drain=drain,
-        )
+        progress = _trace_progress("comparing", inputs[0])
+        try:
+            result = diff_trace(
+                inputs[0],
+                Config(a_policy, dict(parse_params(a_param))),
+                Config(b_policy, dict(parse_params(b_param))),
+                drain=drain,
+                progress=progress,
+            )
+        finally:
+            progress.stop()
     elif len(inputs) == 2:
         if a_policy or b_policy or a_param or b_param:
             raise UsageError("--a/--b and their params apply to a trace, not to two dumps")
@@ -469,12 +457,8 @@ def convert(
     def warn(message: str) -> None:
         print(f"schedcli: {message}", file=sys.stderr)
 
-    if output == "-":
-        report = run_convert(fmt.value, src, sys.stdout.buffer, options, warn)
-        sys.stdout.buffer.flush()
-    else:
-        with atomic_output(output) as out:
-            report = run_convert(fmt.value, src, out, options, warn)
+    with atomic_output(output) as out:
+        report = run_convert(fmt.value, src, out, options, warn)
     print(to_text(report), file=sys.stderr)
 
 
@@ -619,7 +603,13 @@ def stats(
     from .render import stats_table
     from .stats import stats_of
 
-    summary, title = stats_of(input_path, policy, parse_params(param), drain=drain)
+    progress = _trace_progress("measuring", input_path)
+    try:
+        summary, title = stats_of(
+            input_path, policy, parse_params(param), drain=drain, progress=progress
+        )
+    finally:
+        progress.stop()
     if fmt is ViewFormat.json:
         sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     else:
@@ -649,7 +639,13 @@ def report(
     """
     from .report import build_report
 
-    page = build_report(input_path, policy or [], cost=CostModel(cost_a, cost_b, cost_c))
+    progress = _trace_progress("reporting", input_path)
+    try:
+        page = build_report(
+            input_path, policy or [], cost=CostModel(cost_a, cost_b, cost_c), progress=progress
+        )
+    finally:
+        progress.stop()
     with atomic_output(output) as out:
         out.write(page.encode())
     print(f"wrote {output} ({len(page) // 1024} KiB)", file=sys.stderr)

@@ -14,8 +14,9 @@ from ..engine.run import choose_policy, open_replay
 from ..formats.dump import Record, batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import Event
-from ..model.task import Task, ids_only_in
+from ..model.task import ids_only_in
 from ..policies.registry import config_label
+from .progress import TraceProgress
 
 
 @dataclass
@@ -73,10 +74,6 @@ class DiffResult:
         }
 
 
-def _entries_key(entries: list[Record]) -> bytes:
-    return orjson.dumps(entries)
-
-
 class _Aligner:
     """Pairs the two sides' batch records by step number as they arrive."""
 
@@ -113,7 +110,7 @@ class _Aligner:
             if sa == sb:
                 a.popleft()
                 b.popleft()
-                if _entries_key(ra["batch"]) != _entries_key(rb["batch"]):
+                if ra["batch"] != rb["batch"]:  # ids are int or str, never bool
                     self._differ(sa, ra["batch"], rb["batch"])
             elif sa < sb:
                 a.popleft()
@@ -140,20 +137,7 @@ def _clone(event: Event) -> Event:
     """The same event with its own task objects, so two policies never share one."""
     if not event.tasks:
         return event
-    tasks = [
-        Task(
-            t.tid,
-            t.sid,
-            t.kind,
-            t.size,
-            position=t.position,
-            produce_output=t.produce_output,
-            tokens=t.tokens,
-            priority=t.priority,
-            meta=t.meta,
-        )
-        for t in event.tasks
-    ]
+    tasks = [t.copy() for t in event.tasks]
     return Event(event.op, event.line, event.step, event.t, tasks=tasks, expect=event.expect)
 
 
@@ -164,9 +148,12 @@ def diff_trace(
     *,
     drain: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    progress: TraceProgress | None = None,
 ) -> DiffResult:
     """Replay one trace under two configurations in lockstep and compare every step."""
     with open_replay(path, policy=a.policy, params=a.params, max_line_bytes=max_line_bytes) as ta:
+        if progress is not None:
+            progress.position = ta.reader.position
         name = display_name(path)
         policy_b, label_b, params_b = choose_policy(ta.reader.header, name, b.policy, b.params)
         result = DiffResult(
@@ -183,6 +170,7 @@ def diff_trace(
             trace_name=name,
             drain=drain,
             observer=metrics_a,
+            on_step=progress.on_step if progress is not None else None,
         )
         side_b = Replayer(
             policy_b,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
+
+from ..formats.source import file_size
 
 
 class ProgressBar:
@@ -45,3 +48,27 @@ def _fields(detail: str) -> dict[str, Any]:
     """Initial values for the ``{task.fields[NAME]}`` placeholders of a detail template."""
     names = [part.split("]", 1)[0] for part in detail.split("{task.fields[")[1:]]
     return dict.fromkeys(names, 0)
+
+
+class TraceProgress:
+    """A bar over a trace file's bytes, advanced by the replay's steps (every 2048).
+
+    The command that opens the trace sets ``position`` (the reader's byte offset).
+    """
+
+    def __init__(self, console: Console, label: str, path: str) -> None:
+        self.bar = ProgressBar(console, label, file_size(path), "{task.fields[steps]} steps")
+        self.position: Callable[[], int] | None = None
+
+    def on_step(self, step: int) -> None:
+        if step % 2048 == 0 and self.bar.shown:
+            done: int | None = None
+            if self.position is not None:
+                try:
+                    done = self.position()
+                except (OSError, ValueError, TypeError):
+                    done = None
+            self.bar.update(done, steps=step)
+
+    def stop(self) -> None:
+        self.bar.stop()

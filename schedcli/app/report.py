@@ -24,6 +24,7 @@ from ..formats.workload import read_workload
 from ..model.errors import UsageError
 from ..model.task import DECODE, Task
 from ..policies.registry import build_policy, config_label
+from .progress import TraceProgress
 from .render import _METRIC_LABELS, _metric
 
 MAX_BINS = 400
@@ -121,7 +122,11 @@ def parse_config(text: str) -> tuple[str, dict[str, str]]:
     return name.strip(), params
 
 
-def _from_trace(path: str, configs: Sequence[tuple[str, dict[str, str]]]) -> list[Run]:
+def _from_trace(
+    path: str,
+    configs: Sequence[tuple[str, dict[str, str]]],
+    progress: TraceProgress | None = None,
+) -> list[Run]:
     runs = []
     chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
     for spec, params in chosen:
@@ -135,7 +140,11 @@ def _from_trace(path: str, configs: Sequence[tuple[str, dict[str, str]]]) -> lis
                     step = record["step"]
                     run.bins.add(step, record["tokens"] - decode, decode, record["queued"])
 
-            opened.run(opened.replayer(emit, observer=metrics))
+            on_step = None
+            if progress is not None:
+                progress.position = opened.reader.position
+                on_step = progress.on_step
+            opened.run(opened.replayer(emit, observer=metrics, on_step=on_step))
             run.summary = metrics.summary()
             run.waits = sorted(metrics.session_mean_waits(), reverse=True)
             runs.append(run)
@@ -376,6 +385,7 @@ def build_report(
     configs: Sequence[str],
     *,
     cost: CostModel | None = None,
+    progress: TraceProgress | None = None,
 ) -> str:
     """The report's HTML for a trace, a dump or a workload."""
     kind = sniff_kind(path)
@@ -383,7 +393,7 @@ def build_report(
     if kind == "dump" and parsed:
         raise UsageError("a dump is one schedule already: --policy applies to traces and workloads")
     if kind == "trace":
-        runs = _from_trace(path, parsed)
+        runs = _from_trace(path, parsed, progress)
         x_label = "step"
     elif kind == "dump":
         runs = _from_dump(path)

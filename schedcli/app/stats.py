@@ -9,6 +9,7 @@ from ..engine.metrics import StepMetrics
 from ..engine.run import open_replay
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.source import display_name, sniff_kind
+from .progress import TraceProgress
 
 
 def _dump_stats(path: str) -> dict[str, Any]:
@@ -32,14 +33,24 @@ def _dump_stats(path: str) -> dict[str, Any]:
 
 
 def stats_of(
-    path: str, policy: str | None, params: Mapping[str, object], *, drain: bool = False
+    path: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    *,
+    drain: bool = False,
+    progress: TraceProgress | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Metrics of ``path`` and a title saying what they are of."""
     if path != "-" and sniff_kind(path) == "dump":
         return _dump_stats(path), f"{display_name(path)} (dump)"
     with open_replay(path, policy=policy, params=params) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
-        totals = opened.run(opened.replayer(lambda _: None, drain=drain, observer=metrics))
+        on_step = None
+        if progress is not None:
+            progress.position = opened.reader.position
+            on_step = progress.on_step
+        engine = opened.replayer(lambda _: None, drain=drain, observer=metrics, on_step=on_step)
+        totals = opened.run(engine)
         summary = metrics.summary()
         summary["rejected"] = totals.rejected
         summary["queued"] = totals.queued

@@ -151,6 +151,9 @@ class Replayer:
         )
         self._line = 0
         self._next_step = 0
+        # Bound once: submit is the hot path.
+        self._try_submit = policy.try_submit
+        self._accept = self.ledger.accept
 
     @property
     def queued(self) -> dict[Id, Task]:
@@ -201,12 +204,12 @@ class Replayer:
     def submit(self, event: Event) -> None:
         tasks = event.tasks or []
         try:
-            reason = self.policy.try_submit(tasks)
+            reason = self._try_submit(tasks)
         except Exception as e:
             raise self._crash("submit", e) from e
         totals = self.totals
         if reason is None:
-            self.ledger.accept(tasks)
+            self._accept(tasks)
             totals.accepted += len(tasks)
             if self.observer is not None:
                 self.observer.accepted(tasks, self._next_step)

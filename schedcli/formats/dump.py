@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -55,60 +49,6 @@ class Tee:
     def __call__(self, record: Record) -> None:
         for sink in self.sinks:
             sink(record)
-
-
-def unwritable(path: str, e: OSError) -> UsageError:
-    return UsageError(f"{path}: cannot write: {e.strerror or e}")
-
-
-@contextmanager
-def output_stream(path: str | None) -> Iterator[IO[bytes]]:
-    """Where data goes: FILE, or stdout for None or ``-``; flushed when done."""
-    if path is None or path == "-":
-        out = sys.stdout.buffer
-        try:
-            yield out
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                out.flush()
-        return
-    try:
-        f = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below
-    except OSError as e:
-        raise unwritable(path, e) from None
-    try:
-        yield f
-    finally:
-        try:
-            f.close()
-        except OSError as e:
-            raise unwritable(path, e) from None
-
-
-@contextmanager
-def atomic_output(path: str) -> Iterator[IO[bytes]]:
-    """A file written beside ``path`` and renamed over it only when complete."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise unwritable(path, e) from None
-    ok = False
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # a new file's usual mode, not mkstemp's private one
-    try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
-            yield f
-        os.replace(tmp, target)
-        ok = True
-    except OSError as e:
-        raise unwritable(path, e) from None
-    finally:
-        if not ok:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def parse_id_option(text: str) -> Id:

@@ -189,7 +189,7 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
     if isinstance(t, mi.LiteralType):
         if value in t.values and type(value) is str:
             return None
-        allowed = noun or " or ".join(orjson.dumps(v).decode() for v in sorted(t.values))
+        allowed = noun or " or ".join(orjson.dumps(v).decode() for v in sorted(t.values, key=str))
         return f"{name} must be {allowed}, not {orjson.dumps(value).decode()}"
     if isinstance(t, mi.BoolType):
         return (

@@ -171,37 +171,52 @@ def numbered_lines(
     Line numbers are 1-based and count blank lines. ``content`` has its line end
     (``\\n`` or ``\\r\\n``) removed; ``complete`` is False only for a last line with no
     newline. A line longer than ``max_line_bytes`` is an error, found without holding
-    more than ``max_line_bytes`` of it in memory.
+    more than ``max_line_bytes`` of it (plus one read) in memory.
     """
-    readline = stream.readline
-    limit = max_line_bytes + 2  # room for the line end
+    read = getattr(stream, "read1", stream.read)
     lineno = 0
+    tail = b""
+    first = True
     try:
         while True:
-            line = readline(limit)
-            if not line:
-                return
+            chunk = read(_CHUNK)
+            if not chunk:
+                break
+            lines = (tail + chunk).split(b"\n") if tail else chunk.split(b"\n")
+            tail = lines.pop()
+            if first:
+                first = False
+                if lines and lines[0].startswith(_BOM):
+                    lines[0] = lines[0][3:]
+                elif not lines and tail.startswith(_BOM) and len(tail) >= 3:
+                    tail = tail[3:]
+            for line in lines:
+                lineno += 1
+                if line[-1:] == b"\r":
+                    line = line[:-1]
+                if len(line) > max_line_bytes:
+                    raise _too_long(name, lineno, max_line_bytes)
+                if not line or line.isspace():
+                    continue
+                yield lineno, line, True
+            if len(tail) > max_line_bytes + 1:
+                raise _too_long(name, lineno + 1, max_line_bytes)
+        if tail:
             lineno += 1
-            if lineno == 1 and line.startswith(_BOM):
-                line = line[3:]
-            if line[-1:] == b"\n":
-                complete = True
-                line = line[:-2] if line[-2:-1] == b"\r" else line[:-1]
-            else:
-                complete = False
-            if len(line) > max_line_bytes:
-                raise InputError(
-                    name,
-                    lineno,
-                    f"line is longer than --max-line-bytes ({max_line_bytes} bytes)",
-                )
-            if not line.strip():
-                continue
-            yield lineno, line, complete
+            if len(tail) > max_line_bytes:
+                raise _too_long(name, lineno, max_line_bytes)
+            if not tail.isspace():
+                yield lineno, tail, False
     except (gzip.BadGzipFile, zlib.error) as e:
         raise InputError(name, lineno + 1, f"corrupt gzip data: {e}") from None
     except EOFError:
         raise InputError(name, lineno + 1, "gzip data ends early: the file was cut short") from None
+
+
+def _too_long(name: str, lineno: int, max_line_bytes: int) -> InputError:
+    return InputError(
+        name, lineno, f"line is longer than --max-line-bytes ({max_line_bytes} bytes)"
+    )
 
 
 def sniff_kind(path: str) -> str:

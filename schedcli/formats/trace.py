@@ -6,8 +6,9 @@ parsed again only to explain why, in the schema's own terms.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -116,6 +117,21 @@ def _given(s: Submit, name: str) -> bool:
 
 def to_event(s: schema.EventStruct, line: int) -> Event:
     if type(s) is Submit:
+        if s.tasks is None and s.size is not None and s.tokens is None and s.kind is not None:
+            # The common line, one task written inline, without the general checks.
+            tid, sid = s.tid, s.sid
+            if tid is not None and sid is not None:
+                task = Task.trusted(
+                    tid,
+                    sid,
+                    KINDS[s.kind],
+                    s.size,
+                    s.position,
+                    s.produce_output,
+                    s.priority,
+                    s.meta,
+                )
+                return Event("submit", line, s.step, s.t, tasks=[task])
         return Event("submit", line, s.step, s.t, tasks=_submit_tasks(s))
     if type(s) is GetWork:
         return Event("get_work", line, s.step, s.t, expect=s.expect)
@@ -333,17 +349,15 @@ class TraceReader:
                 self._fail(lineno, str(e))
             return
 
-    def _lines_from_first(self) -> Iterator[tuple[int, bytes, bool]]:
-        if self._first is not None:
-            first, self._first = self._first, None
-            yield first
-        yield from self._lines
-
     def __iter__(self) -> Iterator[Event]:
         last_step = 0
         last_step_line = 0
         fail = self._fail
-        for lineno, raw, complete in self._lines_from_first():
+        lines: Iterable[tuple[int, bytes, bool]] = self._lines
+        if self._first is not None:  # read while looking for the header
+            lines = itertools.chain((self._first,), lines)
+            self._first = None
+        for lineno, raw, complete in lines:
             try:
                 event = decode_event(raw, complete, lineno)
             except LineError as e:

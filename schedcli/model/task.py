@@ -140,6 +140,21 @@ class Task:
         t.cancelled = False
         return t
 
+    def copy(self) -> Task:
+        """A new task with the same fields, not cancelled (a second policy's own)."""
+        t = Task.trusted(
+            self.tid,
+            self.sid,
+            self.kind,
+            self.size,
+            self.position,
+            self.produce_output,
+            self.priority,
+            self.meta,
+        )
+        t.tokens = self.tokens
+        return t
+
     @property
     def is_decode(self) -> bool:
         return self.kind is DECODE

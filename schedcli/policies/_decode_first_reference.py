@@ -12,6 +12,7 @@ C++ runner replays batch for batch:
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterable
 
@@ -19,9 +20,10 @@ from ..model.task import DECODE, Id, Task, settle_outputs, show_id
 
 
 class ReferenceDecodeFirst:
-    """The reference's state and algorithm; the caller holds the lock."""
+    """The reference's state and algorithm behind the five calls of the interface."""
 
     def __init__(self, budget: int, decode_cap: int, chunk_limit: int) -> None:
+        self._lock = threading.Lock()
         self.budget = budget
         self.decode_cap = decode_cap
         self.chunk_limit = chunk_limit
@@ -50,8 +52,27 @@ class ReferenceDecodeFirst:
                 return f"tid {show_id(t.tid)} appears twice in the group"
         return None
 
-    def submit(self, tasks: Iterable[Task]) -> str | None:
-        group = list(tasks)
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        with self._lock:
+            return self._submit(list(tasks))
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self.pending)
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            return self._get_work()
+
+    def cancel(self, sid: Id) -> list[Task]:
+        with self._lock:
+            return self._cancel(sid)
+
+    def clear(self) -> list[Task]:
+        with self._lock:
+            return self._clear()
+
+    def _submit(self, group: list[Task]) -> str | None:
         reason = self.refusal(group)
         if reason is not None:
             return reason
@@ -76,7 +97,7 @@ class ReferenceDecodeFirst:
         t.cancelled = True
         return True
 
-    def cancel(self, sid: Id) -> list[Task]:
+    def _cancel(self, sid: Id) -> list[Task]:
         dropped: list[Task] = []
         queue = self.chunks.get(sid)
         if queue is not None:
@@ -85,7 +106,7 @@ class ReferenceDecodeFirst:
         dropped.extend(t for t in self.decodes if t.sid == sid and self._release(t))
         return dropped
 
-    def clear(self) -> list[Task]:
+    def _clear(self) -> list[Task]:
         dropped = list(self.pending.values())
         for t in dropped:
             t.cancelled = True
@@ -95,7 +116,7 @@ class ReferenceDecodeFirst:
         self.rotation.clear()
         return dropped
 
-    def get_work(self) -> list[Task]:
+    def _get_work(self) -> list[Task]:
         taken: list[Task] = []
         decoding: set[Id] = set()
         self._take_decodes(taken, decoding)

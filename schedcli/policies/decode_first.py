@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 
 from ..model.scheduler import Param, QueueScheduler
 from ..model.task import DECODE, Id, Task
@@ -75,43 +74,15 @@ class DecodeFirstScheduler(QueueScheduler):
         # place, and rejoining before then cannot give it a second slot.
         self._chunks: dict[Id, deque[Task]] = {}
         self._rotation: deque[Id] = deque()
-        self._reference = ReferenceDecodeFirst(b, d, c) if compat == REFERENCE else None
-
-    # --- compat=reference: the reference's own bookkeeping replaces the shared one ---
+        if compat == REFERENCE:
+            # The reference's own bookkeeping replaces the shared one, call for call.
+            reference = ReferenceDecodeFirst(b, d, c)
+            for call in ("try_submit", "has_work", "get_work", "cancel", "clear"):
+                setattr(self, call, getattr(reference, call))
 
     @property
     def one_output_per_session(self) -> bool:
-        return self._reference is None
-
-    def try_submit(self, tasks: Iterable[Task]) -> str | None:
-        if self._reference is None:
-            return super().try_submit(tasks)
-        with self._lock:
-            return self._reference.submit(tasks)
-
-    def has_work(self) -> bool:
-        if self._reference is None:
-            return super().has_work()
-        with self._lock:
-            return bool(self._reference.pending)
-
-    def get_work(self) -> list[Task]:
-        if self._reference is None:
-            return super().get_work()
-        with self._lock:
-            return self._reference.get_work()
-
-    def cancel(self, sid: Id) -> list[Task]:
-        if self._reference is None:
-            return super().cancel(sid)
-        with self._lock:
-            return self._reference.cancel(sid)
-
-    def clear(self) -> list[Task]:
-        if self._reference is None:
-            return super().clear()
-        with self._lock:
-            return self._reference.clear()
+        return self.compat != REFERENCE
 
     # --- compat=fixed ---------------------------------------------------------
 
