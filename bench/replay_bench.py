@@ -1,10 +1,16 @@
 """Replay speed against parsing alone, and replay memory, on a generated 2,000,000-event trace.
 
-    python bench/replay_bench.py [--events N] [--keep PATH]
+    python bench/replay_bench.py [--events N] [--keep PATH] [--repeat N]
 
-Prints the parse-only time, the replay time (``schedcli replay --format jsonl -o /dev/null``
-in a subprocess, so start-up is included), their ratio, and the replay's peak RSS.
-Target: ratio <= 3 and peak RSS < 100 MB at 2,000,000 events.
+Prints, each as a ratio:
+- replay / parse-only: ``schedcli replay -f jsonl -o /dev/null`` in a subprocess (start-up
+  included) against ``orjson.loads`` of every line. Target <= 4 (stretch 3).
+- minimal loop / parse-only: the same policy driven by a bare Python loop (parse, build
+  the Task, call the policy; no validation, ledger or output): the floor any pure-Python
+  engine sits on. replay / minimal loop is the engine's own overhead.
+- diff (decode-first vs fcfs) / one replay under each: target <= 2.5 of one replay.
+- stats and report / replay: target <= 1.5.
+Peak RSS of the replay: target < 60 MB.
 """
 
 from __future__ import annotations
@@ -93,32 +99,65 @@ def parse_only(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def replay(path: Path) -> tuple[float, float]:
+def minimal_loop(path: Path) -> float:
+    """Parse, build the Task, call decode-first: what any engine must at least do."""
+    from schedcli import DecodeFirstScheduler, Task
+
+    policy = DecodeFirstScheduler(544, 32, 256)
+    submit, get_work, cancel = policy.try_submit, policy.get_work, policy.cancel
+    loads = orjson.loads
+    start = time.perf_counter()
+    with path.open("rb") as f:
+        next(f)  # the header
+        for line in f:
+            o = loads(line)
+            op = o["op"]
+            if op == "submit":
+                group = o.get("tasks")
+                if group is None:
+                    submit([Task(o["tid"], o["sid"], o["kind"], o["size"])])
+                else:
+                    submit([Task(d["tid"], d["sid"], d["kind"], d["size"]) for d in group])
+            elif op == "get_work":
+                get_work()
+            else:
+                cancel(o["sid"])
+    return time.perf_counter() - start
+
+
+def command(*args: str) -> float:
+    """Wall seconds of ``schedcli ARGS`` in a subprocess, output discarded."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "schedcli", *args],
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - start
+
+
+def replay(path: Path, policy: str = "decode-first") -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of the real command."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "schedcli",
-        "replay",
-        str(path),
-        "--format",
-        "jsonl",
-        "-o",
-        "/dev/null",
-    ]
+    cmd = [sys.executable, "-m", "schedcli", "replay", str(path), "-p", policy]
+    cmd += ["--format", "jsonl", "-o", "/dev/null"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
     elapsed = time.perf_counter() - start
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return elapsed, max(peak_kb, before) / 1024
+
+
+def verdict(ratio: float, target: float) -> str:
+    return "met" if ratio <= target else "NOT met"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--keep", type=Path, help="write the trace here and keep it")
-    ap.add_argument("--repeat", type=int, default=3, help="best of N for each timing")
+    ap.add_argument("--repeat", type=int, default=2, help="best of N for each timing")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or Path(tmp) / "bench.jsonl"
@@ -128,13 +167,34 @@ def main() -> None:
         took = time.perf_counter() - t0
         print(f"generated {args.events:,} events ({size_mb:.0f} MB) in {took:.1f} s")
         parse = min(parse_only(path) for _ in range(args.repeat))
+        minimal = min(minimal_loop(path) for _ in range(args.repeat))
         runs = [replay(path) for _ in range(args.repeat)]
         rep = min(r[0] for r in runs)
         rss = max(r[1] for r in runs)
+        rep_fcfs = min(replay(path, "fcfs")[0] for _ in range(args.repeat))
+        diff = min(command("diff", str(path), "--b", "fcfs", "-f", "json") for _ in range(1))
+        stats = min(command("stats", str(path), "-f", "json") for _ in range(1))
+        report = min(command("report", str(path), "-o", "/dev/null") for _ in range(1))
         print(f"parse only (orjson, every line): {parse:.2f} s")
-        print(f"schedcli replay -f jsonl -o /dev/null: {rep:.2f} s")
-        print(f"ratio replay / parse-only: {rep / parse:.2f}  (target <= 3)")
-        print(f"replay peak RSS: {rss:.0f} MB  (target < 100 MB)")
+        print(f"minimal loop (parse + Task + decode-first): {minimal:.2f} s")
+        print(f"schedcli replay -f jsonl -o /dev/null: {rep:.2f} s (fcfs: {rep_fcfs:.2f} s)")
+        r = rep / parse
+        print(f"ratio replay / parse-only: {r:.2f}  (target <= 4, stretch 3: {verdict(r, 4)})")
+        print(f"ratio minimal loop / parse-only: {minimal / parse:.2f}  (the pure-Python floor)")
+        print(f"ratio replay / minimal loop: {rep / minimal:.2f}  (the engine's own overhead)")
+        d = diff / rep
+        print(
+            f"ratio diff / replay: {d:.2f}  (target <= 2.5: {verdict(d, 2.5)}); "
+            f"diff / (replay A + replay B): {diff / (rep + rep_fcfs):.2f}"
+        )
+        print(
+            f"ratio stats / replay: {stats / rep:.2f}  (target <= 1.5: {verdict(stats / rep, 1.5)})"
+        )
+        print(
+            f"ratio report / replay: {report / rep:.2f}  "
+            f"(target <= 1.5: {verdict(report / rep, 1.5)})"
+        )
+        print(f"replay peak RSS: {rss:.0f} MB  (target < 60 MB: {verdict(rss, 60)})")
         print(f"replay throughput: {args.events / rep:,.0f} events/s")
 
 

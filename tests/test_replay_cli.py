@@ -49,13 +49,25 @@ def test_there_are_at_least_six_examples_each_with_a_golden() -> None:
 def test_every_example_replays_exactly_to_its_golden(trace: Path) -> None:
     r = run_cli("replay", str(trace.relative_to(ROOT)), "--golden", str(golden_of(trace)))
     assert r.returncode == 0, r.stderr.decode()
-    assert r.stdout == golden_of(trace).read_bytes()
+    assert r.stdout == b""  # a golden run writes nothing to stdout unless asked
+    dump = run_cli("replay", str(trace.relative_to(ROOT)), "-f", "jsonl")
+    assert dump.stdout == golden_of(trace).read_bytes()
 
 
-@pytest.mark.parametrize("trace", EXAMPLES, ids=lambda p: p.stem)
-def test_every_example_matches_its_recorded_batches(trace: Path) -> None:
+RECORDED = [t for t in EXAMPLES if b'"expect"' in t.read_bytes()]
+
+
+@pytest.mark.parametrize("trace", RECORDED, ids=lambda p: p.stem)
+def test_every_recorded_example_matches_its_recorded_batches(trace: Path) -> None:
     r = run_cli("replay", str(trace), "--check", "-o", os.devnull)
     assert r.returncode == 0, r.stderr.decode()
+
+
+def test_check_on_a_trace_without_expect_is_exit_2_nothing_to_check() -> None:
+    trace = TRACES / "rejections.jsonl"
+    r = run_cli("replay", str(trace), "--check", "-o", os.devnull)
+    assert r.returncode == 2
+    assert "nothing to check: no get_work in this trace records an expect" in r.stderr.decode()
 
 
 def test_examples_cover_all_three_step_modes() -> None:
@@ -126,11 +138,13 @@ def test_golden_mismatch_shows_first_divergent_records_and_exits_1(tmp_path: Pat
     lines = golden_of(trace).read_bytes().splitlines(keepends=True)
     lines[1] = lines[1].replace(b'"queued":0', b'"queued":5')
     golden.write_bytes(b"".join(lines))
-    r = run_cli("replay", str(trace), "--golden", str(golden), "-o", os.devnull)
+    r = run_cli("replay", str(trace), "--golden", str(golden))
     assert r.returncode == 1
+    assert r.stdout == b""
     err = r.stderr.decode()
-    assert "1 of 3 dump records differ" in err
-    assert '"queued":5' in err.replace(" ", "")
+    assert "1 of 2 steps differ" in err
+    assert "first difference: step 1" in err
+    assert "same batch; the record differs: A {'tokens': 9, 'queued': 5}" in err
 
 
 def test_update_golden_writes_the_dump_and_then_matches(tmp_path: Path) -> None:

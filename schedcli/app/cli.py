@@ -14,33 +14,28 @@ import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from enum import StrEnum
-from typing import IO, Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import orjson
 import typer
 from rich.console import Console
 
 from .. import __version__
-from ..engine.replay import ExpectMismatch, task_entry
-from ..engine.run import open_replay
+from ..engine.replay import task_entry
 from ..engine.simulate import CostModel, chunk_size_for
 from ..formats import interrupt
 from ..formats.dump import (
-    GoldenCheck,
-    JsonlWriter,
-    RecordFilter,
     StepRange,
-    Tee,
     parse_id_option,
 )
 from ..formats.interrupt import Stopped, guard
-from ..formats.output import atomic_output, output_stream
-from ..formats.source import DEFAULT_MAX_LINE_BYTES, WaitHook, display_name
+from ..formats.output import atomic_output
+from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.writer import TraceWriter
-from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
+from ..model.errors import InputError, SchedcliError, UsageError
 from .perfetto import PerfettoWriter
 from .progress import ProgressBar, TraceProgress
-from .render import TableView, golden_view, mismatch_view, summary_table
+from .replaying import OutputFormat, ReplayRequest, run_replay
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
@@ -81,11 +76,6 @@ def command(fn: F) -> F:
 
     app.command()(guarded)
     return fn
-
-
-class OutputFormat(StrEnum):
-    table = "table"
-    jsonl = "jsonl"
 
 
 class ViewFormat(StrEnum):
@@ -203,99 +193,24 @@ def replay(
     Exit codes: 0 ok; 1 --check or --golden found a difference; 2 bad input or usage;
     3 the policy broke the Scheduler contract; 130 interrupted; 143 terminated.
     """
-    if update_golden and not golden:
-        raise UsageError("--update-golden needs --golden FILE")
-    params = parse_params(param)
-    step_range = StepRange.parse(steps) if steps is not None else None
-    sid = parse_id_option(session) if session is not None else None
-    to_terminal = output is None and sys.stdout.isatty()
-    chosen = fmt or (OutputFormat.table if to_terminal else OutputFormat.jsonl)
-    # From a pipe or a followed file, each record is written out before input is awaited.
-    flush_before_wait = WaitHook()
-    with ExitStack() as stack:
-        opened = stack.enter_context(
-            open_replay(
-                trace,
-                policy=policy,
-                params=params,
-                max_line_bytes=max_line_bytes,
-                on_wait=flush_before_wait,
-                follow=follow,
-            )
-        )
-        out = stack.enter_context(output_stream(output))
-        flush_before_wait.add(out.flush)
-        flush_before_wait.add(sys.stdout.flush)
-        emitters: list[Any] = []
-        console: Console | None = None
-        if chosen is OutputFormat.table:
-            if output:
-                text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-                stack.callback(text.detach)  # leaves `out` open for its own context
-                console = Console(file=text, highlight=False, width=120)
-            else:
-                console = _stdout_console()
-            emitters.append(TableView(console, opened.policy.token_budget))
-        else:
-            emitters.append(JsonlWriter(out))
-        golden_check: GoldenCheck | None = None
-        golden_out: IO[bytes] | None = None
-        if golden and update_golden:
-            golden_out = stack.enter_context(atomic_output(golden))
-        elif golden:
-            try:
-                golden_file = stack.enter_context(open(golden, "rb"))
-            except OSError as e:
-                raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
-            golden_check = GoldenCheck(golden_file)
-        view: Any = emitters[0]
-        if step_range is not None or sid is not None:
-            # Bound late: the engine exists before the first record is emitted.
-            view = RecordFilter(
-                view, steps=step_range, session=sid, upcoming_step=lambda: engine.upcoming_step
-            )
-        sinks: list[Any] = [view]
-        timeline: PerfettoWriter | None = None
-        if perfetto:
-            timeline = PerfettoWriter(
-                stack.enter_context(atomic_output(perfetto)),
-                title=f"schedcli replay {opened.name} ({opened.policy_name})",
-                budget=opened.policy.token_budget,
-            )
-            sinks.append(timeline)
-        if golden_check is not None:
-            sinks.append(golden_check)
-        if golden_out is not None:
-            sinks.append(JsonlWriter(golden_out))
-        emit = sinks[0] if len(sinks) == 1 else Tee(*sinks)
-        progress = _trace_progress("replaying", trace, chosen is OutputFormat.jsonl)
-        progress.position = opened.reader.position
-        engine = opened.replayer(emit, check=check, drain=drain, on_step=progress.on_step)
-        try:
-            totals = opened.run(engine)
-        except ExpectMismatch as e:
-            progress.stop()
-            err_console.print(mismatch_view(e.mismatch))
-            raise
-        finally:
-            progress.stop()
-        if timeline is not None:
-            timeline.close()
-        if console is not None:
-            console.print(f"\n[bold]{opened.name}[/] under [bold]{opened.policy_name}[/]")
-            console.print(summary_table(totals, "summary"))
-        if golden_check is not None:
-            golden_check.finish()
-            if not golden_check.same:
-                err_console.print(
-                    golden_view(
-                        golden_check.divergences, golden_check.differing, golden_check.records
-                    ),
-                    soft_wrap=True,
-                )
-                raise CheckFailed(f"{trace}: dump differs from golden {golden}")
-        if golden_out is not None:
-            err_console.print(f"updated golden {golden}")
+    request = ReplayRequest(
+        trace,
+        policy=policy,
+        params=parse_params(param),
+        fmt=fmt,
+        output=output,
+        steps=StepRange.parse(steps) if steps is not None else None,
+        session=parse_id_option(session) if session is not None else None,
+        drain=drain,
+        check=check,
+        golden=golden,
+        update_golden=update_golden,
+        max_line_bytes=max_line_bytes,
+        perfetto=perfetto,
+        follow=follow,
+    )
+    quiet = request.view_format() is OutputFormat.table and output is None
+    run_replay(request, err_console, _trace_progress("replaying", trace, not quiet))
 
 
 @command

@@ -32,6 +32,8 @@ class FirstDifference:
     step: int
     a: list[Record] | None  # None: no batch at this step on that side
     b: list[Record] | None
+    # Same batches, other fields of the record differ (tokens, queued): those fields.
+    fields: tuple[Record, Record] | None = None
 
     def moved(self) -> tuple[list[Any], list[Any]]:
         """Tids only in a, and only in b."""
@@ -96,10 +98,16 @@ class _Aligner:
 
         return emit
 
-    def _differ(self, step: int, a: list[Record] | None, b: list[Record] | None) -> None:
+    def _differ(
+        self,
+        step: int,
+        a: list[Record] | None,
+        b: list[Record] | None,
+        fields: tuple[Record, Record] | None = None,
+    ) -> None:
         self.result.steps_differing += 1
         if self.result.first is None:
-            self.result.first = FirstDifference(step, a, b)
+            self.result.first = FirstDifference(step, a, b, fields)
 
     def settle(self, final: bool = False) -> None:
         a, b, result = self.a, self.b, self.result
@@ -110,8 +118,11 @@ class _Aligner:
             if sa == sb:
                 a.popleft()
                 b.popleft()
-                if ra["batch"] != rb["batch"]:  # ids are int or str, never bool
-                    self._differ(sa, ra["batch"], rb["batch"])
+                if ra != rb:  # ids are int or str, never bool
+                    fields = None
+                    if ra["batch"] == rb["batch"]:
+                        fields = (_other_fields(ra), _other_fields(rb))
+                    self._differ(sa, ra["batch"], rb["batch"], fields)
             elif sa < sb:
                 a.popleft()
                 self._differ(sa, ra["batch"], None)
@@ -131,6 +142,10 @@ class _Aligner:
             a.clear()
             b.clear()
             result.events_differing += len(self.events_a) + len(self.events_b)
+
+
+def _other_fields(record: Record) -> Record:
+    return {k: v for k, v in record.items() if k not in ("step", "batch")}
 
 
 def _clone(event: Event) -> Event:

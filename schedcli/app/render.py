@@ -227,7 +227,7 @@ def diff_view(result: Any) -> Group:
             Text(
                 f"{result.steps_differing} of {result.steps_compared} steps differ"
                 + (
-                    f"; {result.events_differing} event records differ"
+                    f"; {result.events_differing} other record(s) differ"
                     if result.events_differing
                     else ""
                 ),
@@ -266,8 +266,12 @@ def diff_view(result: Any) -> Group:
                     cells.append(Text("(no batch)" if missing and i == 0 else "", "dim"))
             table.add_row(str(i), *cells)
         table.caption = f"only in A: [{_ids(only_a)}]   only in B: [{_ids(only_b)}]"
+        if first.fields is not None:
+            a_fields, b_fields = first.fields
+            table.caption = f"same batch; the record differs: A {a_fields}   B {b_fields}"
         parts.append(table)
-    parts.append(metrics_comparison(["A", "B"], result.summaries))
+    if any(result.summaries):
+        parts.append(metrics_comparison(["A", "B"], result.summaries))
     return Group(*parts)
 
 

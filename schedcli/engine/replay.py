@@ -151,6 +151,7 @@ class Replayer:
         )
         self._line = 0
         self._next_step = 0
+        self.checked = 0  # batches compared with a recorded expect
         # Bound once: submit is the hot path.
         self._try_submit = policy.try_submit
         self._accept = self.ledger.accept
@@ -270,14 +271,11 @@ class Replayer:
         self._next_step = step + 1
         if self.observer is not None:
             self.observer.dispatched(batch, step)
-        if (
-            self.check
-            and event is not None
-            and event.expect is not None
-            and not _same_ids([t.tid for t in batch], event.expect)
-        ):
-            mismatch = Mismatch(step, event.line, event.expect, batch, dict(self.ledger.queued))
-            raise ExpectMismatch(mismatch)
+        if self.check and event is not None and event.expect is not None:
+            self.checked += 1
+            if not _same_ids([t.tid for t in batch], event.expect):
+                queued = dict(self.ledger.queued)
+                raise ExpectMismatch(Mismatch(step, event.line, event.expect, batch, queued))
         self.emit({"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)})
         if self.on_step is not None:
             self.on_step(step)

@@ -106,6 +106,7 @@ class RecordFilter:
         self.steps = steps
         self.session = session
         self.upcoming_step = upcoming_step
+        self.passed = 0  # records that got through, ``end`` aside
 
     def __call__(self, record: Record) -> None:
         if "end" in record:
@@ -122,6 +123,7 @@ class RecordFilter:
             record = self._only_session(record, sid)
             if not record:
                 return
+        self.passed += 1
         self.emit(record)
 
     @staticmethod

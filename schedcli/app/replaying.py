@@ -1,0 +1,214 @@
+"""``schedcli replay``: a trace through a policy, to a view, a dump, a golden or a check."""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from rich.console import Console
+
+from ..engine.replay import ExpectMismatch, Record, Replayer, Totals
+from ..engine.run import OpenTrace, open_replay
+from ..formats.dump import JsonlWriter, RecordFilter, StepRange, Tee
+from ..formats.output import atomic_output, output_stream
+from ..formats.source import WaitHook
+from ..model.errors import CheckFailed, InputError, UsageError
+from ..model.task import Id
+from .golden import GoldenComparison
+from .perfetto import PerfettoWriter
+from .progress import TraceProgress
+from .render import TableView, diff_view, mismatch_view, summary_table
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    jsonl = "jsonl"
+
+
+@dataclass
+class ReplayRequest:
+    """What the command line asked of one replay."""
+
+    trace: str
+    policy: str | None = None
+    params: dict[str, str] | None = None
+    fmt: OutputFormat | None = None
+    output: str | None = None
+    steps: StepRange | None = None
+    session: Id | None = None
+    drain: bool = False
+    check: bool = False
+    golden: str | None = None
+    update_golden: bool = False
+    max_line_bytes: int = 64 * 1024 * 1024
+    perfetto: str | None = None
+    follow: bool = False
+
+    def view_format(self) -> OutputFormat | None:
+        """The view on stdout or -o: asked for, else none beside --golden, else by terminal."""
+        if self.fmt is not None:
+            return self.fmt
+        if self.golden and self.output is None:
+            return None  # a golden run writes nothing to stdout unless asked
+        to_terminal = self.output is None and sys.stdout.isatty()
+        return OutputFormat.table if to_terminal else OutputFormat.jsonl
+
+
+@dataclass
+class _Sinks:
+    emit: Callable[[Record], None]
+    console: Console | None
+    filtered: RecordFilter | None
+    golden: GoldenComparison | None
+    timeline: PerfettoWriter | None
+
+
+def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> None:
+    """Replay ``req.trace``; raises CheckFailed (exit 1) when a check finds a difference."""
+    if req.update_golden and not req.golden:
+        raise UsageError("--update-golden needs --golden FILE")
+    flush_before_wait = WaitHook()  # live input: write each record out before waiting
+    with ExitStack() as stack:
+        opened = stack.enter_context(
+            open_replay(
+                req.trace,
+                policy=req.policy,
+                params=req.params or {},
+                max_line_bytes=req.max_line_bytes,
+                on_wait=flush_before_wait,
+                follow=req.follow,
+            )
+        )
+        sinks = _sinks(stack, req, opened, flush_before_wait, lambda: engine.upcoming_step)
+        progress.position = opened.reader.position
+        engine = opened.replayer(
+            sinks.emit, check=req.check, drain=req.drain, on_step=progress.on_step
+        )
+        try:
+            totals = opened.run(engine)
+        except ExpectMismatch as e:
+            progress.stop()
+            err.print(mismatch_view(e.mismatch))
+            raise
+        finally:
+            progress.stop()
+        _finish(req, opened, engine, totals, sinks, err)
+
+
+def _sinks(
+    stack: ExitStack,
+    req: ReplayRequest,
+    opened: OpenTrace,
+    flush_before_wait: WaitHook,
+    upcoming_step: Callable[[], int],
+) -> _Sinks:
+    """Where the records go: the view (filtered), the golden, the timeline."""
+    fmt = req.view_format()
+    console: Console | None = None
+    emitters: list[Callable[[Record], None]] = []
+    filtered: RecordFilter | None = None
+    if fmt is not None:
+        out = stack.enter_context(output_stream(req.output))
+        flush_before_wait.add(out.flush)
+        flush_before_wait.add(sys.stdout.flush)
+        view: Callable[[Record], None]
+        if fmt is OutputFormat.table:
+            console = _table_console(stack, out, req.output)
+            view = TableView(console, opened.policy.token_budget)
+        else:
+            view = JsonlWriter(out)
+        if req.steps is not None or req.session is not None:
+            view = filtered = RecordFilter(
+                view, steps=req.steps, session=req.session, upcoming_step=upcoming_step
+            )
+        emitters.append(view)
+    elif req.steps is not None or req.session is not None:
+        raise UsageError("--steps and --session choose what the view shows; there is no view")
+    golden: GoldenComparison | None = None
+    if req.golden and req.update_golden:
+        emitters.append(JsonlWriter(stack.enter_context(atomic_output(req.golden))))
+    elif req.golden:
+        golden = _golden(req.trace, req.golden, opened.policy_name)
+        emitters.append(golden)
+    timeline: PerfettoWriter | None = None
+    if req.perfetto:
+        timeline = PerfettoWriter(
+            stack.enter_context(atomic_output(req.perfetto)),
+            title=f"schedcli replay {opened.name} ({opened.policy_name})",
+            budget=opened.policy.token_budget,
+        )
+        emitters.append(timeline)
+    emit = emitters[0] if len(emitters) == 1 else Tee(*emitters)
+    if not emitters:
+        emit = _discard
+    return _Sinks(emit, console, filtered, golden, timeline)
+
+
+def _discard(record: Record) -> None:
+    pass
+
+
+def _table_console(stack: ExitStack, out: Any, output: str | None) -> Console:
+    if output and output != "-":
+        text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+        stack.callback(text.detach)  # leaves `out` open for its own context
+        return Console(file=text, highlight=False, width=120)
+    return Console(highlight=False)
+
+
+def _golden(trace: str, golden: str, label: str) -> GoldenComparison:
+    try:
+        with open(golden, "rb"):
+            pass
+    except FileNotFoundError:
+        raise UsageError(
+            f"{golden}: no such golden file; to create it from this replay, run: "
+            f"schedcli replay {trace} --golden {golden} --update-golden"
+        ) from None
+    except OSError as e:
+        raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
+    return GoldenComparison(golden, f"replay under {label}")
+
+
+def _finish(
+    req: ReplayRequest,
+    opened: OpenTrace,
+    engine: Replayer,
+    totals: Totals,
+    sinks: _Sinks,
+    err: Console,
+) -> None:
+    """After the last record: summaries, notes and the verdicts of the checks."""
+    if sinks.timeline is not None:
+        sinks.timeline.close()
+    if sinks.console is not None:
+        sinks.console.print(f"\n[bold]{opened.name}[/] under [bold]{opened.policy_name}[/]")
+        sinks.console.print(summary_table(totals, "summary"))
+    if sinks.filtered is not None and sinks.filtered.passed == 0:
+        what = " and ".join(
+            o for o, v in (("--steps", req.steps), ("--session", req.session)) if v is not None
+        )
+        err.print(f"note: {what} selected nothing: no record of this replay matches")
+    if req.check and engine.checked == 0:
+        raise InputError(
+            opened.name,
+            None,
+            "nothing to check: no get_work in this trace records an expect "
+            "(record one, or drop --check)",
+        )
+    golden = sinks.golden
+    if golden is not None:
+        golden.finish()
+        if not golden.same:
+            err.print(diff_view(golden.result), soft_wrap=True)
+            if golden.golden_end != golden.replay_end:
+                err.print(f"end record differs\n  golden: {golden.golden_end}")
+                err.print(f"  replay: {golden.replay_end}")
+            raise CheckFailed(f"{opened.name}: dump differs from golden {req.golden}")
+    elif req.golden:
+        err.print(f"updated golden {req.golden}")
