@@ -12,7 +12,6 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from contextlib import ExitStack
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -21,8 +20,7 @@ import typer
 from rich.console import Console
 
 from .. import __version__
-from ..engine.replay import task_entry
-from ..engine.simulate import CostModel, chunk_size_for
+from ..engine.simulate import CostModel
 from ..formats import interrupt
 from ..formats.dump import (
     StepRange,
@@ -31,10 +29,8 @@ from ..formats.dump import (
 from ..formats.interrupt import Stopped, guard
 from ..formats.output import atomic_output
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
-from ..formats.writer import TraceWriter
 from ..model.errors import InputError, SchedcliError, UsageError
-from .perfetto import PerfettoWriter
-from .progress import ProgressBar, TraceProgress
+from .progress import TraceProgress
 from .replaying import OutputFormat, ReplayRequest, run_replay
 
 EXIT_CODES_HELP = (
@@ -416,90 +412,22 @@ def simulate(
     step_seconds = a + b * batch_tokens + c * decodes_in_batch (--cost-a/-b/-c).
     Exit codes: 0 ok; 2 bad input or usage; 3 the policy broke the contract.
     """
-    from ..engine.simulate import simulate as run_simulation
-    from ..formats.workload import read_workload
-    from ..policies.registry import build_policy
-    from .render import simulation_tables
+    from .simulating import SimulateRequest, run_simulate
 
-    params = parse_params(param)
-    built = build_policy(policy, params)
-    label = built.name or policy
-    declared = built.params()
-    size = chunk_size or chunk_size_for(built)
-    cost = CostModel(cost_a, cost_b, cost_c)
-    with ExitStack() as stack:
-        trace: TraceWriter | None = None
-        if output is not None:
-            trace = TraceWriter(stack.enter_context(atomic_output(output)))
-            trace.header(
-                label,
-                declared,
-                {
-                    "generated_by": "schedcli simulate",
-                    "workload": workload,
-                    "chunk_size": size,
-                    "cost_model": {"a": cost.a, "b": cost.b, "c": cost.c},
-                },
-            )
-        on_batch = None
-        timeline: PerfettoWriter | None = None
-        if perfetto:
-            timeline = PerfettoWriter(
-                stack.enter_context(atomic_output(perfetto)),
-                title=f"schedcli simulate {workload} ({label})",
-                budget=built.token_budget,
-            )
-            on_batch = _timeline_feeder(timeline)
-        progress = _sim_progress(workload)
-        try:
-            result = run_simulation(
-                read_workload(workload),
-                built,
-                policy_name=label,
-                params=declared,
-                chunk_size=size,
-                cost=cost,
-                trace=trace,
-                slo_ttft=slo_ttft,
-                slo_tpot=slo_tpot,
-                on_progress=lambda requests, t: progress.update(requests, t=t),
-                on_batch=on_batch,
-            )
-        finally:
-            progress.stop()
-        if timeline is not None:
-            timeline.close()
-    summary = result.summary()
-    if metrics:
-        with atomic_output(metrics) as f:
-            f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
-    if fmt is ViewFormat.json:
-        sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        _stdout_console().print(simulation_tables(summary))
-
-
-def _timeline_feeder(timeline: PerfettoWriter) -> Any:
-    def on_batch(step: int, start: float, end: float, batch: list[Any], queued: int) -> None:
-        entries = [task_entry(t) for t in batch]
-        tokens = sum(t.size for t in batch)
-        timeline.batch(step, start * 1e6, (end - start) * 1e6, entries, tokens, queued)
-
-    return on_batch
-
-
-def _sim_progress(path: str) -> ProgressBar:
-    """Requests admitted (of the lines in the file) and simulated time."""
-    total = None
-    if path != "-" and err_console.is_terminal:
-        try:
-            with open(path, "rb") as f:
-                total = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-        except OSError:
-            total = None
-    return ProgressBar(
-        err_console, "simulating", total, "{task.completed} requests, t={task.fields[t]:.0f}s"
+    request = SimulateRequest(
+        workload,
+        policy=policy,
+        params=parse_params(param),
+        output=output,
+        metrics=metrics,
+        perfetto=perfetto,
+        chunk_size=chunk_size,
+        cost=CostModel(cost_a, cost_b, cost_c),
+        slo_ttft=slo_ttft,
+        slo_tpot=slo_tpot,
+        json=fmt is ViewFormat.json,
     )
+    run_simulate(request, _stdout_console(), err_console)
 
 
 @command

@@ -7,12 +7,59 @@ budget is caught by the call that does it (InvariantError, exit 3).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.errors import InvariantError
 from ..model.task import DECODE, Id, Task, show_id
 
 Record = dict[str, Any]
+
+
+@dataclass
+class Totals:
+    """What a replay did, for the ``end`` record and the summary."""
+
+    mode: str = "plain"
+    steps: int = 0
+    accepted: int = 0
+    dispatched: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    rejected_tasks: int = 0
+    queued: int = 0
+    tokens: int = 0
+    peak_tokens: int = 0
+    budget: int | None = None
+    still_queued: list[Id] = field(default_factory=list)
+
+    @property
+    def mean_utilisation(self) -> float | None:
+        if not self.budget or not self.steps:
+            return None
+        return self.tokens / (self.steps * self.budget)
+
+    @property
+    def peak_utilisation(self) -> float | None:
+        if not self.budget:
+            return None
+        return self.peak_tokens / self.budget
+
+    def end_record(self) -> Record:
+        end: Record = {
+            "steps": self.steps,
+            "dispatched": self.dispatched,
+            "cancelled": self.cancelled,
+            "rejected": self.rejected,
+            "queued": self.queued,
+            "accepted": self.accepted,
+            "rejected_tasks": self.rejected_tasks,
+            "tokens": self.tokens,
+            "mode": self.mode,
+        }
+        if self.still_queued:
+            end["still_queued"] = self.still_queued
+        return {"end": end}
 
 
 class Ledger:
@@ -114,6 +161,19 @@ class Ledger:
         if self.budget is not None and tokens > self.budget:
             raise self._broken(f"a batch of {tokens} tokens exceeds its budget of {self.budget}")
         return tokens, entries
+
+    def account(self, totals: Totals) -> None:
+        """Nothing lost: every accepted task was dispatched, cancelled, or is still queued.
+
+        Fills in ``totals.queued`` and ``totals.still_queued`` (the ids, in acceptance order).
+        """
+        totals.queued = len(self.queued)
+        totals.still_queued = list(self.queued)
+        if totals.accepted != totals.dispatched + totals.cancelled + totals.queued:
+            raise self._broken(
+                f"accepted {totals.accepted} != dispatched {totals.dispatched} + cancelled "
+                f"{totals.cancelled} + queued {totals.queued}"
+            )
 
     def _same_session(self, prev: Task, t: Task) -> None:
         if prev.kind is DECODE or t.kind is DECODE:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..formats.trace import Event
@@ -18,59 +18,13 @@ from ..model.errors import CheckFailed, InvariantError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
-from .ledger import Ledger, Record
+from .ledger import Ledger, Record, Totals
 
 Emit = Callable[[Record], None]
 
 # Consecutive empty batches while work is queued, with no event in between, before
 # the replay is declared stuck. A deterministic policy repeats itself after one.
 STUCK_AFTER = 1000
-
-
-@dataclass
-class Totals:
-    """What a replay did, for the ``end`` record and the summary."""
-
-    mode: str = PLAIN
-    steps: int = 0
-    accepted: int = 0
-    dispatched: int = 0
-    cancelled: int = 0
-    rejected: int = 0
-    rejected_tasks: int = 0
-    queued: int = 0
-    tokens: int = 0
-    peak_tokens: int = 0
-    budget: int | None = None
-    still_queued: list[Id] = field(default_factory=list)
-
-    @property
-    def mean_utilisation(self) -> float | None:
-        if not self.budget or not self.steps:
-            return None
-        return self.tokens / (self.steps * self.budget)
-
-    @property
-    def peak_utilisation(self) -> float | None:
-        if not self.budget:
-            return None
-        return self.peak_tokens / self.budget
-
-    def end_record(self) -> Record:
-        end: Record = {
-            "steps": self.steps,
-            "dispatched": self.dispatched,
-            "cancelled": self.cancelled,
-            "rejected": self.rejected,
-            "queued": self.queued,
-            "accepted": self.accepted,
-            "rejected_tasks": self.rejected_tasks,
-            "tokens": self.tokens,
-            "mode": self.mode,
-        }
-        if self.still_queued:
-            end["still_queued"] = self.still_queued
-        return {"end": end}
 
 
 @dataclass
@@ -166,7 +120,7 @@ class Replayer:
         """The step number the next get_work will have (events are shown against it)."""
         return self._next_step
 
-    # --- failures ---------------------------------------------------------------------
+    # --- failures, located at the step and line being replayed -----------------------
 
     def _where(self) -> str:
         return f"line {self._line}" if self._line else "the end of the trace"
@@ -356,16 +310,9 @@ class Replayer:
 
     def finish(self) -> None:
         """The accounting check: every accepted task dispatched, cancelled or queued."""
-        totals = self.totals
         self._has_work()
-        totals.queued = len(self.ledger)
-        totals.still_queued = list(self.ledger.queued)
-        if totals.accepted != totals.dispatched + totals.cancelled + totals.queued:
-            raise self._broken(
-                f"accepted {totals.accepted} != dispatched {totals.dispatched} + cancelled "
-                f"{totals.cancelled} + queued {totals.queued}"
-            )
-        self.emit(totals.end_record())
+        self.ledger.account(self.totals)
+        self.emit(self.totals.end_record())
 
 
 def _same_ids(got: list[Id], expected: list[Id]) -> bool:

@@ -88,6 +88,7 @@ class SimResult:
     finished: int = 0
     cancelled: int = 0
     rejected: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     batch_tokens: int = 0
     prefill_tokens: int = 0
@@ -141,6 +142,7 @@ class SimResult:
             "finished": self.finished,
             "cancelled": self.cancelled,
             "rejected": self.rejected,
+            "rejected_by_reason": self.rejected_by_reason,
             "steps": self.steps,
             "simulated_seconds": span,
             "prefill_tokens": self.prefill_tokens,
@@ -245,6 +247,7 @@ class _Runner:
             self.trace.submit(tasks, t=self.t, inline=False, meta=req.meta)
         if reason is not None:
             result.rejected += 1
+            result.rejected_by_reason[reason] = result.rejected_by_reason.get(reason, 0) + 1
             return
         self.queued += len(tasks)
         self.live[req.sid] = _Live(req, self.step)

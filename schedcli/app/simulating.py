@@ -1,0 +1,148 @@
+"""``schedcli simulate``: play the runner over a workload, write what was asked."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from rich.console import Console
+
+from ..engine.ledger import Record
+from ..engine.simulate import CostModel, SimResult, chunk_size_for
+from ..engine.simulate import simulate as run_simulation
+from ..formats.output import atomic_output
+from ..formats.workload import read_workload
+from ..formats.writer import TraceWriter
+from ..model.errors import UsageError
+from ..model.task import Task
+from ..policies.registry import build_policy
+from .perfetto import PerfettoWriter
+from .progress import ProgressBar
+from .render import simulation_tables
+
+
+@dataclass
+class SimulateRequest:
+    workload: str
+    policy: str = "decode-first"
+    params: dict[str, str] | None = None
+    output: str | None = None
+    metrics: str | None = None
+    perfetto: str | None = None
+    chunk_size: int | None = None
+    cost: CostModel = field(default_factory=CostModel)
+    slo_ttft: float | None = None
+    slo_tpot: float | None = None
+    json: bool = False
+
+    def summary_to_stderr(self) -> bool:
+        """``-`` is stdout for every output; at most one may claim it, and then the summary
+        moves to stderr."""
+        to_stdout = [
+            name
+            for name, value in (("-o", self.output), ("--metrics", self.metrics))
+            if value == "-"
+        ]
+        if self.perfetto == "-":
+            to_stdout.append("--perfetto")
+        if len(to_stdout) > 1:
+            raise UsageError(f"{' and '.join(to_stdout)} both ask for stdout; give one a FILE")
+        return bool(to_stdout)
+
+
+def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
+    """Simulate, write the trace, timeline and metrics asked for, and show the summary."""
+    to_stderr = req.summary_to_stderr()
+    built = build_policy(req.policy, req.params or {})
+    label = built.name or req.policy
+    declared = built.params()
+    size = req.chunk_size or chunk_size_for(built)
+    with ExitStack() as stack:
+        trace: TraceWriter | None = None
+        if req.output is not None:
+            trace = TraceWriter(stack.enter_context(atomic_output(req.output)))
+            trace.header(label, declared, _trace_meta(req, size))
+        timeline: PerfettoWriter | None = None
+        if req.perfetto:
+            timeline = PerfettoWriter(
+                stack.enter_context(atomic_output(req.perfetto)),
+                title=f"schedcli simulate {req.workload} ({label})",
+                budget=built.token_budget,
+            )
+        progress = _progress(req.workload, err)
+        try:
+            result = run_simulation(
+                read_workload(req.workload),
+                built,
+                policy_name=label,
+                params=declared,
+                chunk_size=size,
+                cost=req.cost,
+                trace=trace,
+                slo_ttft=req.slo_ttft,
+                slo_tpot=req.slo_tpot,
+                on_progress=lambda requests, t: progress.update(requests, t=t),
+                on_batch=_timeline_feeder(timeline) if timeline is not None else None,
+            )
+        finally:
+            progress.stop()
+        if timeline is not None:
+            timeline.close()
+    summary = result.summary()
+    if req.metrics:
+        with atomic_output(req.metrics) as f:
+            f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    view = err if to_stderr else out
+    if req.json:
+        view.file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        view.print(simulation_tables(summary))
+    _note_rejections(result, err)
+    return result
+
+
+def _trace_meta(req: SimulateRequest, size: int) -> Record:
+    cost = req.cost
+    return {
+        "generated_by": "schedcli simulate",
+        "workload": req.workload,
+        "chunk_size": size,
+        "cost_model": {"a": cost.a, "b": cost.b, "c": cost.c},
+    }
+
+
+def _note_rejections(result: SimResult, err: Console) -> None:
+    if not result.rejected:
+        return
+    err.print(f"note: {result.rejected} of {result.requests} requests were rejected by the policy:")
+    for reason, count in result.rejected_by_reason.items():
+        err.print(f"  {count}: {reason}")
+
+
+def _timeline_feeder(timeline: PerfettoWriter) -> Any:
+    def on_batch(step: int, start: float, end: float, batch: list[Task], queued: int) -> None:
+        entries = [
+            {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
+            | ({"meta": t.meta} if t.meta is not None else {})
+            for t in batch
+        ]
+        tokens = sum(t.size for t in batch)
+        timeline.batch(step, start * 1e6, (end - start) * 1e6, entries, tokens, queued)
+
+    return on_batch
+
+
+def _progress(path: str, err: Console) -> ProgressBar:
+    """Requests admitted (of the lines in the file) and simulated time."""
+    total = None
+    if path != "-" and err.is_terminal:
+        try:
+            with open(path, "rb") as f:
+                total = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        except OSError:
+            total = None
+    return ProgressBar(
+        err, "simulating", total, "{task.completed} requests, t={task.fields[t]:.0f}s"
+    )
