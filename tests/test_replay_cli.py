@@ -438,7 +438,7 @@ def test_validate_reports_every_problem_and_a_count(tmp_path: Path) -> None:
         "expected one of submit, cancel, get_work, clear"
     )
     assert lines[2].startswith(f"{trace}:6: unknown field 'sise' in submit (did you mean 'size'?)")
-    assert lines[3] == "3 problem(s) in 2 event(s)"
+    assert lines[3] == "3 problem(s); 2 valid event(s)"
 
 
 def test_validate_accepts_every_example() -> None:

@@ -11,6 +11,7 @@ import functools
 import io
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -30,8 +31,10 @@ from ..formats.interrupt import Stopped, guard
 from ..formats.output import atomic_output
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.errors import InputError, SchedcliError, UsageError
+from .console import data_console, stderr_console
 from .progress import TraceProgress
 from .replaying import OutputFormat, ReplayRequest, run_replay
+from .usage import usage_message
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
@@ -46,6 +49,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,11 +57,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 # A bug in schedcli itself; 3 stays "a policy broke the contract".
 INTERNAL_ERROR = 4
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=False)
+err_console = stderr_console()
 
 
 class PipeClosed(BaseException):
     """The reader of stdout went away (``| head``): stop quietly."""
+
+
+# Counts that must be positive, checked here so help shows no validator's ranges.
+_AT_LEAST_ONE = ("max_line_bytes", "max_errors", "limit", "chunk_size")
 
 
 def command(fn: F) -> F:
@@ -65,12 +73,18 @@ def command(fn: F) -> F:
 
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
+        for name in _AT_LEAST_ONE:
+            value = kwargs.get(name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, not {value}")
         try:
             return fn(*args, **kwargs)
         except BrokenPipeError:
             raise PipeClosed() from None
 
-    app.command()(guarded)
+    # The docstring's first paragraph, whole: the command list never cuts it short.
+    summary = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+    app.command(short_help=summary)(guarded)
     return fn
 
 
@@ -83,24 +97,36 @@ DEFAULT_COST = CostModel()
 
 # Options several commands share, declared once.
 ViewFormatOption = Annotated[
-    ViewFormat, typer.Option("--format", "-f", help="table (for people) or json.")
+    ViewFormat,
+    typer.Option("--format", "-f", metavar="table|json", help="table (for people) or json."),
 ]
 ParamOption = Annotated[
-    list[str] | None, typer.Option("--param", "-P", help="Policy parameter KEY=VALUE (repeatable).")
+    list[str] | None,
+    typer.Option(
+        "--param", "-P", metavar="KEY=VALUE", help="Policy parameter KEY=VALUE (repeatable)."
+    ),
 ]
 DrainOption = Annotated[
     bool, typer.Option("--drain", help="Explicit traces: keep calling get_work at the end.")
 ]
-MaxLineOption = Annotated[int, typer.Option("--max-line-bytes", help="Reject longer lines.", min=1)]
+MaxLineOption = Annotated[
+    int, typer.Option("--max-line-bytes", metavar="BYTES", help="Reject longer lines.")
+]
 PerfettoOption = Annotated[
     str | None,
-    typer.Option("--perfetto", help="Also write a Chrome trace-event timeline (Perfetto)."),
+    typer.Option(
+        "--perfetto", metavar="FILE", help="Also write a Chrome trace-event timeline (Perfetto)."
+    ),
 ]
-CostAOption = Annotated[float, typer.Option("--cost-a", help="Cost model: seconds per step.")]
+CostAOption = Annotated[
+    float, typer.Option("--cost-a", metavar="SECONDS", help="Cost model: seconds per step.")
+]
 CostBOption = Annotated[
-    float, typer.Option("--cost-b", help="Cost model: seconds per batch token.")
+    float, typer.Option("--cost-b", metavar="SECONDS", help="Cost model: seconds per batch token.")
 ]
-CostCOption = Annotated[float, typer.Option("--cost-c", help="Cost model: seconds per decode.")]
+CostCOption = Annotated[
+    float, typer.Option("--cost-c", metavar="SECONDS", help="Cost model: seconds per decode.")
+]
 
 
 def _version(value: bool) -> None:
@@ -130,7 +156,7 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
 
 
 def _stdout_console() -> Console:
-    return Console(highlight=False)
+    return data_console()
 
 
 def _trace_progress(label: str, path: str, enabled: bool = True) -> TraceProgress:
@@ -139,12 +165,16 @@ def _trace_progress(label: str, path: str, enabled: bool = True) -> TraceProgres
 
 @command
 def replay(
-    trace: Annotated[str, typer.Argument(help="Trace file (JSON Lines, .gz ok), or - for stdin.")],
+    trace: Annotated[
+        str,
+        typer.Argument(metavar="TRACE", help="Trace file (JSON Lines, .gz ok), or - for stdin."),
+    ],
     policy: Annotated[
         str | None,
         typer.Option(
             "--policy",
             "-p",
+            metavar="NAME",
             help="Policy name or module:Class (default: the header's, else decode-first).",
         ),
     ] = None,
@@ -152,16 +182,26 @@ def replay(
     fmt: Annotated[
         OutputFormat | None,
         typer.Option(
-            "--format", "-f", help="table (default on a terminal) or jsonl (default otherwise)."
+            "--format",
+            "-f",
+            metavar="table|jsonl",
+            help="table (default on a terminal) or jsonl (default otherwise).",
         ),
     ] = None,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write to FILE.")] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", metavar="FILE", help="Write to FILE.")
+    ] = None,
     steps: Annotated[
-        str | None, typer.Option("--steps", help="Show only steps A:B (half-open), A: or :B.")
+        str | None,
+        typer.Option("--steps", metavar="A:B", help="Show only steps A:B (half-open), A: or :B."),
     ] = None,
     session: Annotated[
         str | None,
-        typer.Option("--session", help="Show only this session (7 is an int, '\"7\"' a string)."),
+        typer.Option(
+            "--session",
+            metavar="SID",
+            help="Show only this session (7 is an int, '\"7\"' a string).",
+        ),
     ] = None,
     drain: DrainOption = False,
     check: Annotated[
@@ -169,7 +209,10 @@ def replay(
         typer.Option("--check", help="Compare every batch with the trace's expect; exit 1 if not."),
     ] = False,
     golden: Annotated[
-        str | None, typer.Option("--golden", help="Compare the whole dump with this golden dump.")
+        str | None,
+        typer.Option(
+            "--golden", metavar="FILE", help="Compare the whole dump with this golden dump."
+        ),
     ] = None,
     update_golden: Annotated[
         bool, typer.Option("--update-golden", help="Rewrite the --golden file (atomically).")
@@ -211,20 +254,27 @@ def replay(
 
 @command
 def validate(
-    trace: Annotated[str, typer.Argument(help="Trace file (JSON Lines, .gz ok), or - for stdin.")],
+    trace: Annotated[
+        str,
+        typer.Argument(metavar="TRACE", help="Trace file (JSON Lines, .gz ok), or - for stdin."),
+    ],
     max_line_bytes: MaxLineOption = DEFAULT_MAX_LINE_BYTES,
+    max_errors: Annotated[
+        int, typer.Option("--max-errors", metavar="N", help="Show at most N problems.")
+    ] = 20,
 ) -> None:
-    """Check a trace against format v1 and report every problem, not only the first.
+    """Check a trace against format v1 and report its problems, not only the first.
 
     Exit codes: 0 valid; 2 problems found (each as FILE:LINE: message on stderr).
     """
     from .validate import validate_trace
 
-    problems, events = validate_trace(trace, max_line_bytes=max_line_bytes)
+    problems, events = validate_trace(trace, max_line_bytes=max_line_bytes, max_errors=max_errors)
     for p in problems:
         print(p, file=sys.stderr)
-    if problems:
-        print(f"{len(problems)} problem(s) in {events} event(s)", file=sys.stderr)
+    if problems.total:
+        shown = "" if problems.total == len(problems) else f" (the first {len(problems)} shown)"
+        print(f"{problems.total} problem(s){shown}; {events} valid event(s)", file=sys.stderr)
         raise typer.Exit(2)
     print(f"{display_name(trace)}: valid, {events} event(s)", file=sys.stderr)
 
@@ -248,19 +298,29 @@ def policies(
 def diff(
     inputs: Annotated[
         list[str],
-        typer.Argument(help="One trace (replayed under A and B), or two dumps to compare."),
+        typer.Argument(
+            metavar="INPUT...", help="One trace (replayed under A and B), or two dumps to compare."
+        ),
     ],
     a_policy: Annotated[
-        str | None, typer.Option("--a", help="Policy of side A (default: the trace header's).")
+        str | None,
+        typer.Option(
+            "--a", metavar="POLICY", help="Policy of side A (default: the trace header's)."
+        ),
     ] = None,
     b_policy: Annotated[
-        str | None, typer.Option("--b", help="Policy of side B (default: the trace header's).")
+        str | None,
+        typer.Option(
+            "--b", metavar="POLICY", help="Policy of side B (default: the trace header's)."
+        ),
     ] = None,
     a_param: Annotated[
-        list[str] | None, typer.Option("--a-param", help="Side A parameter KEY=VALUE.")
+        list[str] | None,
+        typer.Option("--a-param", metavar="KEY=VALUE", help="Side A parameter KEY=VALUE."),
     ] = None,
     b_param: Annotated[
-        list[str] | None, typer.Option("--b-param", help="Side B parameter KEY=VALUE.")
+        list[str] | None,
+        typer.Option("--b-param", metavar="KEY=VALUE", help="Side B parameter KEY=VALUE."),
     ] = None,
     drain: DrainOption = False,
     fmt: ViewFormatOption = ViewFormat.table,
@@ -309,31 +369,53 @@ class ConvertFormat(StrEnum):
 
 @command
 def convert(
-    fmt: Annotated[ConvertFormat, typer.Argument(help="Source format, or auto to recognise it.")],
-    src: Annotated[str, typer.Argument(help="Source file (.gz ok), or - for stdin.")],
+    fmt: Annotated[
+        ConvertFormat,
+        typer.Argument(metavar="FORMAT", help="Source format, or auto to recognise it."),
+    ],
+    src: Annotated[
+        str, typer.Argument(metavar="SOURCE", help="Source file (.gz ok), or - for stdin.")
+    ],
     output: Annotated[
-        str, typer.Option("--output", "-o", help="Workload file to write (- for stdout).")
+        str,
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="Workload file to write (- for stdout)."
+        ),
     ] = "-",
     limit: Annotated[
-        int | None, typer.Option("--limit", help="Keep the first N requests.", min=1)
+        int | None, typer.Option("--limit", metavar="N", help="Keep the first N requests.")
     ] = None,
     start: Annotated[
-        float, typer.Option("--start", help="Window start, seconds after the first request.")
+        float,
+        typer.Option(
+            "--start", metavar="SECONDS", help="Window start, seconds after the first request."
+        ),
     ] = 0.0,
     duration: Annotated[
-        float | None, typer.Option("--duration", help="Window length in seconds.")
+        float | None,
+        typer.Option("--duration", metavar="SECONDS", help="Window length in seconds."),
     ] = None,
     time_scale: Annotated[
-        float, typer.Option("--time-scale", help="Multiply arrival times (0.5 = twice the rate).")
+        float,
+        typer.Option(
+            "--time-scale", metavar="FACTOR", help="Multiply arrival times (0.5 = twice the rate)."
+        ),
     ] = 1.0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for generated arrivals.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", metavar="N", help="Seed for generated arrivals.")
+    ] = 0,
     rate: Annotated[
-        float | None, typer.Option("--rate", help="lengths: requests per second (Poisson).")
+        float | None,
+        typer.Option(
+            "--rate", metavar="PER_SECOND", help="lengths: requests per second (Poisson)."
+        ),
     ] = None,
     cv: Annotated[
         float | None,
         typer.Option(
-            "--cv", help="lengths: coefficient of variation of gaps (gamma; 1 = Poisson)."
+            "--cv",
+            metavar="CV",
+            help="lengths: coefficient of variation of gaps (gamma; 1 = Poisson).",
         ),
     ] = None,
     skip_bad: Annotated[
@@ -375,34 +457,41 @@ def convert(
 
 @command
 def simulate(
-    workload: Annotated[str, typer.Argument(help="Workload file (JSON Lines, .gz ok), or -.")],
+    workload: Annotated[
+        str, typer.Argument(metavar="WORKLOAD", help="Workload file (JSON Lines, .gz ok), or -.")
+    ],
     policy: Annotated[
-        str, typer.Option("--policy", "-p", help="Policy name or module:Class.")
+        str, typer.Option("--policy", "-p", metavar="NAME", help="Policy name or module:Class.")
     ] = "decode-first",
     param: ParamOption = None,
     output: Annotated[
         str | None,
-        typer.Option("--output", "-o", help="Write the event trace (explicit mode) to FILE."),
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="Write the event trace (explicit mode) to FILE."
+        ),
     ] = None,
     metrics: Annotated[
-        str | None, typer.Option("--metrics", help="Write the metrics as JSON to FILE.")
+        str | None,
+        typer.Option("--metrics", metavar="FILE", help="Write the metrics as JSON to FILE."),
     ] = None,
     chunk_size: Annotated[
         int | None,
         typer.Option(
             "--chunk-size",
+            metavar="TOKENS",
             help="Prompt chunk size (default: the policy's max_prefill_chunk_size, else 256).",
-            min=1,
         ),
     ] = None,
     cost_a: CostAOption = DEFAULT_COST.a,
     cost_b: CostBOption = DEFAULT_COST.b,
     cost_c: CostCOption = DEFAULT_COST.c,
     slo_ttft: Annotated[
-        float | None, typer.Option("--slo-ttft", help="Goodput: TTFT target, seconds.")
+        float | None,
+        typer.Option("--slo-ttft", metavar="SECONDS", help="Goodput: TTFT target, seconds."),
     ] = None,
     slo_tpot: Annotated[
-        float | None, typer.Option("--slo-tpot", help="Goodput: TPOT target, seconds.")
+        float | None,
+        typer.Option("--slo-tpot", metavar="SECONDS", help="Goodput: TPOT target, seconds."),
     ] = None,
     fmt: ViewFormatOption = ViewFormat.table,
     perfetto: PerfettoOption = None,
@@ -434,7 +523,10 @@ def simulate(
 def stats(
     input_path: Annotated[str, typer.Argument(metavar="INPUT", help="An event trace or a dump.")],
     policy: Annotated[
-        str | None, typer.Option("--policy", "-p", help="Traces: policy (default: the header's).")
+        str | None,
+        typer.Option(
+            "--policy", "-p", metavar="NAME", help="Traces: policy (default: the header's)."
+        ),
     ] = None,
     param: ParamOption = None,
     drain: DrainOption = False,
@@ -464,12 +556,15 @@ def report(
     input_path: Annotated[
         str, typer.Argument(metavar="INPUT", help="A trace, a dump or a workload.")
     ],
-    output: Annotated[str, typer.Option("--output", "-o", help="The HTML file to write.")],
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="FILE", help="The HTML file to write.")
+    ],
     policy: Annotated[
         list[str] | None,
         typer.Option(
             "--policy",
             "-p",
+            metavar="NAME",
             help="A configuration to show: NAME or NAME,KEY=VALUE,... (repeat to compare).",
         ),
     ] = None,
@@ -515,11 +610,16 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place exceptions become messages and exit codes."""
     interrupt.install()
     try:
-        app(args=argv)
+        code = app(args=argv, prog_name="schedcli", standalone_mode=False)
+        if isinstance(code, int) and code:
+            _exit(code)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
         _exit(code)
     except SchedcliError as e:
+        if os.environ.get("SCHEDCLI_DEBUG") and e.__cause__ is not None:
+            # A plugin that failed to import, start or answer: its own traceback.
+            traceback.print_exception(e.__cause__, file=sys.stderr)
         print(str(e) if isinstance(e, InputError) else f"schedcli: {e}", file=sys.stderr)
         _exit(e.exit_code)
     except Stopped as e:
@@ -533,6 +633,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"schedcli: {e.strerror or e}", file=sys.stderr)
         _exit(2)
     except Exception as e:
+        usage = usage_message(e)
+        if usage is not None:
+            print(usage, file=sys.stderr)
+            _exit(2)
         # A bug in schedcli itself: still one line, and the internal-error code.
         if os.environ.get("SCHEDCLI_DEBUG"):
             raise

@@ -171,9 +171,12 @@ def diff_trace(
             progress.position = ta.reader.position
         name = display_name(path)
         policy_b, label_b, params_b = choose_policy(ta.reader.header, name, b.policy, b.params)
+        # Both sides' whole configurations, defaults included: like is compared with like.
+        full_a = ta.policy.params() or dict(ta.params)
+        full_b = policy_b.params() or params_b
         result = DiffResult(
-            (config_label(ta.policy_name, ta.params), config_label(label_b, params_b)),
-            (dict(ta.params), dict(params_b)),
+            (config_label(ta.policy_name, full_a), config_label(label_b, full_b)),
+            (full_a, full_b),
         )
         aligner = _Aligner(result)
         metrics_a = StepMetrics(ta.policy.token_budget)
@@ -225,6 +228,8 @@ def diff_dumps(path_a: str, path_b: str) -> DiffResult:
                 continue
             if "batch" in record:
                 metrics[i].dispatched(batch_tasks(record), record["step"])
+            elif record.get("op") in ("cancel", "clear"):
+                metrics[i].dropped_count += len(record.get("dropped") or ())
             sinks[i](record)
         aligner.settle()
     aligner.settle(final=True)

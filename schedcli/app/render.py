@@ -266,6 +266,8 @@ def diff_view(result: Any) -> Group:
                     cells.append(Text("(no batch)" if missing and i == 0 else "", "dim"))
             table.add_row(str(i), *cells)
         table.caption = f"only in A: [{_ids(only_a)}]   only in B: [{_ids(only_b)}]"
+        if not only_a and not only_b and first.a is not None and first.b is not None:
+            table.caption = "same tasks, in a different order"
         if first.fields is not None:
             a_fields, b_fields = first.fields
             table.caption = f"same batch; the record differs: A {a_fields}   B {b_fields}"

@@ -19,6 +19,7 @@ from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
 from ..model.errors import CheckFailed, InputError, UsageError
 from ..model.task import Id
+from .console import data_console
 from .golden import GoldenComparison
 from .perfetto import PerfettoWriter
 from .progress import TraceProgress
@@ -157,8 +158,8 @@ def _table_console(stack: ExitStack, out: Any, output: str | None) -> Console:
     if output and output != "-":
         text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
         stack.callback(text.detach)  # leaves `out` open for its own context
-        return Console(file=text, highlight=False, width=120)
-    return Console(highlight=False)
+        return data_console(text, width=120)
+    return data_console()
 
 
 def _golden(trace: str, golden: str, label: str) -> GoldenComparison:

@@ -8,11 +8,25 @@ from ..formats.trace import open_trace
 from ..model.errors import InputError, UsageError
 
 
+class Problems(list[str]):
+    """The first ``keep`` problems as ``FILE:LINE: message``, and how many there were."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__()
+        self.keep = keep
+        self.total = 0
+
+    def append(self, problem: str) -> None:
+        self.total += 1
+        if len(self) < self.keep:
+            super().append(problem)
+
+
 def validate_trace(
-    path: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-) -> tuple[list[str], int]:
-    """Problems as ``FILE:LINE: message`` lines, and the number of valid events."""
-    problems: list[str] = []
+    path: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_errors: int = 20
+) -> tuple[Problems, int]:
+    """The problems (the first ``max_errors`` kept, all counted) and the valid events."""
+    problems = Problems(max_errors)
     name = display_name(path)
 
     def collect(err: InputError) -> None:

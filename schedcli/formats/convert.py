@@ -335,6 +335,7 @@ def convert(
 
         report = ConvertReport(fmt)
         arrivals: _Arrivals | None = None
+        _options_apply(fmt, options)
         if fmt == "lengths":
             if options.rate is None or options.rate <= 0:
                 raise UsageError("format 'lengths' has no arrival times: give --rate REQ_PER_S")
@@ -342,7 +343,34 @@ def convert(
                 raise UsageError("--cv must be positive")
             arrivals = _Arrivals(options.rate, options.cv, options.seed)
         _write_rows(READERS[fmt](chained(), name), out, options, report, arrivals, name, warn)
+    if report.written == 0:
+        raise InputError(
+            name, None, f"no requests selected ({_selection(options)}): nothing to write"
+        )
     return report
+
+
+def _options_apply(fmt: str, options: ConvertOptions) -> None:
+    """An option that does not apply to the format is a usage error, never ignored."""
+    if fmt != "lengths":
+        given = [o for o, v in (("--rate", options.rate), ("--cv", options.cv)) if v is not None]
+        if given:
+            raise UsageError(
+                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to 'lengths' "
+                "(no arrival times); "
+                f"{fmt} has its own arrivals: shape them with --time-scale"
+            )
+    if fmt != "burstgpt" and options.keep_failed:
+        raise UsageError(f"--keep-failed applies to burstgpt (failed requests); not to {fmt}")
+
+
+def _selection(options: ConvertOptions) -> str:
+    parts = [f"--start {options.start}"] if options.start else []
+    if options.duration is not None:
+        parts.append(f"--duration {options.duration}")
+    if options.limit is not None:
+        parts.append(f"--limit {options.limit}")
+    return ", ".join(parts) or "the whole file"
 
 
 def _write_rows(

@@ -11,7 +11,7 @@ import orjson
 from ..model.errors import InputError, UsageError
 from ..model.task import Id, Task, same_id
 from .interrupt import guard, raise_held
-from .source import display_name, numbered_lines, open_binary
+from .source import display_name, not_a, numbered_lines, open_binary
 
 Record = dict[str, Any]
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
@@ -191,8 +191,14 @@ def _entry_ok(e: object) -> bool:
 def read_dump(path: str) -> Iterator[Record]:
     """A dump's records, streamed; a record that cannot be read is ``FILE:LINE: message``."""
     name = display_name(path)
+    first = True
     with open_binary(path, name) as stream:
         for lineno, raw, _ in numbered_lines(stream, name):
+            if first:
+                first = False
+                wrong_file = not_a("dump", raw)
+                if wrong_file is not None:
+                    raise InputError(name, lineno, wrong_file)
             try:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError as e:

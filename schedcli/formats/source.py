@@ -220,22 +220,18 @@ def _too_long(name: str, lineno: int, max_line_bytes: int) -> InputError:
 
 
 def sniff_kind(path: str) -> str:
-    """``workload``, ``dump`` or ``trace``: what the file's first object looks like."""
+    """``workload``, ``dump`` or ``trace``: what the file's first line looks like.
+
+    A CSV is an error naming ``convert``; an empty file is an empty trace.
+    """
     name = display_name(path)
     with open_binary(path, name) as stream:
         for lineno, raw, _ in numbered_lines(stream, name):
-            try:
-                first = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                raise InputError(name, lineno, "not valid JSON") from None
-            if type(first) is not dict:
-                raise InputError(name, lineno, "each line must be a JSON object")
-            if "arrival" in first and "prompt_tokens" in first:
-                return "workload"
-            if "batch" in first or "end" in first or ("op" in first and "line" in first):
-                return "dump"
-            return "trace"
-    return "trace"  # an empty file is an empty trace
+            kind = kind_of_line(raw)
+            if kind == "csv":
+                raise InputError(name, lineno, f"this is {TAKEN_BY['csv']}")
+            return kind or "trace"
+    return "trace"
 
 
 def file_size(path: str) -> int | None:
@@ -245,3 +241,41 @@ def file_size(path: str) -> int | None:
         return Path(path).stat().st_size
     except OSError:
         return None
+
+
+# What a file is, from its first line, and the command that takes it.
+TAKEN_BY = {
+    "trace": "an event trace (replay, validate, stats, diff, report take it)",
+    "dump": "a replay dump (stats, diff, report take it; a golden is one too)",
+    "workload": "a workload of requests (simulate and report take it)",
+    "csv": "a CSV request trace (convert turns it into a workload)",
+}
+
+
+def kind_of_line(raw: bytes) -> str | None:
+    """``trace``, ``dump``, ``workload`` or ``csv`` by the look of a first line; None if unsure."""
+    stripped = raw.strip()
+    if not stripped.startswith(b"{"):
+        return "csv" if b"," in stripped and b"{" not in stripped else None
+    try:
+        first = orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        return None
+    if type(first) is not dict:
+        return None
+    if "arrival" in first or "prompt_tokens" in first:
+        return "workload"
+    if "batch" in first or "end" in first or ("line" in first and "op" in first):
+        return "dump"
+    if "schedcli" in first or "op" in first:
+        return "trace"
+    return None
+
+
+def not_a(expected: str, raw: bytes) -> str | None:
+    """A one-line message when the first line shows the file is not ``expected``."""
+    kind = kind_of_line(raw)
+    if kind is None or kind == expected:
+        return None
+    article = "an" if expected[0] in "aeiou" else "a"
+    return f"this is {TAKEN_BY[kind]}, not {article} {expected}"

@@ -21,7 +21,7 @@ from ..model.errors import InputError
 from ..model.task import KINDS, Id, Task
 from . import schema
 from .schema import EVENTS, OPS, Cancel, GetWork, Submit, TaskFields, event_decoder, json_type
-from .source import DEFAULT_MAX_LINE_BYTES, display_name, numbered_lines, open_binary
+from .source import DEFAULT_MAX_LINE_BYTES, display_name, not_a, numbered_lines, open_binary
 
 FORMAT_VERSION = schema.FORMAT_VERSION
 
@@ -357,12 +357,18 @@ class TraceReader:
         if self._first is not None:  # read while looking for the header
             lines = itertools.chain((self._first,), lines)
             self._first = None
+        first = True
         for lineno, raw, complete in lines:
             try:
                 event = decode_event(raw, complete, lineno)
             except LineError as e:
+                wrong_file = not_a("trace", raw) if first else None
+                if wrong_file is not None:  # one useful line, not one per line of it
+                    raise InputError(self.name, lineno, wrong_file) from None
                 fail(lineno, str(e))
+                first = False
                 continue
+            first = False
             step = event.step
             if step is not None:
                 if step < last_step:

@@ -12,7 +12,7 @@ import orjson
 
 from ..model.errors import InputError
 from ..model.task import Id, id_key, show_id
-from .source import display_name, numbered_lines, open_binary
+from .source import display_name, not_a, numbered_lines, open_binary
 
 FIELDS = frozenset(
     ("sid", "arrival", "prompt_tokens", "output_tokens", "cancel_after", "priority", "meta")
@@ -58,6 +58,10 @@ def read_workload(path: str) -> Iterator[Request]:
     with open_binary(path, name) as stream:
         for lineno, raw, complete in numbered_lines(stream, name):
             where = (name, lineno)
+            if not seen:
+                wrong_file = not_a("workload", raw)
+                if wrong_file is not None:
+                    raise InputError(name, lineno, wrong_file)
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError as e:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
@@ -70,12 +72,26 @@ def _check_class(obj: object, what: str) -> type[Scheduler]:
     return obj
 
 
+def _import_from_cwd_first(module_name: str) -> Any:
+    """Import as ``python -m`` would: the current directory comes first, so a policy file
+    beside the trace loads even from the installed ``schedcli`` script."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
 def _import_class(spec: str) -> type[Scheduler]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UsageError(f"policy {spec!r}: an import string is 'package.module:ClassName'")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_from_cwd_first(module_name)
     except Exception as e:
         raise UsageError(f"policy plugin {spec!r} failed to import: {type(e).__name__}: {e}") from e
     obj: Any = module

@@ -1,0 +1,49 @@
+"""Command-line mistakes, told in our words (the option parser's own are a validator's)."""
+
+from __future__ import annotations
+
+import re
+
+_REWRITES = (
+    (re.compile(r"Input should be greater than or equal to (\S+)"), r"must be >= \1"),
+    (re.compile(r"Input should be greater than (\S+)"), r"must be > \1"),
+    (re.compile(r"Input should be a valid integer.*"), "must be a whole number"),
+    (re.compile(r"Input should be a valid number.*"), "must be a number"),
+    (re.compile(r"Value error, '(.*)' is not one of (.*)\."), r"must be one of \2, not '\1'"),
+    (re.compile(r"Value error, (.*)"), r"\1"),
+)
+
+
+def _is_usage_error(e: BaseException) -> bool:
+    """The option parser's usage errors (typer vendors its parser; no import of it here)."""
+    return type(e).__module__.startswith("typer") and getattr(e, "exit_code", None) == 2
+
+
+def usage_message(e: BaseException) -> str | None:
+    """One line naming the command, the option and what is wrong; None if not a usage error."""
+    if not _is_usage_error(e):
+        return None
+    ctx = getattr(e, "ctx", None)
+    command = getattr(ctx, "command_path", None) or "schedcli"
+    param = getattr(e, "param", None)
+    kind = type(e).__name__
+    message = str(getattr(e, "message", "") or e)
+    if kind == "MissingParameter" and param is not None:
+        name = (param.metavar if param.param_type_name == "argument" else None) or param.name
+        name = str(name or "").upper()
+        what = f"a {name}" if param.param_type_name == "argument" else f"the option {name}"
+        return f"{command}: needs {what} (see {command} -h)"
+    if param is not None:
+        for pattern, replacement in _REWRITES:
+            message = pattern.sub(replacement, message)
+        opts = getattr(param, "opts", None) or [param.name]
+        return f"{command}: {' / '.join(opts)} {message} (see {command} -h)"
+    if kind == "NoSuchOption":
+        option = getattr(e, "option_name", "")
+        possibilities = getattr(e, "possibilities", None) or []
+        hint = f" (did you mean {possibilities[0]}?)" if possibilities else ""
+        return f"{command}: no option {option}{hint} (see {command} -h)"
+    message = re.sub(
+        r"Got unexpected extra argument\S* \((.*)\)", r"unexpected argument: \1", message
+    )
+    return f"{command}: {message[:1].lower()}{message[1:]} (see {command} -h)"
