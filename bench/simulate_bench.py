@@ -18,10 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT = (
-    Path(__file__).resolve().parent.parent.parent
-    / "shared/traces-real/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
+# The real traces: $SCHEDCLI_TRACES_REAL, else ../shared/traces-real beside the clone.
+REAL = Path(
+    os.environ.get("SCHEDCLI_TRACES_REAL")
+    or Path(__file__).resolve().parent.parent.parent / "shared" / "traces-real"
 )
+DEFAULT = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:

@@ -64,9 +64,7 @@ def test_compat_reference_tid_release_is_reported_as_a_contract_break(
     assert "at step 0 (line 5): cancel returned task 1, which is not queued" in r.stderr
 
 
-def test_header_params_apply_to_every_policy_that_declares_them(
-    cli: Cli, tmp_path: Path
-) -> None:
+def test_header_params_apply_to_every_policy_that_declares_them(cli: Cli, tmp_path: Path) -> None:
     path = trace(
         tmp_path,
         '{"max_batch_tokens": 4, "max_decode_sequences": 1, "max_prefill_chunk_size": 2}',

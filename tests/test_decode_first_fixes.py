@@ -260,7 +260,7 @@ def play_both(policy: DecodeFirstScheduler, model: RuleModel, ops: list[tuple]) 
         assert ids(policy.get_work()) == model.get_work()
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

@@ -288,7 +288,7 @@ def mutated_traces(draw: st.DrawFn) -> bytes:
     return b"\n".join(lines) + (b"\n" if draw(st.booleans()) else b"")
 
 
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @FUZZ

@@ -150,7 +150,14 @@ def test_diff_of_decode_first_and_fcfs_shows_where_they_part() -> None:
             "jain_fairness",
         ):
             assert m[key] is not None, key
-    assert data["a"]["label"] == "decode-first" and data["b"]["label"] == "fcfs"
+    # Each side's whole configuration, defaults included.
+    assert data["a"]["label"] == (
+        "decode-first max_batch_tokens=544 max_decode_sequences=32 max_prefill_chunk_size=256 "
+        "compat=fixed"
+    )
+    assert (
+        data["b"]["label"] == "fcfs max_batch_tokens=544 max_num_seqs=64 max_prefill_chunk_size=256"
+    )
 
 
 def test_diff_of_a_policy_with_itself_is_identical_exit_0() -> None:
@@ -187,7 +194,10 @@ def test_diff_refuses_a_trace_where_a_dump_belongs() -> None:
         str(TRACES / "rotation-fairness.jsonl"),
     )
     assert r.returncode == 2
-    assert b"this is a trace, not a dump" in r.stderr
+    assert (
+        b"this is an event trace (replay, validate, stats, diff, report take it), not a dump"
+        in r.stderr
+    )
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_POLICIES))

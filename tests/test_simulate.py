@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 from pathlib import Path
 
 import orjson
@@ -17,7 +16,7 @@ from schedcli import BUILTIN_POLICIES, build_policy
 from schedcli.engine.simulate import CostModel, simulate
 from schedcli.formats.workload import Request
 from schedcli.formats.writer import TraceWriter
-from tests.helpers import REAL, ROOT, run_cli
+from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, run_cli
 
 GOLDEN = ROOT / "tests" / "golden" / "azure-conv-60.json"
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -224,7 +223,7 @@ def test_small_azure_slice_matches_its_golden(tmp_path: Path) -> None:
         ).hexdigest(),
         "trace_lines": trace.read_bytes().count(b"\n"),
     }
-    if os.environ.get("SCHEDCLI_UPDATE_GOLDEN"):  # pragma: no cover - deliberate refresh
+    if UPDATE_GOLDENS:  # pragma: no cover - a deliberate refresh
         GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
     assert GOLDEN.is_file(), "missing golden: rerun with SCHEDCLI_UPDATE_GOLDEN=1"
     assert got == json.loads(GOLDEN.read_text())

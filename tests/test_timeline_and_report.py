@@ -166,11 +166,16 @@ def test_report_bad_policy_config_is_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and b"NAME,KEY=VALUE" in r.stderr
 
 
+REQUESTS = 150
+
+
 def _workload(tmp_path: Path) -> Path:
     w = tmp_path / "w.jsonl"
     if AZURE_CONV.is_file():
         assert (
-            run_cli("convert", "auto", str(AZURE_CONV), "--limit", "300", "-o", str(w)).returncode
+            run_cli(
+                "convert", "auto", str(AZURE_CONV), "--limit", f"{REQUESTS}", "-o", f"{w}"
+            ).returncode
             == 0
         )
     else:  # pragma: no cover - CI always has the real traces
@@ -185,7 +190,7 @@ def _workload(tmp_path: Path) -> Path:
                     }
                 )
                 + "\n"
-                for i in range(300)
+                for i in range(REQUESTS)
             )
         )
     return w
@@ -275,4 +280,4 @@ def test_timeline_of_a_converted_real_trace(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr.decode()
     data = check_timeline(out)
     tracks = [e for e in data["traceEvents"] if e["name"] == "thread_name"]
-    assert len(tracks) == 301  # 300 requests and the scheduler's own track
+    assert len(tracks) == REQUESTS + 1  # a track per request and the scheduler's own

@@ -1,0 +1,84 @@
+"""Outputs mirror inputs: - is stdout, .gz compresses, and every command reads back the rest."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import TRACES, run_cli
+
+TRACE = TRACES / "long-prompts-and-chat.jsonl"
+WORKLOAD = (
+    "".join(
+        json.dumps({"sid": i, "arrival": i * 0.01, "prompt_tokens": 40 + i, "output_tokens": 3})
+        + "\n"
+        for i in range(12)
+    )
+).encode()
+
+
+def test_a_gz_name_is_gzip_and_every_reader_takes_it(tmp_path: Path) -> None:
+    w = tmp_path / "w.jsonl.gz"
+    w.write_bytes(gzip.compress(WORKLOAD))
+    trace, dump = tmp_path / "t.jsonl.gz", tmp_path / "d.jsonl.gz"
+    assert run_cli("simulate", str(w), "-o", str(trace), "-f", "json").returncode == 0
+    assert gzip.decompress(trace.read_bytes()).startswith(b'{"schedcli":1')
+    assert run_cli("validate", str(trace)).returncode == 0
+    assert run_cli("replay", str(trace), "--check", "-o", str(dump)).returncode == 0
+    assert gzip.decompress(dump.read_bytes()).endswith(b"}}\n")
+    assert run_cli("stats", str(dump), "-f", "json").returncode == 0
+    assert run_cli("diff", str(dump), str(dump), "-f", "json").returncode == 0
+    assert run_cli("replay", str(trace), "--golden", str(dump)).returncode == 0
+
+
+def test_convert_writes_gzip_that_simulate_reads(tmp_path: Path) -> None:
+    src = tmp_path / "lengths.csv"
+    src.write_text("num_prefill_tokens,num_decode_tokens\n" + "12,3\n" * 5)
+    w = tmp_path / "w.jsonl.gz"
+    r = run_cli("convert", "lengths", str(src), "--rate", "4", "-o", str(w))
+    assert r.returncode == 0, r.stderr.decode()
+    assert run_cli("simulate", str(w), "-f", "json").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "option", [["-o", "-"], ["--metrics", "-"], ["--perfetto", "-"]], ids=lambda o: o[0]
+)
+def test_dash_is_stdout_for_every_simulate_output(tmp_path: Path, option: list[str]) -> None:
+    w = tmp_path / "w.jsonl"
+    w.write_bytes(WORKLOAD)
+    r = run_cli("simulate", str(w), *option, "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    assert not (tmp_path / "-").exists() and not Path("-").exists()
+    assert r.stdout.startswith(b"{")  # the requested output, not the summary
+    assert b"requests" in r.stderr  # the summary moved to stderr
+
+
+def test_two_outputs_cannot_both_claim_stdout(tmp_path: Path) -> None:
+    w = tmp_path / "w.jsonl"
+    w.write_bytes(WORKLOAD)
+    r = run_cli("simulate", str(w), "-o", "-", "--metrics", "-")
+    assert r.returncode == 2
+    assert b"-o and --metrics both ask for stdout" in r.stderr
+
+
+def test_report_and_perfetto_write_to_stdout_with_dash() -> None:
+    r = run_cli("report", str(TRACE), "-o", "-")
+    assert r.returncode == 0 and r.stdout.startswith(b"<!DOCTYPE html>")
+    r = run_cli(
+        "replay",
+        str(TRACE),
+        "--perfetto",
+        "-",
+        "--golden",
+        str(TRACES / "golden" / f"{TRACE.stem}.dump.jsonl"),
+    )
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["traceEvents"]
+
+
+def test_writing_to_a_device_never_replaces_it(tmp_path: Path) -> None:
+    assert run_cli("report", str(TRACE), "-o", "/dev/null").returncode == 0
+    assert Path("/dev/null").is_char_device()
