@@ -201,7 +201,7 @@ def test_bad_workload_line_is_file_line_exit_2(tmp_path: Path) -> None:
     )
     r = run_cli("simulate", str(w))
     assert r.returncode == 2
-    assert r.stderr.decode().startswith(f"{w}:2: prompt_tokens must be an integer >= 1")
+    assert r.stderr.decode().startswith(f"{w}:2: prompt_tokens must be between 1 and 2,097,152")
     w.write_text('{"sid": 1, "arival": 0, "prompt_tokens": 5, "output_tokens": 1}\n')
     r = run_cli("simulate", str(w))
     assert b"did you mean 'arrival'" in r.stderr

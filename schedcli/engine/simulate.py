@@ -55,13 +55,19 @@ class _Live:
         "last_token",
         "last_token_step",
         "output",
+        "priority",
         "produced",
         "prompt",
         "sid",
+        "submitted",
+        "window_left",
     )
 
     def __init__(self, req: Request, step: int) -> None:
         self.sid = req.sid
+        self.priority = req.priority
+        self.submitted = 0  # prompt tokens submitted so far
+        self.window_left = 0  # chunks of the last submitted window not yet dispatched
         self.arrival = req.arrival
         self.arrival_step = step
         self.prompt = req.prompt_tokens
@@ -188,6 +194,9 @@ class SimResult:
 
 STUCK_AFTER = 1000
 DEFAULT_CHUNK_SIZE = 256
+# Prompt chunks submitted per group; a longer prompt is submitted a window at a time,
+# each when the one before has been dispatched (at the default chunk size, 16,384 tokens).
+WINDOW = 64
 
 
 def chunk_size_for(policy: Scheduler) -> int:
@@ -218,29 +227,32 @@ class _Runner:
         self.next_tid = 0
         self.queued = 0  # tasks accepted and not yet dispatched or cancelled
 
+    def _window(self, req: _Live) -> list[Task]:
+        """The request's next prompt chunks, at most WINDOW of them: a prompt is built as
+        it goes, so memory follows what is in flight, not what was asked."""
+        tasks: list[Task] = []
+        pos = req.submitted
+        prompt = req.prompt
+        chunk = self.result.chunk_size
+        while pos < prompt and len(tasks) < WINDOW:
+            size = min(chunk, prompt - pos)
+            last = pos + size == prompt
+            tid = self.next_tid
+            self.next_tid += 1
+            tasks.append(Task(tid, req.sid, PREFILL, size, position=pos, produce_output=last))
+            tasks[-1].priority = req.priority
+            pos += size
+        req.submitted = pos
+        req.window_left = len(tasks)
+        return tasks
+
     def admit(self, req: Request) -> None:
-        """A request arrives: its prompt is submitted as one group of chunks."""
+        """A request arrives: its prompt is submitted as one group of chunks (a window at
+        a time for a prompt longer than WINDOW chunks)."""
         result = self.result
         result.requests += 1
-        tasks = []
-        pos = 0
-        prompt = req.prompt_tokens
-        while pos < prompt:
-            size = min(result.chunk_size, prompt - pos)
-            last = pos + size == prompt
-            tasks.append(
-                Task(
-                    self.next_tid,
-                    req.sid,
-                    PREFILL,
-                    size,
-                    position=pos,
-                    produce_output=last,
-                    priority=req.priority,
-                )
-            )
-            self.next_tid += 1
-            pos += size
+        live = _Live(req, self.step)
+        tasks = self._window(live)
         reason = self.policy.try_submit(tasks)
         if self.trace is not None:
             # The workload's meta rides on the submit, carried through.
@@ -250,9 +262,20 @@ class _Runner:
             result.rejected_by_reason[reason] = result.rejected_by_reason.get(reason, 0) + 1
             return
         self.queued += len(tasks)
-        self.live[req.sid] = _Live(req, self.step)
+        self.live[req.sid] = live
         if req.cancel_after is not None:
             heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
+
+    def _submit_window(self, req: _Live) -> None:
+        tasks = self._window(req)
+        reason = self.policy.try_submit(tasks)
+        self.queued += len(tasks)
+        if self.trace is not None:
+            self.trace.submit(tasks, t=self.t, inline=False)
+        if reason is not None:
+            raise InvariantError(
+                f"policy {self.policy_name!r} rejected the rest of a prompt it accepted: {reason}"
+            )
 
     def cancel_due(self) -> None:
         """Clients whose patience ran out by now give up."""
@@ -285,16 +308,22 @@ class _Runner:
         result.batch_tokens += tokens
         result.decode_tokens += decodes
         result.prefill_tokens += tokens - decodes
-        continuing = self._produce(batch, start, end)
+        continuing, prompting = self._produce(batch, start, end)
         self.t = end
         self.step += 1
+        for req in prompting:
+            self._submit_window(req)
         for req in continuing:
             self._submit_decode(req)
 
-    def _produce(self, batch: list[Task], start: float, end: float) -> list[_Live]:
-        """Account the batch's outputs; returns the requests that go on decoding."""
+    def _produce(
+        self, batch: list[Task], start: float, end: float
+    ) -> tuple[list[_Live], list[_Live]]:
+        """Account the batch's outputs; returns the requests that go on decoding, and those
+        whose prompt window was dispatched with more of the prompt to submit."""
         result, live, step = self.result, self.live, self.step
         continuing: list[_Live] = []
+        prompting: list[_Live] = []
         produced_now = 0
         for x in batch:
             req = live.get(x.sid)
@@ -308,6 +337,9 @@ class _Runner:
                 result.queue_delay.append(start - req.arrival)
                 result.queue_delay_steps.append(step - req.arrival_step)
             if not x.produce_output:
+                req.window_left -= 1
+                if req.window_left == 0 and req.submitted < req.prompt:
+                    prompting.append(req)
                 continue
             produced_now += 1
             req.produced += 1
@@ -325,7 +357,7 @@ class _Runner:
             else:
                 continuing.append(req)
         result.output_tokens += produced_now
-        return continuing
+        return continuing, prompting
 
     def _submit_decode(self, req: _Live) -> None:
         tid = self.next_tid

@@ -17,6 +17,7 @@ from typing import IO, Any
 import orjson
 
 from ..model.errors import InputError, UsageError
+from ..model.limits import INT_MAX, MAX_REQUEST_TOKENS, BoundError, depth_within
 from .dump import JsonlWriter
 from .source import display_name, numbered_lines, open_binary
 
@@ -73,6 +74,8 @@ def _int_field(value: str, name: str, minimum: int = 0) -> int:
         n = int(f)
     if n < minimum:
         raise RowError(f"{name} must be >= {minimum}, not {n}")
+    if n > MAX_REQUEST_TOKENS:
+        raise RowError(f"{name} must be at most {MAX_REQUEST_TOKENS:,} tokens, not {n}")
     return n
 
 
@@ -120,6 +123,8 @@ def _azure_ticks(stamp: str) -> int:
         ) from None
     if not frac.isdigit() and frac:
         raise RowError(f"TIMESTAMP fraction is not digits: {stamp.strip()!r}")
+    if not (1 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
+        raise RowError(f"TIMESTAMP is not a real date and time: {stamp.strip()!r}")
     days = _days_from_civil(y, mo, d)
     ticks = int((frac + "0000000")[:7]) if frac else 0
     return ((days * 24 + h) * 60 + mi) * 60 * 10_000_000 + s * 10_000_000 + ticks
@@ -234,15 +239,24 @@ def _read_mooncake(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Itera
             continue
         try:
             ts = obj.get("timestamp")
-            if isinstance(ts, bool) or not isinstance(ts, int | float) or ts < 0:
+            if isinstance(ts, bool) or not isinstance(ts, int | float) or not 0 <= ts <= INT_MAX:
                 raise RowError(f"timestamp must be a number of milliseconds >= 0, not {ts!r}")
             p = obj.get("input_length")
             o = obj.get("output_length")
-            if type(p) is not int or p < 1:
-                raise RowError(f"input_length must be an integer >= 1, not {p!r}")
-            if type(o) is not int or o < 1:
-                raise RowError(f"output_length must be an integer >= 1, not {o!r}")
+            if type(p) is not int or not 1 <= p <= MAX_REQUEST_TOKENS:
+                raise RowError(
+                    f"input_length must be an integer from 1 to {MAX_REQUEST_TOKENS:,}, not {p!r}"
+                )
+            if type(o) is not int or not 1 <= o <= MAX_REQUEST_TOKENS:
+                raise RowError(
+                    f"output_length must be an integer from 1 to {MAX_REQUEST_TOKENS:,}, not {o!r}"
+                )
             meta = {"hash_ids": obj["hash_ids"]} if "hash_ids" in obj else None
+            if meta is not None:
+                try:
+                    depth_within(meta, "hash_ids")
+                except BoundError as e:
+                    raise RowError(str(e)) from None
             yield Row(lineno, ts / 1000.0, p, o, meta)
         except RowError as e:
             yield _bad(lineno, str(e))

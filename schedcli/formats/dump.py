@@ -9,6 +9,7 @@ from typing import IO, Any
 import orjson
 
 from ..model.errors import InputError, UsageError
+from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
 from ..model.task import Id, Task, same_id
 from .interrupt import guard, raise_held
 from .source import display_name, not_a, numbered_lines, open_binary
@@ -178,13 +179,20 @@ class GoldenCheck:
         return self.differing == 0
 
 
+def _id_ok(value: object) -> bool:
+    return type(value) is str or (type(value) is int and INT_MIN <= value <= INT_MAX)
+
+
 def _entry_ok(e: object) -> bool:
+    if type(e) is not dict:
+        return False
+    size = e.get("size")
     return (
-        type(e) is dict
-        and type(e.get("tid")) in (int, str)
-        and type(e.get("sid")) in (int, str)
+        _id_ok(e.get("tid"))
+        and _id_ok(e.get("sid"))
         and e.get("kind") in ("prefill", "decode")
-        and type(e.get("size")) is int
+        and type(size) is int
+        and 0 <= size <= INT_MAX
     )
 
 
@@ -217,8 +225,12 @@ def read_dump(path: str) -> Iterator[Record]:
                     name,
                     lineno,
                     "a batch record needs an integer step and queued, and entries with "
-                    "tid, sid, kind and size",
+                    "a tid and sid (64-bit integers or strings), a kind, and a size >= 0",
                 )
+            try:
+                depth_within(record, "the record")
+            except BoundError as e:
+                raise InputError(name, lineno, str(e)) from None
             yield record
 
 

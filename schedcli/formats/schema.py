@@ -16,9 +16,9 @@ import orjson
 from msgspec import Meta, Struct
 from msgspec import inspect as mi
 
+from ..model.limits import INT_MAX, INT_MIN
+
 FORMAT_VERSION = 1
-INT_MIN = -(2**63)
-INT_MAX = 2**63 - 1
 
 I64 = Annotated[int, Meta(ge=INT_MIN, le=INT_MAX)]
 Count = Annotated[int, Meta(ge=0, le=INT_MAX)]

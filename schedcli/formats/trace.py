@@ -18,6 +18,7 @@ import orjson
 from msgspec import Struct
 
 from ..model.errors import InputError
+from ..model.limits import MAX_DEPTH
 from ..model.task import KINDS, Id, Task
 from . import schema
 from .schema import EVENTS, OPS, Cancel, GetWork, Submit, TaskFields, event_decoder, json_type
@@ -25,8 +26,6 @@ from .source import DEFAULT_MAX_LINE_BYTES, display_name, not_a, numbered_lines,
 
 FORMAT_VERSION = schema.FORMAT_VERSION
 
-# orjson writes at most 255 levels; 200 leaves room for the dump's own wrapping.
-MAX_DEPTH = 200
 
 
 class LineError(Exception):

@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 
 from ..model.errors import InputError
+from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within, request_tokens
 from ..model.task import Id, id_key, show_id
 from .source import display_name, not_a, numbered_lines, open_binary
 
 FIELDS = frozenset(
     ("sid", "arrival", "prompt_tokens", "output_tokens", "cancel_after", "priority", "meta")
 )
-_INT_END = 2**63
 
 
 @dataclass(slots=True)
@@ -45,9 +45,10 @@ def _count(obj: dict[str, Any], key: str, where: tuple[str, int]) -> int:
     value = obj[key]
     if type(value) is not int:
         raise InputError(*where, f"{key} must be an integer >= 1")
-    if not 1 <= value < _INT_END:
-        raise InputError(*where, f"{key} must be an integer >= 1 within 64 bits, not {value}")
-    return value
+    try:
+        return request_tokens(value, key)
+    except BoundError as e:
+        raise InputError(*where, str(e)) from None
 
 
 def read_workload(path: str) -> Iterator[Request]:
@@ -84,7 +85,7 @@ def read_workload(path: str) -> Iterator[Request]:
                     raise InputError(name, lineno, f"request has no {key}")
             sid = obj["sid"]
             if type(sid) not in (int, str) or (
-                type(sid) is int and not -_INT_END <= sid < _INT_END
+                type(sid) is int and not INT_MIN <= sid <= INT_MAX
             ):
                 raise InputError(name, lineno, "sid must be an integer or a string")
             key_sid = id_key(sid)
@@ -99,8 +100,14 @@ def read_workload(path: str) -> Iterator[Request]:
             last = arrival
             cancel_after = _number(obj, "cancel_after", where) if "cancel_after" in obj else None
             priority = obj.get("priority", 0)
-            if type(priority) is not int or not -_INT_END <= priority < _INT_END:
+            if type(priority) is not int or not INT_MIN <= priority <= INT_MAX:
                 raise InputError(name, lineno, "priority must be an integer")
+            meta = obj.get("meta")
+            if meta is not None:
+                try:
+                    depth_within(meta)
+                except BoundError as e:
+                    raise InputError(name, lineno, str(e)) from None
             yield Request(
                 sid,
                 arrival,
@@ -108,6 +115,6 @@ def read_workload(path: str) -> Iterator[Request]:
                 _count(obj, "output_tokens", where),
                 cancel_after,
                 priority,
-                obj.get("meta"),
+                meta,
                 lineno,
             )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .limits import INT_MAX, INT_MIN
 from .task import DECODE, Id, Task, settle_outputs, show_id
 
 
@@ -46,6 +47,8 @@ class Param:
             raise ValueError(f"{self.name} must be a finite number, not {value!r}")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"{self.name} must be >= {self.minimum}, not {value!r}")
+        if self.type is int and not INT_MIN <= value <= INT_MAX:
+            raise ValueError(f"{self.name} must fit in 64 bits (at most {INT_MAX}), not {value!r}")
         return value
 
 
