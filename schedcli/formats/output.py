@@ -41,7 +41,8 @@ def _compressed(raw: IO[bytes], path: str) -> Iterator[IO[bytes]]:
     if not path.endswith(".gz"):
         yield raw
         return
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+    # Level 6 (zlib's default): nearly level 9's size at a fraction of its time.
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
         yield gz  # type: ignore[misc]
 
 

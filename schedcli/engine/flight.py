@@ -1,0 +1,49 @@
+"""The flight recorder's window: the last N calls, and what was queued before them."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from ..model.task import Id, id_key
+
+Record = dict[str, Any]
+
+
+class Window:
+    """Keeps the last ``size`` recorded calls. Calls that fall out of the window update
+    ``before``, the tasks queued when the oldest kept call was made, so a dump can start by
+    submitting them (in their original order and groups) and then replay on its own."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.events: deque[tuple[Record, list[Record] | None, list[Id]]] = deque()
+        # id_key(tid) -> (group number, task record), in submission order.
+        self.before: dict[tuple[type, Id], tuple[int, Record]] = {}
+        self._groups = itertools.count()
+
+    def add(self, event: Record, accepted: list[Record] | None, removed: list[Id]) -> None:
+        """A call: the tasks it queued (a submit), or the tids it took out of the queue."""
+        self.events.append((event, accepted, removed))
+        if len(self.events) > self.size:
+            _, old_accepted, old_removed = self.events.popleft()
+            if old_accepted:
+                group = next(self._groups)
+                for record in old_accepted:
+                    self.before[id_key(record["tid"])] = (group, record)
+            for tid in old_removed:
+                self.before.pop(id_key(tid), None)
+
+    def replayable(self) -> Iterator[Record]:
+        """The tasks queued before the window, then the window's calls, as trace events."""
+        queued = list(self.before.values())
+        for _, members in itertools.groupby(queued, key=lambda item: item[0]):
+            yield {
+                "op": "submit",
+                "tasks": [record for _, record in members],
+                "meta": {"queued_before_window": True},
+            }
+        for event, _, _ in self.events:
+            yield event

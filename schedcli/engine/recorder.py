@@ -1,0 +1,246 @@
+"""Recording a live scheduler: every call, with the batch it returned, as a replayable trace.
+
+``RecordingScheduler`` wraps any ``Scheduler`` and is one itself. Calls are recorded in
+the order the inner scheduler saw them (the recorder holds its lock across the call and
+the write), so a recording made under concurrent producers replays exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from ..formats.output import atomic_output
+from ..formats.writer import TraceWriter, task_record
+from ..model.scheduler import Scheduler
+from ..model.task import Id, Task
+from .flight import Window
+
+Record = dict[str, Any]
+
+
+class RecordingScheduler(Scheduler):
+    """``inner``, recorded to ``target`` (a path, ``.gz`` compressed, or a binary stream).
+
+    ``clock=True`` adds ``t``, monotonic seconds since the recorder started. With
+    ``ring=N`` nothing is written as it happens: the last N calls are kept in memory and
+    ``dump(path)`` writes them as a trace that replays on its own; an exception escaping
+    the inner scheduler dumps them next to ``target`` first (``TARGET.crash-K.jsonl``).
+    """
+
+    def __init__(
+        self,
+        inner: Scheduler,
+        target: str | Path | IO[bytes] | None = None,
+        *,
+        clock: bool = False,
+        ring: int | None = None,
+    ) -> None:
+        if ring is None and target is None:
+            raise ValueError("a recording needs a target path or stream (or ring=N)")
+        if ring is not None and ring < 1:
+            raise ValueError(f"ring must be >= 1, not {ring}")
+        self.inner = inner
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._clock = clock
+        self._stack = contextlib.ExitStack()
+        self._target = target
+        self._crashes = itertools.count(1)
+        self._writer: TraceWriter | None = None
+        self._window: Window | None = Window(ring) if ring is not None else None
+        self._inner_submit = inner.try_submit
+        self._inner_get_work = inner.get_work
+        if ring is None:
+            self._writer = TraceWriter(self._open(target))
+            self._writer.header(*self._header())
+
+    # --- the five calls, recorded ----------------------------------------------------
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        group = tasks if isinstance(tasks, list) else list(tasks)
+        with self._lock:
+            try:
+                reason = self._inner_submit(group)
+            except Exception:
+                self._crashed()
+                raise
+            # Outputs as settled by the inner scheduler, so the replay sees what it saw.
+            records = [_task_record(t) for t in group]
+            event: Record = {"op": "submit", "tasks": records}
+            if self._clock:
+                event = {"op": "submit", "t": self._now(), "tasks": records}
+            if reason is not None:
+                event["meta"] = {"rejected": reason}
+            if self._writer is not None:
+                self._writer.event(event)
+            else:
+                self._emit(event, accepted=records if reason is None else None)
+            return reason
+
+    def has_work(self) -> bool:
+        return self.inner.has_work()
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            try:
+                batch = self._inner_get_work()
+            except Exception:
+                self._crashed()
+                raise
+            expect = [t.tid for t in batch]
+            if self._clock:
+                event: Record = {"op": "get_work", "t": self._now(), "expect": expect}
+            else:
+                event = {"op": "get_work", "expect": expect}
+            if self._writer is not None:
+                self._writer.event(event)
+            else:
+                self._emit(event, removed=expect)
+            return batch
+
+    def cancel(self, sid: Id) -> list[Task]:
+        with self._lock:
+            dropped: list[Task] = self._call(self.inner.cancel, sid)
+            event: Record = {"op": "cancel"}
+            self._stamp(event)
+            event["sid"] = sid
+            self._emit(event, removed=[t.tid for t in dropped])
+            return dropped
+
+    def clear(self) -> list[Task]:
+        with self._lock:
+            dropped: list[Task] = self._call(self.inner.clear)
+            event: Record = {"op": "clear"}
+            self._stamp(event)
+            self._emit(event, removed=[t.tid for t in dropped])
+            return dropped
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.inner.token_budget
+
+    @property
+    def one_output_per_session(self) -> bool:
+        return self.inner.one_output_per_session
+
+    def params(self) -> dict[str, Any]:
+        return self.inner.params()
+
+    # --- the file --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.out.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._writer = None
+            self._stack.close()
+
+    def __enter__(self) -> RecordingScheduler:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def dump(self, path: str | Path) -> None:
+        """Ring mode: the last calls as a trace of their own, written atomically."""
+        with self._lock:
+            self._dump(str(path))
+
+    # --- inside ----------------------------------------------------------------------
+
+    def _open(self, target: str | Path | IO[bytes] | None) -> IO[bytes]:
+        if isinstance(target, str | Path):
+            return self._stack.enter_context(_output(str(target)))
+        assert target is not None
+        return target
+
+    def _header(self) -> tuple[str | None, dict[str, Any] | None, Any]:
+        inner = self.inner
+        cls = type(inner)
+        meta: dict[str, Any] = {"recorded_by": "schedcli.record.RecordingScheduler"}
+        if inner.PARAMS:
+            return inner.name or None, inner.params(), meta
+        meta["class"] = f"{cls.__module__}:{cls.__qualname__}"
+        return inner.name or None, None, meta
+
+    def _now(self) -> float:
+        return round(time.monotonic() - self._start, 9)
+
+    def _stamp(self, event: Record) -> None:
+        if self._clock:
+            event["t"] = self._now()
+
+    def _call(self, method: Any, *args: Any) -> Any:
+        try:
+            return method(*args)
+        except Exception:
+            self._crashed()
+            raise
+
+    def _crashed(self) -> None:
+        """An exception escapes the inner scheduler: keep the window, next to the target."""
+        if self._window is not None and self._target is not None:
+            self._dump(f"{self._crash_base()}.crash-{next(self._crashes)}.jsonl")
+
+    def _crash_base(self) -> str:
+        target = self._target
+        return str(target) if isinstance(target, str | Path) else "schedcli-recording"
+
+    def _emit(
+        self,
+        event: Record,
+        *,
+        accepted: list[Record] | None = None,
+        removed: list[Id] | None = None,
+    ) -> None:
+        if self._writer is not None:
+            self._writer.event(event)
+        else:
+            assert self._window is not None
+            self._window.add(event, accepted, removed or [])
+
+    def _dump(self, path: str) -> None:
+        assert self._window is not None, "dump() is for a recorder made with ring=N"
+        with atomic_output(path) as out:
+            writer = TraceWriter(out)
+            policy, params, meta = self._header()
+            writer.header(policy, params, {**meta, "flight_recorder": self._window.size})
+            for event in self._window.replayable():
+                writer.event(event)
+
+
+def _task_record(t: Task) -> Record:
+    """``task_record(t, outputs=True)``, inlined for the common task (no position or meta)."""
+    if t.position is None and t.meta is None and not t.priority and t.produce_output is not None:
+        return {
+            "tid": t.tid,
+            "sid": t.sid,
+            "kind": t.kind.value,
+            "size": t.size,
+            "produce_output": t.produce_output,
+        }
+    return task_record(t, outputs=True)
+
+
+@contextlib.contextmanager
+def _output(path: str) -> Iterator[IO[bytes]]:
+    """The recording's file: written as calls happen (``.gz`` compressed by name)."""
+    from ..formats.output import output_stream
+
+    with output_stream(path) as out:
+        yield out

@@ -1,0 +1,142 @@
+"""RecordingScheduler: a live scheduler's calls become a trace that replays exactly."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import random
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from schedcli import BUILTIN_POLICIES, DecodeFirstScheduler, Task
+from schedcli.policies.registry import build_policy
+from schedcli.record import RecordingScheduler
+from tests.helpers import run_cli
+
+
+def drive(rec: RecordingScheduler, producers: int = 4, per_producer: int = 200) -> None:
+    """Producers submit (and sometimes cancel) while one consumer calls get_work."""
+    tids = iter(range(10**9))
+    lock = threading.Lock()
+
+    def produce(k: int) -> None:
+        rng = random.Random(k)
+        for _ in range(per_producer):
+            with lock:
+                tid = next(tids)
+            sid = k * 100 + rng.randrange(6)
+            if rng.random() < 0.5:
+                rec.submit([Task(tid, sid, "decode", 1)])
+            else:
+                with lock:
+                    second = next(tids)
+                rec.submit(
+                    [Task(tid, sid, "prefill", rng.randint(1, 16)), Task(second, sid, "prefill", 3)]
+                )
+            if rng.random() < 0.05:
+                rec.cancel(sid)
+
+    def consume() -> None:
+        for _ in range(producers * per_producer // 2):
+            rec.get_work()
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(producers)]
+    threads.append(threading.Thread(target=consume))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    while rec.has_work():
+        rec.get_work()
+
+
+@pytest.mark.parametrize("policy", sorted(BUILTIN_POLICIES))
+def test_a_recording_under_threads_replays_exactly(tmp_path: Path, policy: str) -> None:
+    path = tmp_path / "rec.jsonl.gz"
+    inner = build_policy(policy, {"max_batch_tokens": 64, "max_prefill_chunk_size": 16})
+    with RecordingScheduler(inner, path) as rec:
+        drive(rec)
+    assert gzip.decompress(path.read_bytes()).startswith(b'{"schedcli":1')
+    r = run_cli("replay", str(path), "--check", "-f", "jsonl")
+    assert r.returncode == 0, r.stderr.decode()
+    end = orjson.loads(r.stdout.splitlines()[-1])["end"]
+    assert end["accepted"] == end["dispatched"] + end["cancelled"] and end["queued"] == 0
+
+
+def test_a_rejected_submit_is_recorded_with_its_reason(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), out)
+    assert not rec.submit([Task(1, 10, "prefill", 9)])
+    lines = [orjson.loads(x) for x in out.getvalue().splitlines()]
+    assert lines[1]["meta"] == {
+        "rejected": "prefill chunk of 9 tokens exceeds max_prefill_chunk_size 4"
+    }
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(out.getvalue())
+    replayed = [
+        orjson.loads(x) for x in run_cli("replay", str(path), "-f", "jsonl").stdout.splitlines()
+    ]
+    assert replayed[0]["reason"] == lines[1]["meta"]["rejected"]
+
+
+def test_clock_stamps_every_call_with_monotonic_seconds() -> None:
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), out, clock=True)
+    rec.submit([Task(1, 10, "decode", 1)])
+    rec.get_work()
+    rec.clear()
+    times = [orjson.loads(x)["t"] for x in out.getvalue().splitlines()[1:]]
+    assert len(times) == 3 and times == sorted(times) and times[0] >= 0
+
+
+def test_a_plugin_without_declared_params_is_named_by_its_class(tmp_path: Path) -> None:
+    from tests.plugin_policies import OnePerBatch
+
+    class Undeclared(OnePerBatch):
+        PARAMS = ()
+
+    out = io.BytesIO()
+    RecordingScheduler(Undeclared(), out)
+    header = orjson.loads(out.getvalue().splitlines()[0])
+    assert header["meta"]["class"].endswith(
+        ":test_a_plugin_without_declared_params_is_named_by_its_class.<locals>.Undeclared"
+    )
+    assert "params" not in header
+
+
+def test_the_flight_recorder_dump_replays_on_its_own(tmp_path: Path) -> None:
+    rec = RecordingScheduler(
+        build_policy("fcfs", {"max_batch_tokens": 64, "max_prefill_chunk_size": 16}), ring=50
+    )
+    drive(rec, producers=2, per_producer=100)
+    dump = tmp_path / "window.jsonl"
+    rec.dump(dump)
+    lines = [orjson.loads(x) for x in dump.read_text().splitlines()]
+    before = [x for x in lines if x.get("meta", {}).get("queued_before_window")]
+    assert len(lines) - 1 - len(before) == 50  # the header, the queue at the window, 50 calls
+    assert lines[0]["meta"]["flight_recorder"] == 50
+    r = run_cli("replay", str(dump), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def test_an_exception_in_the_inner_scheduler_dumps_the_window_first(tmp_path: Path) -> None:
+    class Faulty(DecodeFirstScheduler):
+        def get_work(self) -> list[Task]:
+            raise RuntimeError("boom")
+
+    target = tmp_path / "prod.jsonl"
+    rec = RecordingScheduler(Faulty(10, 2, 4), target, ring=10)
+    rec.submit([Task(1, 10, "decode", 1)])
+    with pytest.raises(RuntimeError, match="boom"):
+        rec.get_work()
+    crash = tmp_path / "prod.jsonl.crash-1.jsonl"
+    lines = [orjson.loads(x) for x in crash.read_text().splitlines()]
+    assert lines[1]["tasks"][0]["tid"] == 1
+
+
+def test_a_recorder_needs_somewhere_to_write() -> None:
+    with pytest.raises(ValueError, match="needs a target"):
+        RecordingScheduler(DecodeFirstScheduler())
