@@ -100,3 +100,65 @@ class LosesTasks(OnePerBatch):
             if reason is None and len(self._queue) > 1:
                 self._queue.pop()
         return reason
+
+
+class FirstFree(Scheduler):
+    """The C++ recorder test's policy (tests/cpp/recording_test.cpp), in Python: queue
+    order; a batch takes, front to back, each task whose session is not yet in it, up to 8.
+    """
+
+    name = "first-free"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[Task] = []
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        group = list(tasks)
+        with self._lock:
+            queued = {t.tid for t in self._queue}
+            seen: set[Id] = set()
+            for t in group:
+                if t.size == 0 or (t.is_decode and t.size != 1):
+                    return f"task {t.tid} has size {t.size}"
+                if t.tid in queued or t.tid in seen:
+                    return f"tid {t.tid} is queued"
+                seen.add(t.tid)
+            for t in group:
+                if t.produce_output is None:
+                    t.produce_output = True
+            self._queue.extend(group)
+            return None
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self._queue)
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            batch: list[Task] = []
+            sessions: set[Id] = set()
+            rest: list[Task] = []
+            for t in self._queue:
+                if len(batch) < 8 and t.sid not in sessions:
+                    sessions.add(t.sid)
+                    batch.append(t)
+                else:
+                    rest.append(t)
+            self._queue = rest
+            return batch
+
+    def cancel(self, sid: Id) -> list[Task]:
+        with self._lock:
+            dropped = [t for t in self._queue if t.sid == sid]
+            self._queue = [t for t in self._queue if t.sid != sid]
+            for t in dropped:
+                t.cancelled = True
+            return dropped
+
+    def clear(self) -> list[Task]:
+        with self._lock:
+            dropped, self._queue = self._queue, []
+            for t in dropped:
+                t.cancelled = True
+            return dropped

@@ -25,6 +25,8 @@ Emit = Callable[[Record], None]
 # Consecutive empty batches while work is queued, with no event in between, before
 # the replay is declared stuck. A deterministic policy repeats itself after one.
 STUCK_AFTER = 1000
+# Warnings of one kind shown before the rest are only counted.
+WARNINGS_SHOWN = 10
 
 
 @dataclass
@@ -106,6 +108,7 @@ class Replayer:
         self._line = 0
         self._next_step = 0
         self.checked = 0  # batches compared with a recorded expect
+        self.two_output_batches = 0
         # Bound once: submit is the hot path.
         self._try_submit = policy.try_submit
         self._accept = self.ledger.accept
@@ -138,10 +141,12 @@ class Replayer:
         )
 
     def _two_outputs(self, message: str) -> None:
-        self._warn(
-            f"warning: step {self._next_step} ({self._where()}): {message} "
-            f"(policy {self.policy_name!r} keeps the reference's behaviour)"
-        )
+        self.two_output_batches += 1
+        if self.two_output_batches <= WARNINGS_SHOWN:
+            self._warn(
+                f"warning: step {self._next_step} ({self._where()}): {message} "
+                f"(policy {self.policy_name!r} keeps the reference's behaviour)"
+            )
 
     def _has_work(self) -> bool:
         try:
@@ -310,6 +315,9 @@ class Replayer:
 
     def finish(self) -> None:
         """The accounting check: every accepted task dispatched, cancelled or queued."""
+        hidden = self.two_output_batches - WARNINGS_SHOWN
+        if hidden > 0:
+            self._warn(f"warning: and {hidden} more times a batch owed a session two outputs")
         self._has_work()
         self.ledger.account(self.totals)
         self.emit(self.totals.end_record())
