@@ -482,6 +482,14 @@ def simulate(
             help="Prompt chunk size (default: the policy's max_prefill_chunk_size, else 256).",
         ),
     ] = None,
+    cost_file: Annotated[
+        str | None,
+        typer.Option(
+            "--cost",
+            metavar="FILE",
+            help="A fitted cost model (schedcli fit -o); not with --cost-a/-b/-c.",
+        ),
+    ] = None,
     cost_a: CostAOption = DEFAULT_COST.a,
     cost_b: CostBOption = DEFAULT_COST.b,
     cost_c: CostCOption = DEFAULT_COST.c,
@@ -511,12 +519,52 @@ def simulate(
         metrics=metrics,
         perfetto=perfetto,
         chunk_size=chunk_size,
-        cost=CostModel(cost_a, cost_b, cost_c),
+        cost=_cost_model(cost_file, cost_a, cost_b, cost_c),
         slo_ttft=slo_ttft,
         slo_tpot=slo_tpot,
         json=fmt is ViewFormat.json,
     )
     run_simulate(request, _stdout_console(), err_console)
+
+
+def _cost_model(path: str | None, a: float, b: float, c: float) -> CostModel:
+    if path is None:
+        return CostModel(a, b, c)
+    if (a, b, c) != (DEFAULT_COST.a, DEFAULT_COST.b, DEFAULT_COST.c):
+        raise UsageError("--cost FILE is a whole model: give it or --cost-a/-b/-c, not both")
+    return CostModel.load(path)
+
+
+@command
+def fit(
+    recordings: Annotated[
+        list[str],
+        typer.Argument(metavar="RECORDING...", help="Clocked recordings (clock=True; .gz ok)."),
+    ],
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write the cost model as JSON."),
+    ] = None,
+    fmt: ViewFormatOption = ViewFormat.table,
+) -> None:
+    """Fit simulate's step-time model to the time between get_work calls of recordings.
+
+    step_seconds = a + b * batch_tokens + c * decodes (+ d * context_tokens where every
+    task recorded its position). Every fifth step is held out to measure the fit (MAPE,
+    R²); idle gaps are reported as outliers, not fitted. simulate --cost FILE uses it.
+    """
+    from ..engine.fit import fit_recordings
+    from .render import fit_table
+
+    result = fit_recordings(recordings)
+    model = result.cost_json()
+    if output is not None:
+        with atomic_output(output) as out:
+            out.write(orjson.dumps(model, option=orjson.OPT_INDENT_2) + b"\n")
+    if fmt is ViewFormat.json:
+        sys.stdout.buffer.write(orjson.dumps(model, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _stdout_console().print(fit_table(result))
 
 
 @command

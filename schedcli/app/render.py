@@ -368,3 +368,30 @@ def stats_table(summary: Mapping[str, Any], title: str) -> Table:
         if key in summary:
             table.add_row(label, _metric(key, summary[key]))
     return table
+
+
+_TERM_MEANING = {
+    "a": "seconds per step",
+    "b": "seconds per batch token",
+    "c": "seconds per decode",
+    "d": "seconds per token of context",
+}
+
+
+def fit_table(fit: Any) -> Group:
+    """A fitted cost model: its terms, and how well they explain held-out steps."""
+    table = Table(title="fitted step-time model", box=box.ROUNDED, title_justify="left")
+    table.add_column("term")
+    table.add_column("value", justify="right")
+    table.add_column("meaning")
+    for term in fit.terms:
+        table.add_row(term, f"{fit.coefficients[term]:.6g}", _TERM_MEANING[term])
+    mape = "n/a" if fit.mape is None else f"{fit.mape * 100:.2f}%"
+    r2 = "n/a" if fit.r2 is None else f"{fit.r2:.4f}"
+    lines = [
+        f"{fit.steps} steps: {fit.fitted} fitted, {fit.held_out} held out; "
+        f"{fit.idle} empty batches and {fit.outliers} idle gaps left out as outliers",
+        f"held-out MAPE {mape}, R² {r2}",
+        *fit.notes,
+    ]
+    return Group(table, Text("\n".join(lines)))

@@ -13,9 +13,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
+
+from ..formats.source import display_name, open_binary
 from ..formats.workload import Request
 from ..formats.writer import TraceWriter
-from ..model.errors import InvariantError, UsageError
+from ..model.errors import InputError, InvariantError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
 from .metrics import jain_index, percentile
@@ -23,22 +26,48 @@ from .metrics import jain_index, percentile
 
 @dataclass(frozen=True)
 class CostModel:
-    """step_seconds = a + b * batch_tokens + c * decodes_in_batch.
+    """step_seconds = a + b * batch_tokens + c * decodes_in_batch (+ d * context_tokens).
 
     The defaults are round figures for a 7-8B model on one current datacenter GPU:
     5 ms of fixed cost per step, 20 us per token in the batch, 100 us per decode
-    (reading that sequence's KV cache).
+    (reading that sequence's KV cache). ``d`` (per token of context the batch attends
+    over) is 0 unless a fitted model (``schedcli fit``) sets it.
     """
 
     a: float = 0.005
     b: float = 0.00002
     c: float = 0.0001
+    d: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("a", "b", "c"):
+        for name in ("a", "b", "c", "d"):
             value = getattr(self, name)
             if not value >= 0 or value == float("inf"):
                 raise UsageError(f"cost model {name} must be a finite number >= 0, not {value}")
+
+
+    def as_dict(self) -> dict[str, float]:
+        terms = asdict(self)
+        if not self.d:
+            del terms["d"]  # models without the context term read as they always did
+        return terms
+
+    @classmethod
+    def load(cls, path: str) -> CostModel:
+        """A model written by ``schedcli fit -o`` (its coefficients a, b, c and d)."""
+        name = display_name(path)
+        try:
+            with open_binary(path, name) as f:
+                data = orjson.loads(f.read())
+        except orjson.JSONDecodeError as e:
+            raise InputError(name, None, f"not valid JSON: {e}") from None
+        if type(data) is not dict or not all(k in data for k in ("a", "b", "c")):
+            raise InputError(name, None, "a cost model is a JSON object with a, b and c")
+        terms = {k: data[k] for k in ("a", "b", "c", "d") if k in data}
+        for key, value in terms.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputError(name, None, f"{key} must be a number, not {value!r}")
+        return cls(**{k: float(v) for k, v in terms.items()})
 
 
 class _Live:
@@ -142,7 +171,7 @@ class SimResult:
         out: dict[str, Any] = {
             "policy": self.policy,
             "params": self.params,
-            "cost_model": asdict(self.cost),
+            "cost_model": self.cost.as_dict(),
             "chunk_size": self.chunk_size,
             "requests": self.requests,
             "finished": self.finished,
@@ -302,6 +331,8 @@ class _Runner:
                 decodes += 1
         start = self.t
         end = start + cost.a + cost.b * tokens + cost.c * decodes
+        if cost.d:
+            end += cost.d * self._context(batch)
         self.queued -= len(batch)
         if self.on_batch is not None:
             self.on_batch(self.step, start, end, batch, self.queued)
@@ -315,6 +346,17 @@ class _Runner:
             self._submit_window(req)
         for req in continuing:
             self._submit_decode(req)
+
+    def _context(self, batch: list[Task]) -> int:
+        """Tokens of context the batch attends over: each slice's end position."""
+        total = 0
+        for x in batch:
+            if x.kind is DECODE:
+                req = self.live.get(x.sid)
+                total += req.prompt + req.produced if req is not None else 1
+            else:
+                total += (x.position or 0) + x.size
+        return total
 
     def _produce(
         self, batch: list[Task], start: float, end: float

@@ -43,7 +43,7 @@ class Header:
 class Event:
     """One scheduler call from the trace."""
 
-    __slots__ = ("expect", "line", "op", "sid", "step", "t", "tasks")
+    __slots__ = ("expect", "line", "meta", "op", "sid", "step", "t", "tasks")
 
     def __init__(
         self,
@@ -55,7 +55,9 @@ class Event:
         tasks: list[Task] | None = None,
         sid: Id | None = None,
         expect: list[Id] | None = None,
+        meta: Any = None,
     ) -> None:
+        self.meta = meta
         self.op = op
         self.line = line
         self.step = step
@@ -131,7 +133,8 @@ def to_event(s: schema.EventStruct, line: int) -> Event:
                     s.meta,
                 )
                 return Event("submit", line, s.step, s.t, tasks=[task])
-        return Event("submit", line, s.step, s.t, tasks=_submit_tasks(s))
+        meta = s.meta if s.tasks is not None else None  # inline, meta is the task's
+        return Event("submit", line, s.step, s.t, tasks=_submit_tasks(s), meta=meta)
     if type(s) is GetWork:
         return Event("get_work", line, s.step, s.t, expect=s.expect)
     if type(s) is Cancel:

@@ -1,0 +1,220 @@
+"""Fitting simulate's step-time model to a clocked recording.
+
+A step's time is the gap between a get_work and the next one; the model is
+``a + b * batch_tokens + c * decodes`` (plus ``d * context_tokens`` when every dispatched
+task recorded its position). Every fifth step is held out to measure the fit. Gaps the
+model cannot explain (the runner idle, waiting for requests) are reported as outliers and
+left out of the fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..formats.trace import open_trace
+from ..model.errors import InputError
+from ..model.task import DECODE, Id, Task, id_key
+
+HOLDOUT_EVERY = 5
+# A step further than this many median absolute deviations above the first fit is idle.
+OUTLIER_MADS = 8.0
+
+
+@dataclass
+class Step:
+    tokens: int
+    decodes: int
+    context: int | None  # None: a task without a position was in the batch
+    seconds: float
+
+
+@dataclass
+class Fit:
+    terms: list[str]
+    coefficients: dict[str, float]
+    steps: int
+    fitted: int
+    held_out: int
+    idle: int
+    outliers: int
+    mape: float | None
+    r2: float | None
+    notes: list[str] = field(default_factory=list)
+
+    def cost_json(self) -> dict[str, Any]:
+        """What ``simulate --cost`` reads: the coefficients, and how good they are."""
+        return {
+            **self.coefficients,
+            "fit": {
+                "terms": self.terms,
+                "steps": self.steps,
+                "fitted": self.fitted,
+                "held_out": self.held_out,
+                "idle_steps": self.idle,
+                "outliers": self.outliers,
+                "mape": self.mape,
+                "r2": self.r2,
+            },
+        }
+
+
+def read_steps(paths: Sequence[str]) -> tuple[list[Step], int]:
+    """Each recording's steps with their durations, and how many batches were empty."""
+    steps: list[Step] = []
+    idle = 0
+    for path in paths:
+        queued: dict[tuple[type, Id], Task] = {}
+        last: tuple[float, Step] | None = None
+        clocked = False
+        with open_trace(path) as reader:
+            for event in reader:
+                if event.op == "submit" and event.tasks:
+                    if isinstance(event.meta, dict) and "rejected" in event.meta:
+                        continue  # the recorder marks groups the scheduler refused
+                    for t in event.tasks:
+                        queued[id_key(t.tid)] = t
+                    continue
+                if event.op != "get_work":
+                    continue
+                if event.t is None:
+                    raise InputError(
+                        reader.name, event.line, "get_work has no time: record with clock=True"
+                    )
+                clocked = True
+                step = _step(event.expect or [], queued)
+                if last is not None:
+                    prev_t, prev = last
+                    prev.seconds = event.t - prev_t
+                    if prev.tokens == 0:
+                        idle += 1
+                    else:
+                        steps.append(prev)
+                last = (event.t, step)
+        if not clocked:
+            raise InputError(path, None, "no get_work with a time: nothing to fit")
+    return steps, idle
+
+
+def _step(expect: list[Id], queued: dict[tuple[type, Id], Task]) -> Step:
+    tokens = decodes = context = 0
+    positioned = True
+    for tid in expect:
+        t = queued.pop(id_key(tid), None)
+        if t is None:
+            continue
+        tokens += t.size
+        if t.kind is DECODE:
+            decodes += 1
+        if t.position is None:
+            positioned = False
+        else:
+            context += t.position + t.size
+    return Step(tokens, decodes, context if positioned else None, 0.0)
+
+
+def fit_steps(steps: Sequence[Step], idle: int = 0, name: str = "the recording") -> Fit:
+    if len(steps) < 2 * HOLDOUT_EVERY:
+        raise InputError(name, None, f"{len(steps)} busy steps: too few to fit")
+    with_context = all(s.context is not None for s in steps)
+    terms = ["a", "b", "c", "d"] if with_context else ["a", "b", "c"]
+    rows = [_features(s, with_context) for s in steps]
+    train = [i for i in range(len(steps)) if i % HOLDOUT_EVERY != HOLDOUT_EVERY - 1]
+    test = [i for i in range(len(steps)) if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1]
+    beta = _least_squares([rows[i] for i in train], [steps[i].seconds for i in train], name)
+    residuals = [steps[i].seconds - _dot(beta, rows[i]) for i in train]
+    spread = _median([abs(r - _median(residuals)) for r in residuals]) or 1e-12
+    keep = [i for i, r in zip(train, residuals, strict=True) if r <= OUTLIER_MADS * spread]
+    outliers = len(train) - len(keep)
+    beta = _least_squares([rows[i] for i in keep], [steps[i].seconds for i in keep], name)
+    explained = [i for i in test if steps[i].seconds - _dot(beta, rows[i]) <= OUTLIER_MADS * spread]
+    outliers += len(test) - len(explained)
+    mape, r2 = _quality(beta, [rows[i] for i in explained], [steps[i].seconds for i in explained])
+    notes = [] if with_context else ["no context term: some task in a batch had no position"]
+    return Fit(
+        terms,
+        dict(zip(terms, beta, strict=True)),
+        len(steps) + idle,
+        len(keep),
+        len(explained),
+        idle,
+        outliers,
+        mape,
+        r2,
+        notes,
+    )
+
+
+def fit_recordings(paths: Iterable[str]) -> Fit:
+    names = list(paths)
+    steps, idle = read_steps(names)
+    return fit_steps(steps, idle, ", ".join(names))
+
+
+def _features(s: Step, with_context: bool) -> list[float]:
+    row = [1.0, float(s.tokens), float(s.decodes)]
+    if with_context:
+        row.append(float(s.context or 0))
+    return row
+
+
+def _dot(beta: Sequence[float], row: Sequence[float]) -> float:
+    return sum(b * x for b, x in zip(beta, row, strict=True))
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2 if n else 0.0
+
+
+def _least_squares(rows: Sequence[Sequence[float]], y: Sequence[float], name: str) -> list[float]:
+    """Ordinary least squares by the normal equations, columns scaled for conditioning."""
+    k = len(rows[0])
+    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(k)]
+    xtx = [[0.0] * k for _ in range(k)]
+    xty = [0.0] * k
+    for r, target in zip(rows, y, strict=True):
+        z = [r[j] / scale[j] for j in range(k)]
+        for i in range(k):
+            xty[i] += z[i] * target
+            for j in range(k):
+                xtx[i][j] += z[i] * z[j]
+    solution = _solve(xtx, xty, name)
+    return [solution[j] / scale[j] for j in range(k)]
+
+
+def _solve(m: list[list[float]], v: list[float], name: str) -> list[float]:
+    """Gaussian elimination with partial pivoting; a singular system is an input error."""
+    k = len(v)
+    a = [[*row, v[i]] for i, row in enumerate(m)]
+    for col in range(k):
+        pivot = max(range(col, k), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12:
+            raise InputError(name, None, "the steps do not vary enough to tell the terms apart")
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(col + 1, k):
+            factor = a[r][col] / a[col][col]
+            for c in range(col, k + 1):
+                a[r][c] -= factor * a[col][c]
+    x = [0.0] * k
+    for r in range(k - 1, -1, -1):
+        x[r] = (a[r][k] - sum(a[r][c] * x[c] for c in range(r + 1, k))) / a[r][r]
+    return x
+
+
+def _quality(
+    beta: Sequence[float], rows: Sequence[Sequence[float]], y: Sequence[float]
+) -> tuple[float | None, float | None]:
+    """MAPE and R² of the model on held-out steps."""
+    if not y:
+        return None, None
+    predicted = [_dot(beta, r) for r in rows]
+    mape = sum(abs(p - t) / t for p, t in zip(predicted, y, strict=True) if t > 0) / len(y)
+    mean = sum(y) / len(y)
+    total = sum((t - mean) ** 2 for t in y)
+    residual = sum((t - p) ** 2 for p, t in zip(predicted, y, strict=True))
+    r2 = 1 - residual / total if total > 0 else None
+    return mape, r2 if r2 is None or math.isfinite(r2) else None

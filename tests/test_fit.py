@@ -1,0 +1,94 @@
+"""schedcli fit: a step-time model recovered from a clocked recording, used by simulate."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+
+from schedcli import Task
+from schedcli.formats.writer import TraceWriter
+from tests.helpers import run_cli
+
+TRUE = {"a": 0.004, "b": 0.00003, "c": 0.0002, "d": 0.0000005}
+
+
+def synthesize(path: Path, steps: int = 2000, seed: int = 5, idle_every: int = 40) -> None:
+    """A recording whose steps take TRUE's time, with 2% noise and idle gaps mixed in."""
+    rng = random.Random(seed)
+    t = 0.0
+    tid = 0
+    with path.open("wb") as f:
+        w = TraceWriter(f)
+        w.header("decode-first", None, {"synthetic": TRUE})
+        for k in range(steps):
+            batch = []
+            for _ in range(rng.randint(0, 32)):
+                tid += 1
+                batch.append(Task(tid, tid, "decode", 1, position=rng.randint(10, 4000)))
+            for _ in range(rng.randint(0, 2)):
+                tid += 1
+                size = rng.randint(16, 256)
+                batch.append(Task(tid, tid, "prefill", size, position=rng.randint(0, 2000)))
+            if not batch:
+                tid += 1
+                batch.append(Task(tid, tid, "decode", 1, position=5))
+            for task in batch:
+                w.submit([task], t=t)
+            w.get_work([x.tid for x in batch], t=t)
+            tokens = sum(x.size for x in batch)
+            decodes = sum(1 for x in batch if x.is_decode)
+            context = sum((x.position or 0) + x.size for x in batch)
+            took = TRUE["a"] + TRUE["b"] * tokens + TRUE["c"] * decodes + TRUE["d"] * context
+            t += took * rng.gauss(1.0, 0.02)
+            if k % idle_every == idle_every - 1:
+                t += rng.uniform(0.5, 3.0)  # the runner waited for requests
+
+
+def test_fit_recovers_the_coefficients_within_five_percent(tmp_path: Path) -> None:
+    rec, cost = tmp_path / "rec.jsonl", tmp_path / "cost.json"
+    synthesize(rec)
+    r = run_cli("fit", str(rec), "-o", str(cost), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    model = orjson.loads(cost.read_bytes())
+    for term, value in TRUE.items():
+        assert model[term] == pytest.approx(value, rel=0.05), term
+    fit = model["fit"]
+    assert fit["outliers"] >= 45  # the 50 idle gaps, 2000 // 40 (a few land in no set)
+    assert fit["mape"] < 0.05 and fit["r2"] > 0.95
+    assert fit["held_out"] > 300
+
+
+def test_fit_prints_the_fit_and_its_quality(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.jsonl"
+    synthesize(rec, steps=300)
+    r = run_cli("fit", str(rec))
+    out = r.stdout.decode()
+    assert r.returncode == 0, r.stderr.decode()
+    assert "held-out MAPE" in out and "R²" in out and "seconds per decode" in out
+
+
+def test_simulate_uses_a_fitted_cost_model(tmp_path: Path) -> None:
+    rec, cost, w = tmp_path / "rec.jsonl", tmp_path / "cost.json", tmp_path / "w.jsonl"
+    synthesize(rec, steps=300)
+    assert run_cli("fit", str(rec), "-o", str(cost)).returncode == 0
+    w.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 300, "output_tokens": 4}\n')
+    r = run_cli("simulate", str(w), "--cost", str(cost), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    summary = orjson.loads(r.stdout)
+    model = orjson.loads(cost.read_bytes())
+    assert summary["cost_model"] == {k: model[k] for k in ("a", "b", "c", "d")}
+    r = run_cli("simulate", str(w), "--cost", str(cost), "--cost-a", "1")
+    assert r.returncode == 2 and b"not both" in r.stderr
+
+
+def test_a_recording_without_times_cannot_be_fitted(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text(
+        '{"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1}\n{"op": "get_work"}\n'
+    )
+    r = run_cli("fit", str(rec))
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{rec}:2: get_work has no time: record with clock=True")
