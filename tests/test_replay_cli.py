@@ -475,7 +475,7 @@ def test_a_policy_that_never_finishes_is_stopped(tmp_path: Path) -> None:
     plugin.write_text(
         "from schedcli.policies.decode_first import DecodeFirstScheduler\n"
         "class Stuck(DecodeFirstScheduler):\n"
-        "    def _take(self):\n"
+        "    def take_batch(self):\n"
         "        return []\n"
     )
     trace = write(

@@ -353,9 +353,36 @@ def diff(
     if fmt is ViewFormat.json:
         sys.stdout.buffer.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        _stdout_console().print(diff_view(result))
+        console = _stdout_console()
+        console.print(diff_view(result))
+        if len(inputs) == 1 and inputs[0] != "-" and result.first is not None:
+            _print_diff_reasons(console, inputs[0], result, a_policy, a_param, b_policy, b_param)
     if not result.identical:
         raise typer.Exit(1)
+
+
+def _print_diff_reasons(
+    console: Console,
+    trace: str,
+    result: Any,
+    a_policy: str | None,
+    a_param: list[str] | None,
+    b_policy: str | None,
+    b_param: list[str] | None,
+) -> None:
+    """Each side's reasons at the first differing step (a replay is deterministic)."""
+    from .explain import explain_step
+    from .render import why_left
+
+    first = result.first
+    only_a, only_b = first.moved()
+    for label, policy, param, tids in (
+        ("A", a_policy, a_param, only_b),
+        ("B", b_policy, b_param, only_a),
+    ):
+        if tids:
+            view = explain_step(trace, first.step, policy, parse_params(param))
+            console.print(why_left(label, view.left, tids))
 
 
 class ConvertFormat(StrEnum):
@@ -525,6 +552,56 @@ def simulate(
         json=fmt is ViewFormat.json,
     )
     run_simulate(request, _stdout_console(), err_console)
+
+
+@command
+def explain(
+    trace: Annotated[str, typer.Argument(metavar="TRACE", help="Trace file (.gz ok).")],
+    step: Annotated[
+        int | None, typer.Option("--step", metavar="N", help="The queue and batch of step N.")
+    ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", metavar="TID", help="A task's life (7 or '\"7\"').")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", metavar="SID", help="Every task of a session.")
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", "-p", metavar="NAME", help="Policy (default: the header's)."),
+    ] = None,
+    param: ParamOption = None,
+    fmt: ViewFormatOption = ViewFormat.table,
+) -> None:
+    """Why the scheduler did that: the queue get_work saw at a step and why each task was
+    left behind, or the life of a task or a session (submitted, passed over, dispatched).
+    """
+    from .explain import explain_lives, explain_step
+    from .render import lives_view, step_view
+
+    chosen = [
+        o for o, v in (("--step", step), ("--task", task), ("--session", session)) if v is not None
+    ]
+    if len(chosen) != 1:
+        raise UsageError("explain one thing: give exactly one of --step, --task, --session")
+    params = parse_params(param)
+    if step is not None:
+        view = explain_step(trace, step, policy, params)
+        if fmt is ViewFormat.json:
+            sys.stdout.buffer.write(
+                orjson.dumps(view.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
+            )
+        else:
+            _stdout_console().print(step_view(view))
+        return
+    tid = parse_id_option(task) if task is not None else None
+    sid = parse_id_option(session) if session is not None else None
+    lives = explain_lives(trace, tid=tid, sid=sid, policy=policy, params=params)
+    if fmt is ViewFormat.json:
+        data = [life.to_json() for life in lives]
+        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _stdout_console().print(lives_view(lives))
 
 
 def _cost_model(path: str | None, a: float, b: float, c: float) -> CostModel:

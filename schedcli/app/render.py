@@ -31,6 +31,7 @@ def _step_table(header: bool) -> Table:
     table.add_column("prefill sid:tid (size)", ratio=3)
     table.add_column("tokens", justify="right", width=11, no_wrap=True)
     table.add_column("queued", justify="right", width=7, no_wrap=True)
+    table.add_column("left behind", ratio=2)
     return table
 
 
@@ -45,6 +46,17 @@ class TableView:
         self.console = console
         self.budget = budget
         self._header_done = False
+        self._left = "-"
+
+    def left(self, step: int, left: list[tuple[Any, str, str]] | None) -> None:
+        """The reasons of the batch about to be shown: counts by reason code."""
+        if left is None:
+            self._left = "no reasons given"
+            return
+        counts: dict[str, int] = {}
+        for _, code, _ in left:
+            counts[code] = counts.get(code, 0) + 1
+        self._left = " ".join(f"{code}:{n}" for code, n in counts.items()) or "-"
 
     def __call__(self, record: Record) -> None:
         if "batch" in record:
@@ -75,6 +87,7 @@ class TableView:
             Text(" ".join(chunks) or "-", style="green" if chunks else "dim"),
             used,
             str(record["queued"]),
+            Text(self._left, style="yellow" if self._left != "-" else "dim"),
         )
         with whole_write():
             self.console.print(table)
@@ -129,8 +142,22 @@ def _describe(t: Task | None, tid: Id) -> str:
     return f"{show_id(tid)}  s{show_id(t.sid)} {t.kind.value} {t.size}"
 
 
-def mismatch_view(m: Mismatch) -> Table:
-    """The first step whose batch differs from ``expect``, side by side."""
+def mismatch_view(m: Mismatch, left: list[tuple[Task, str, str]] | None = None) -> Group:
+    """The first step whose batch differs from ``expect``, side by side, and why the
+    replay's policy left out what the recording had (``left``: its reasons there)."""
+    parts: list[Any] = [_mismatch_table(m)]
+    if left:
+        expected = {id_key(tid) for tid in m.expected}
+        why = [(t, code, detail) for t, code, detail in left if id_key(t.tid) in expected]
+        if why:
+            lines = ["why the replay left out what the recording dispatched:"]
+            for t, code, detail in why:
+                lines.append(f"  {show_id(t.tid)}: {code}  {detail}")
+            parts.append(Text("\n".join(lines), "yellow"))
+    return Group(*parts)
+
+
+def _mismatch_table(m: Mismatch) -> Table:
     got_ids = [t.tid for t in m.got]
     moved_out, moved_in = ids_only_in(m.expected, got_ids)
     out_keys = {id_key(i) for i in moved_out}
@@ -367,6 +394,15 @@ def stats_table(summary: Mapping[str, Any], title: str) -> Table:
     ):
         if key in summary:
             table.add_row(label, _metric(key, summary[key]))
+    if summary.get("worst_session") is not None:
+        table.add_row("worst session (longest mean wait)", show_id(summary["worst_session"]))
+    longest = summary.get("longest_wait")
+    if longest:
+        table.add_row(
+            "longest wait",
+            f"task {show_id(longest['tid'])} of session {show_id(longest['sid'])}, "
+            f"{longest['waited_steps']} steps, dispatched at step {longest['dispatched_at_step']}",
+        )
     return table
 
 
@@ -395,3 +431,75 @@ def fit_table(fit: Any) -> Group:
         *fit.notes,
     ]
     return Group(table, Text("\n".join(lines)))
+
+
+def _reason_text(code: str, detail: str) -> Text:
+    return Text.assemble((code, "yellow"), f"  {detail}")
+
+
+def step_view(view: Any) -> Group:
+    """``explain --step``: the queue get_work saw, what it took, and why it left the rest."""
+    where = f"trace line {view.line}" if view.line else "an implicit step"
+    title = f"step {view.step} ({where}) under {view.policy}: {len(view.batch)} taken, "
+    title += f"{len(view.queue) - len(view.batch)} left"
+    table = Table(title=title, box=box.ROUNDED, title_justify="left")
+    for column in ("tid", "sid", "kind", "size", "submitted", "age"):
+        table.add_column(column, justify="right" if column in ("size", "age") else "left")
+    table.add_column("outcome")
+    taken = {id(t) for t in view.batch}
+    reasons = {id(t): (code, detail) for t, code, detail in view.left or ()}
+    for q in view.queue:
+        t = q.task
+        if id(t) in taken:
+            outcome = Text("in the batch", "green")
+        elif id(t) in reasons:
+            outcome = _reason_text(*reasons[id(t)])
+        else:
+            outcome = Text("left (no reasons given)", "dim")
+        table.add_row(
+            show_id(t.tid),
+            show_id(t.sid),
+            t.kind.value,
+            str(t.size),
+            f"line {q.line}, step {q.step}",
+            str(view.step - q.step),
+            outcome,
+        )
+    return Group(table)
+
+
+def lives_view(lives: Sequence[Any]) -> Group:
+    """``explain --task`` or ``--session``: each task from submit to its outcome."""
+    parts: list[Any] = []
+    for life in lives:
+        t = life.task
+        head = Text(
+            f"task {show_id(t.tid)} (session {show_id(t.sid)}, {t.kind.value} {t.size}): "
+            f"submitted at line {life.line}, step {life.step}; "
+            + (
+                f"{life.outcome} at step {life.outcome_step}"
+                if life.outcome_step is not None
+                else life.outcome
+            ),
+            "bold",
+        )
+        parts.append(head)
+        for step, code, detail in life.passed_over:
+            parts.append(
+                Text.assemble(f"  step {step}: passed over, ", (code, "yellow"), f"  {detail}")
+            )
+    return Group(*parts)
+
+
+def why_left(label: str, left: list[tuple[Task, str, str]] | None, tids: Sequence[Id]) -> Text:
+    """Why ``label``'s policy left out the given tasks (those the other side dispatched)."""
+    if left is None:
+        return Text(f"{label}: no reasons given", "dim")
+    wanted = {id_key(t) for t in tids}
+    lines = [f"why {label} left out what the other side dispatched:"]
+    lines += [
+        f"  {show_id(t.tid)}: {code}  {detail}"
+        for t, code, detail in left
+        if id_key(t.tid) in wanted
+    ]
+    return Text("\n".join(lines), "yellow")

@@ -18,12 +18,12 @@ from ..formats.dump import JsonlWriter, RecordFilter, StepRange, Tee
 from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
 from ..model.errors import CheckFailed, InputError, UsageError
-from ..model.task import Id
+from ..model.task import Id, Task
 from .console import data_console
 from .golden import GoldenComparison
 from .perfetto import PerfettoWriter
 from .progress import TraceProgress
-from .render import TableView, diff_view, mismatch_view, summary_table
+from .render import TableView, diff_view, mismatch_view, summary_table, why_left
 
 
 class OutputFormat(StrEnum):
@@ -64,6 +64,7 @@ class ReplayRequest:
 class _Sinks:
     emit: Callable[[Record], None]
     console: Console | None
+    table: TableView | None
     filtered: RecordFilter | None
     golden: GoldenComparison | None
     timeline: PerfettoWriter | None
@@ -88,13 +89,18 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
         sinks = _sinks(stack, req, opened, flush_before_wait, lambda: engine.upcoming_step)
         progress.position = opened.reader.position
         engine = opened.replayer(
-            sinks.emit, check=req.check, drain=req.drain, on_step=progress.on_step
+            sinks.emit,
+            check=req.check,
+            drain=req.drain,
+            on_step=progress.on_step,
+            # The table shows why tasks were left behind; the dump never carries reasons.
+            on_left=sinks.table.left if sinks.table is not None else None,
         )
         try:
             totals = opened.run(engine)
         except ExpectMismatch as e:
             progress.stop()
-            err.print(mismatch_view(e.mismatch))
+            err.print(mismatch_view(e.mismatch, _reasons_at(req, e.mismatch.step)))
             raise
         finally:
             progress.stop()
@@ -111,6 +117,7 @@ def _sinks(
     """Where the records go: the view (filtered), the golden, the timeline."""
     fmt = req.view_format()
     console: Console | None = None
+    table: TableView | None = None
     emitters: list[Callable[[Record], None]] = []
     filtered: RecordFilter | None = None
     if fmt is not None:
@@ -120,7 +127,7 @@ def _sinks(
         view: Callable[[Record], None]
         if fmt is OutputFormat.table:
             console = _table_console(stack, out, req.output)
-            view = TableView(console, opened.policy.token_budget)
+            view = table = TableView(console, opened.policy.token_budget)
         else:
             view = JsonlWriter(out)
         if req.steps is not None or req.session is not None:
@@ -147,7 +154,17 @@ def _sinks(
     emit = emitters[0] if len(emitters) == 1 else Tee(*emitters)
     if not emitters:
         emit = _discard
-    return _Sinks(emit, console, filtered, golden, timeline)
+    return _Sinks(emit, console, table, filtered, golden, timeline)
+
+
+def _reasons_at(req: ReplayRequest, step: int) -> list[tuple[Task, str, str]] | None:
+    """The policy's reasons at ``step``, by replaying the file again with them on (a
+    replay is deterministic); None from a pipe, which cannot be read twice."""
+    if req.trace == "-" or req.follow:
+        return None
+    from .explain import explain_step
+
+    return explain_step(req.trace, step, req.policy, req.params).left
 
 
 def _discard(record: Record) -> None:
@@ -207,6 +224,11 @@ def _finish(
         golden.finish()
         if not golden.same:
             err.print(diff_view(golden.result), soft_wrap=True)
+            first = golden.result.first
+            if first is not None:
+                only_golden, _ = first.moved()
+                if only_golden:
+                    err.print(why_left("the replay", _reasons_at(req, first.step), only_golden))
             if golden.golden_end != golden.replay_end:
                 err.print(f"end record differs\n  golden: {golden.golden_end}")
                 err.print(f"  replay: {golden.replay_end}")

@@ -53,7 +53,7 @@ class StepMetrics:
         # False when only dispatches are seen (a dump): waits cannot be known.
         self.waits_known = waits_known
         self._submitted: dict[int, int] = {}  # id(task) -> step it was accepted before
-        self._sessions: dict[Id, _Session] = {}
+        self._sessions: dict[tuple[type, Id], _Session] = {}  # by id_key(sid)
         self.steps = 0
         self.last_step = -1
         self.tokens = 0
@@ -62,6 +62,7 @@ class StepMetrics:
         self.peak_tokens = 0
         self.wait_sum = 0
         self.wait_max = 0
+        self.longest_wait: tuple[Id, Id, int] | None = None  # (tid, sid, dispatch step)
         self.dispatched_count = 0
         self.dropped_count = 0
 
@@ -85,8 +86,9 @@ class StepMetrics:
             submitted = self._submitted.pop(id(t), step)
             wait = step - submitted
             self.wait_sum += wait
-            if wait > self.wait_max:
+            if wait > self.wait_max or self.longest_wait is None:
                 self.wait_max = wait
+                self.longest_wait = (t.tid, t.sid, step)
             s = self._session(t.sid)
             s.pending = max(0, s.pending - 1)
             s.wait_sum += wait
@@ -106,6 +108,20 @@ class StepMetrics:
             self._submitted.pop(id(t), None)
             self._session(t.sid).pending -= 1
         self.dropped_count += len(tasks)
+
+    def worst_session(self) -> Id | None:
+        """The served session with the longest mean wait (the first of equals)."""
+        worst: tuple[float, Id] | None = None
+        for key, s in self._sessions.items():
+            if s.dispatched and (worst is None or s.wait_sum / s.dispatched > worst[0]):
+                worst = (s.wait_sum / s.dispatched, key[1])
+        return worst[1] if worst is not None else None
+
+    def _longest(self) -> dict[str, Any] | None:
+        if self.longest_wait is None:
+            return None
+        tid, sid, step = self.longest_wait
+        return {"tid": tid, "sid": sid, "dispatched_at_step": step, "waited_steps": self.wait_max}
 
     def session_mean_waits(self) -> list[float]:
         """Each served session's mean wait in steps, in the order sessions appeared."""
@@ -133,6 +149,17 @@ class StepMetrics:
             "mean_wait_steps": self.wait_sum / self.dispatched_count if known else None,
             "max_wait_steps": self.wait_max if known else None,
             "worst_session_mean_wait_steps": max(waits) if known and waits else None,
+            "worst_session": self.worst_session() if known else None,
+            "longest_wait": (
+                {
+                    "tid": lw[0],
+                    "sid": lw[1],
+                    "dispatched_at_step": lw[2],
+                    "waited_steps": self.wait_max,
+                }
+                if known and (lw := self.longest_wait) is not None
+                else None
+            ),
             "jain_fairness": jain_index(served),
             "sessions": len(self._sessions),
         }

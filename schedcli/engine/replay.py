@@ -73,7 +73,40 @@ def _stderr_warning(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-class Replayer:
+class _Located:
+    """Failures and warnings, named for the policy and located at the step and line."""
+
+    policy_name: str
+    two_output_batches: int
+    _warn: Callable[[str], None]
+    _line: int
+    _next_step: int
+
+    def _where(self) -> str:
+        return f"line {self._line}" if self._line else "the end of the trace"
+
+    def _crash(self, call: str, e: Exception) -> PolicyCrashed:
+        return PolicyCrashed(
+            f"policy {self.policy_name!r} raised in {call} at step {self._next_step} "
+            f"({self._where()}): {type(e).__name__}: {e}"
+        )
+
+    def _broken(self, message: str) -> InvariantError:
+        return InvariantError(
+            f"policy {self.policy_name!r} broke the Scheduler contract at step "
+            f"{self._next_step} ({self._where()}): {message}"
+        )
+
+    def _two_outputs(self, message: str) -> None:
+        self.two_output_batches += 1
+        if self.two_output_batches <= WARNINGS_SHOWN:
+            self._warn(
+                f"warning: step {self._next_step} ({self._where()}): {message} "
+                f"(policy {self.policy_name!r} keeps the reference's behaviour)"
+            )
+
+
+class Replayer(_Located):
     """Drives one policy through one trace's events: ``feed`` each, then ``close``."""
 
     def __init__(
@@ -88,8 +121,14 @@ class Replayer:
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
         warn: Callable[[str], None] | None = None,
+        on_left: Callable[[int, list[tuple[Task, str, str]] | None], None] | None = None,
     ) -> None:
         self.policy = policy
+        # Why tasks were left behind, after every batch: asked of the policy only when
+        # someone listens, since collecting reasons costs the policy a pass over its queue.
+        self.on_left = on_left
+        if on_left is not None:
+            policy.explaining = True
         self.observer = observer
         self.emit = emit
         self.policy_name = policy_name or type(policy).__name__
@@ -119,34 +158,14 @@ class Replayer:
         return self.ledger.queued
 
     @property
+    def current_line(self) -> int:
+        """The trace line being applied (0 after the last one)."""
+        return self._line
+
+    @property
     def upcoming_step(self) -> int:
         """The step number the next get_work will have (events are shown against it)."""
         return self._next_step
-
-    # --- failures, located at the step and line being replayed -----------------------
-
-    def _where(self) -> str:
-        return f"line {self._line}" if self._line else "the end of the trace"
-
-    def _crash(self, call: str, e: Exception) -> PolicyCrashed:
-        return PolicyCrashed(
-            f"policy {self.policy_name!r} raised in {call} at step {self._next_step} "
-            f"({self._where()}): {type(e).__name__}: {e}"
-        )
-
-    def _broken(self, message: str) -> InvariantError:
-        return InvariantError(
-            f"policy {self.policy_name!r} broke the Scheduler contract at step "
-            f"{self._next_step} ({self._where()}): {message}"
-        )
-
-    def _two_outputs(self, message: str) -> None:
-        self.two_output_batches += 1
-        if self.two_output_batches <= WARNINGS_SHOWN:
-            self._warn(
-                f"warning: step {self._next_step} ({self._where()}): {message} "
-                f"(policy {self.policy_name!r} keeps the reference's behaviour)"
-            )
 
     def _has_work(self) -> bool:
         try:
@@ -230,6 +249,8 @@ class Replayer:
         self._next_step = step + 1
         if self.observer is not None:
             self.observer.dispatched(batch, step)
+        if self.on_left is not None:
+            self.on_left(step, self.policy.left_behind())
         if self.check and event is not None and event.expect is not None:
             self.checked += 1
             if not _same_ids([t.tid for t in batch], event.expect):

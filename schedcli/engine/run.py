@@ -11,6 +11,7 @@ from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import Header, TraceReader, open_trace
 from ..model.errors import InputError, UsageError
 from ..model.scheduler import Scheduler
+from ..model.task import Task
 from ..policies.registry import build_policy, resolve_policy
 from .replay import Emit, Observer, Replayer, Totals
 
@@ -91,6 +92,7 @@ class OpenTrace:
         drain: bool = False,
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
+        on_left: Callable[[int, list[tuple[Task, str, str]] | None], None] | None = None,
     ) -> Replayer:
         return Replayer(
             self.policy,
@@ -101,6 +103,7 @@ class OpenTrace:
             drain=drain,
             on_step=on_step,
             observer=observer,
+            on_left=on_left,
         )
 
     def run(self, engine: Replayer) -> Totals:

@@ -230,7 +230,8 @@ WINDOW = 64
 
 def chunk_size_for(policy: Scheduler) -> int:
     """How the runner chunks prompts for ``policy``: its own chunk limit, if it has one."""
-    return int(policy.params().get("max_prefill_chunk_size", DEFAULT_CHUNK_SIZE))
+    limit = policy.prefill_chunk_limit
+    return limit if limit is not None else DEFAULT_CHUNK_SIZE
 
 
 class _Runner:

@@ -80,12 +80,17 @@ class Scheduler(ABC):
     PARAMS: ClassVar[tuple[Param, ...]] = ()
     """Constructor parameters, validated when the policy is built."""
 
+    # The interface is five calls: submit, has_work, get_work, cancel, clear. A policy
+    # implements submit or try_submit (which can say why it refused); each has the other
+    # as its default, so a class must define at least one (the registry checks it).
+
     def submit(self, tasks: Iterable[Task]) -> bool:
+        """Queue the whole group and return True, or queue nothing and return False."""
         return self.try_submit(tasks) is None
 
-    @abstractmethod
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         """Queue the group and return None, or queue nothing and return why."""
+        return None if self.submit(tasks) else "the policy refused the group"
 
     @abstractmethod
     def has_work(self) -> bool:
@@ -109,6 +114,24 @@ class Scheduler(ABC):
         return None
 
     @property
+    def prefill_chunk_limit(self) -> int | None:
+        """The largest prefill chunk the policy admits, if it has a limit (a runner splits
+        prompts to fit it)."""
+        return None
+
+    def left_behind(self) -> list[tuple[Task, str, str]] | None:
+        """Why each still-queued task was left out of the last batch: (task, reason code,
+        detail), in queue order; None when the policy gives no reasons.
+
+        Optional. Reasons are collected only while ``explaining`` is True, so the hot path
+        of a replay pays nothing for them (docs/policies.md lists each policy's codes).
+        """
+        return None
+
+    explaining: bool = False
+    """Set by the caller that wants ``left_behind``; policies that give reasons read it."""
+
+    @property
     def one_output_per_session(self) -> bool:
         """Whether every batch keeps the interface's one-output-per-session promise.
 
@@ -128,11 +151,11 @@ class QueueScheduler(Scheduler):
     This class owns the lock, the record of queued tasks, admission of tids, and
     marking of dropped tasks. A subclass implements:
 
-    - ``_refuse(task)``: the policy's own admission rule for one task (None = fine);
-    - ``_enqueue(task)``: put an admitted task in the policy's queues;
-    - ``_take()``: remove and return the next batch from the queues;
-    - ``_remove_session(sid)``: remove and return the session's queued tasks;
-    - ``_reset()``: empty the queues.
+    - ``refuse(task)``: the policy's own admission rule for one task (None = fine);
+    - ``enqueue(task)``: put an admitted task in the policy's queues;
+    - ``take_batch()``: remove and return the next batch from the queues;
+    - ``remove_session(sid)``: remove and return the session's queued tasks;
+    - ``reset()``: empty the queues.
 
     Removal is eager: a queue never holds a task that is no longer queued, so a tid
     reused after a cancel can never be confused with a stale entry.
@@ -157,33 +180,47 @@ class QueueScheduler(Scheduler):
         # "queued" means; clear() returns these values in this order.
         self._queued: dict[Id, Task] = {}
         # Subclasses that add an admission rule pay for the call; the rest do not.
-        self._extra_rule = type(self)._refuse is not QueueScheduler._refuse
+        self._extra_rule = type(self).refuse is not QueueScheduler.refuse
+        # While explaining, take_batch leaves here each queued task's reason, by object
+        # id; a policy that never does gives no reasons.
+        self._left: dict[int, tuple[str, str]] | None = None
+
+    def left_behind(self) -> list[tuple[Task, str, str]] | None:
+        with self._lock:
+            left = self._left
+            if not self.explaining or left is None:
+                return None
+            return [(t, *left[id(t)]) for t in self._queued.values() if id(t) in left]
 
     @property
     def token_budget(self) -> int | None:
         budget: int | None = getattr(self, "max_batch_tokens", None)
         return budget
 
+    @property
+    def prefill_chunk_limit(self) -> int | None:
+        return self._chunk_limit
+
     def _limit_chunks(self, limit: int, param: str) -> None:
         """Refuse prefill chunks over ``limit`` tokens, naming ``param`` in the reason."""
         self._chunk_limit = limit
         self._chunk_limit_name = param
 
-    def _refuse(self, task: Task) -> str | None:
+    def refuse(self, task: Task) -> str | None:
         """A policy's own admission rule for one task, beyond the shared ones."""
         return None
 
     @abstractmethod
-    def _enqueue(self, task: Task) -> None: ...
+    def enqueue(self, task: Task) -> None: ...
 
     @abstractmethod
-    def _take(self) -> list[Task]: ...
+    def take_batch(self) -> list[Task]: ...
 
     @abstractmethod
-    def _remove_session(self, sid: Id) -> list[Task]: ...
+    def remove_session(self, sid: Id) -> list[Task]: ...
 
     @abstractmethod
-    def _reset(self) -> None: ...
+    def reset(self) -> None: ...
 
     def _admission_problem(self, group: Sequence[Task]) -> str | None:
         """The single place that decides whether a group is accepted, and why not."""
@@ -200,7 +237,7 @@ class QueueScheduler(Scheduler):
             elif limit is not None and size > limit:
                 return f"prefill chunk of {size} tokens exceeds {self._chunk_limit_name} {limit}"
             if self._extra_rule:
-                reason = self._refuse(t)
+                reason = self.refuse(t)
                 if reason is not None:
                     return reason
             tid = t.tid
@@ -219,7 +256,7 @@ class QueueScheduler(Scheduler):
                 return reason
             settle_outputs(group)
             queued = self._queued
-            enqueue = self._enqueue
+            enqueue = self.enqueue
             for t in group:
                 t.cancelled = False
                 queued[t.tid] = t
@@ -232,7 +269,7 @@ class QueueScheduler(Scheduler):
 
     def get_work(self) -> list[Task]:
         with self._lock:
-            batch = self._take()
+            batch = self.take_batch()
             queued = self._queued
             for t in batch:
                 del queued[t.tid]
@@ -240,7 +277,7 @@ class QueueScheduler(Scheduler):
 
     def cancel(self, sid: Id) -> list[Task]:
         with self._lock:
-            dropped = self._remove_session(sid)
+            dropped = self.remove_session(sid)
             queued = self._queued
             for t in dropped:
                 del queued[t.tid]
@@ -251,7 +288,7 @@ class QueueScheduler(Scheduler):
         with self._lock:
             dropped = list(self._queued.values())
             self._queued.clear()
-            self._reset()
+            self.reset()
             for t in dropped:
                 t.cancelled = True
             return dropped

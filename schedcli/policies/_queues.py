@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterator
 
-from ..model.task import DECODE, Id, Task
+from ..model.task import DECODE, Id, Task, show_id
 
 
 class OrderedQueue:
@@ -28,6 +29,10 @@ class OrderedQueue:
 
     def count(self, sid: Id) -> int:
         return len(self._of_session.get(sid, ()))
+
+    def tasks(self) -> Iterator[Task]:
+        """The queued tasks, in arrival order."""
+        return iter(self._live.values())
 
     def push(self, task: Task, key: int = 0) -> None:
         arrival = self._arrivals
@@ -104,6 +109,10 @@ class BatchSessions:
             self.closed.add(t.sid)
 
 
+Why = dict[int, tuple[str, str]]
+"""Reasons a task was left out of a batch, by the task's object id (while explaining)."""
+
+
 def take_in_order(
     queue: OrderedQueue,
     taken: list[Task],
@@ -112,16 +121,20 @@ def take_in_order(
     budget: int,
     spent: int,
     cap: int,
+    why: Why | None = None,
+    cap_code: str = "seq_cap",
 ) -> int:
     """Take from the head while tasks fit; returns the tokens spent.
 
     A task the session rule forbids, or one behind an older task of its session, waits
     (as do its session's later tasks, which keep their order) without ending the batch;
     the first task that does not fit the budget ends it: head-of-line blocking, on purpose.
+    With ``why``, every task left in the queue gets its reason.
     """
     waiting: list[tuple[int, int]] = []
     blocked: set[Id] = set()
     blocked_total = 0
+    stop: tuple[str, str] | None = None
     while len(taken) < cap and len(queue) > blocked_total:
         item = queue.pop()
         if item is None:
@@ -132,21 +145,41 @@ def take_in_order(
             # A session's tasks leave in its submission order, whatever their keys:
             # this one waits for the older one, which is still to come.
             waiting.append(entry)
+            if why is not None:
+                why[id(t)] = ("behind_own_task", "an earlier task of its session is queued")
             continue
         if sid in blocked or not sessions.allows(t):
             waiting.append(entry)
+            if why is not None:
+                why[id(t)] = (
+                    ("behind_own_task", "an earlier task of its session waits")
+                    if sid in blocked
+                    else ("session_rule", "its session has a decode or an output in this batch")
+                )
             if sid not in blocked:
                 blocked.add(sid)
                 blocked_total += queue.count(sid)
             continue
         if t.size > budget - spent:
             waiting.append(entry)
+            if why is not None:
+                why[id(t)] = ("no_room", f"{t.size} tokens, {budget - spent} left")
+                stop = ("head_of_line", f"task {show_id(t.tid)} ahead of it did not fit")
             break
         queue.taken(entry, t)
         taken.append(t)
         sessions.add(t)
         spent += t.size
     queue.put_back(waiting)
+    if why is not None:
+        if stop is None:
+            stop = (cap_code, f"{cap} were already taken")
+        for t in queue.tasks():
+            if id(t) not in why:
+                own = t.sid in blocked
+                why[id(t)] = (
+                    ("behind_own_task", "an earlier task of its session waits") if own else stop
+                )
     return spent
 
 
@@ -161,8 +194,12 @@ class DecodeQueue:
         self._queue.append(task)
         self._of_session[task.sid] = self._of_session.get(task.sid, 0) + 1
 
-    def take(self, taken: list[Task], decoding: set[Id], cap: int) -> None:
-        """Decodes in arrival order, at most one per session, up to ``cap``.
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._queue)
+
+    def take(self, taken: list[Task], decoding: dict[Id, Id], cap: int) -> None:
+        """Decodes in arrival order, at most one per session, up to ``cap``; ``decoding``
+        gains each session taken, with its decode's tid.
 
         A session's second decode is passed over and goes back to the head in arrival
         order, so it still leads the queue next time.
@@ -176,7 +213,7 @@ class DecodeQueue:
             if sid in decoding:
                 deferred.append(t)
                 continue
-            decoding.add(sid)
+            decoding[sid] = t.tid
             taken.append(t)
             n += 1
             left = counts[sid] - 1
@@ -198,3 +235,16 @@ class DecodeQueue:
     def clear(self) -> None:
         self._queue.clear()
         self._of_session.clear()
+
+
+def decode_reasons(queue: DecodeQueue, decoding: dict[Id, Id], cap: int) -> Why:
+    """Why each decode still queued was left out: its session's decode went instead, or
+    the cap was reached before its turn (the decode pass stops only at the cap)."""
+    why: Why = {}
+    for t in queue:
+        if t.sid in decoding:
+            detail = f"decode {show_id(decoding[t.sid])} of its session is in this batch"
+            why[id(t)] = ("one_decode_per_session", detail)
+        else:
+            why[id(t)] = ("decode_cap", f"{cap} decodes were already taken")
+    return why

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..model.scheduler import Param, QueueScheduler
-from ..model.task import DECODE, Id, Task
+from ..model.task import DECODE, Id, Task, show_id
 from ._decode_first_reference import ReferenceDecodeFirst
 from ._limits import (
     MAX_BATCH_TOKENS,
@@ -13,7 +13,7 @@ from ._limits import (
     MAX_PREFILL_CHUNK_SIZE,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue
+from ._queues import DecodeQueue, decode_reasons
 
 FIXED, REFERENCE = "fixed", "reference"
 
@@ -74,6 +74,9 @@ class DecodeFirstScheduler(QueueScheduler):
         # place, and rejoining before then cannot give it a second slot.
         self._chunks: dict[Id, deque[Task]] = {}
         self._rotation: deque[Id] = deque()
+        # Explaining: the reason a session's front chunk was passed over in this batch,
+        # and every queued task's reason after it (by object id).
+        self._why: dict[Id, tuple[str, str]] = {}
         if compat == REFERENCE:
             # The reference's own bookkeeping replaces the shared one, call for call.
             reference = ReferenceDecodeFirst(b, d, c)
@@ -86,7 +89,7 @@ class DecodeFirstScheduler(QueueScheduler):
 
     # --- compat=fixed ---------------------------------------------------------
 
-    def _enqueue(self, task: Task) -> None:
+    def enqueue(self, task: Task) -> None:
         sid = task.sid
         if task.kind is DECODE:
             self._decodes.push(task)
@@ -97,22 +100,44 @@ class DecodeFirstScheduler(QueueScheduler):
             self._rotation.append(sid)
         chunks.append(task)
 
-    def _take(self) -> list[Task]:
+    def take_batch(self) -> list[Task]:
         taken: list[Task] = []
-        decoding: set[Id] = set()
+        decoding: dict[Id, Id] = {}  # sid -> the tid of its decode in this batch
         self._decodes.take(taken, decoding, self.max_decode_sequences)
         spent = len(taken)
-        # Sessions with an output-producing task in the batch (a decoding session is
-        # passed over anyway, so only chunks add to it).
-        outputs: set[Id] = set()
+        # Sessions with an output-producing chunk in the batch, and that chunk's tid (a
+        # decoding session is passed over anyway, so only chunks add to it).
+        outputs: dict[Id, Id] = {}
+        self._why.clear()
         while spent < self.max_batch_tokens:
             spent, progress = self._prefill_pass(taken, spent, decoding, outputs)
             if not progress:
                 break
+        if self.explaining:
+            self._left = self._reasons(decoding, spent)
         return taken
 
+    def _reasons(self, decoding: dict[Id, Id], spent: int) -> dict[int, tuple[str, str]]:
+        """Why each task still queued was left out (docs/policies.md, decode-first's codes)."""
+        why = decode_reasons(self._decodes, decoding, self.max_decode_sequences)
+        budget = self.max_batch_tokens
+        for sid, chunks in self._chunks.items():
+            for i, t in enumerate(chunks):
+                if i:
+                    front = show_id(chunks[0].tid)
+                    why[id(t)] = ("behind_own_chunk", f"chunk {front} of its session is ahead")
+                elif sid in decoding:
+                    detail = f"decode {show_id(decoding[sid])} of its session is in this batch"
+                    why[id(t)] = ("session_decoding", detail)
+                else:
+                    why[id(t)] = self._why.get(sid) or (
+                        "budget_spent",
+                        f"{spent} of {budget} tokens were spent before its turn",
+                    )
+        return why
+
     def _prefill_pass(
-        self, taken: list[Task], spent: int, decoding: set[Id], outputs: set[Id]
+        self, taken: list[Task], spent: int, decoding: dict[Id, Id], outputs: dict[Id, Id]
     ) -> tuple[int, bool]:
         budget = self.max_batch_tokens
         rotation = self._rotation
@@ -136,18 +161,23 @@ class DecodeFirstScheduler(QueueScheduler):
             if t.size > budget - spent:
                 # Pass the turn on: a smaller chunk behind this one may still fit.
                 deferred.append(sid)
+                if self.explaining:
+                    self._why[sid] = ("no_room", f"{t.size} tokens, {budget - spent} left")
                 continue
             if t.produce_output and sid in outputs:
                 # Fix 2: the batch already owes this session an output. Deferred exactly
                 # like a chunk that does not fit, so it keeps its place at the front.
                 deferred.append(sid)
+                if self.explaining:
+                    detail = f"chunk {show_id(outputs[sid])} of its session produces output"
+                    self._why[sid] = ("second_output", detail)
                 continue
             chunks.popleft()
             taken.append(t)
             spent += t.size
             progress = True
             if t.produce_output:
-                outputs.add(sid)
+                outputs[sid] = t.tid
             if chunks:
                 served.append(sid)
             else:
@@ -158,7 +188,7 @@ class DecodeFirstScheduler(QueueScheduler):
         rotation.extend(served)
         return spent, progress
 
-    def _remove_session(self, sid: Id) -> list[Task]:
+    def remove_session(self, sid: Id) -> list[Task]:
         dropped: list[Task] = []
         chunks = self._chunks.get(sid)
         if chunks:
@@ -167,7 +197,7 @@ class DecodeFirstScheduler(QueueScheduler):
         dropped.extend(self._decodes.remove_session(sid))
         return dropped
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         self._decodes.clear()
         self._chunks.clear()
         self._rotation.clear()

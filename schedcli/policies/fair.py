@@ -6,7 +6,7 @@ import heapq
 from collections import deque
 
 from ..model.scheduler import Param, QueueScheduler
-from ..model.task import DECODE, Id, Task
+from ..model.task import DECODE, Id, Task, show_id
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions
 
@@ -59,7 +59,7 @@ class FairScheduler(QueueScheduler):
         with self._lock:
             return self._counter.get(sid, 0.0)
 
-    def _enqueue(self, task: Task) -> None:
+    def enqueue(self, task: Task) -> None:
         sid = task.sid
         queue = self._backlog.get(sid)
         if queue is None:
@@ -70,7 +70,7 @@ class FairScheduler(QueueScheduler):
             queue = self._backlog[sid] = deque()
         queue.append(task)
 
-    def _take(self) -> list[Task]:
+    def take_batch(self) -> list[Task]:
         taken: list[Task] = []
         backlog, counter = self._backlog, self._counter
         heap = [(counter[sid], order, sid) for order, sid in enumerate(backlog)]
@@ -78,11 +78,18 @@ class FairScheduler(QueueScheduler):
         sessions = BatchSessions()
         budget, cap = self.max_batch_tokens, self.max_num_seqs
         spent = 0
+        why: dict[int, tuple[str, str]] | None = {} if self.explaining else None
         while heap and len(taken) < cap and spent < budget:
             _, order, sid = heapq.heappop(heap)
             queue = backlog[sid]
             t = queue[0]
             if not sessions.allows(t) or t.size > budget - spent:
+                if why is not None:
+                    why[id(t)] = (
+                        ("no_room", f"{t.size} tokens, {budget - spent} left")
+                        if sessions.allows(t)
+                        else ("session_rule", "its session has a decode or an output in this batch")
+                    )
                 continue  # sits this batch out
             queue.popleft()
             taken.append(t)
@@ -94,11 +101,34 @@ class FairScheduler(QueueScheduler):
                 del backlog[sid]
             elif sid not in sessions.closed:
                 heapq.heappush(heap, (counter[sid], order, sid))
+        if why is not None:
+            self._left = self._reasons(why, sessions, len(taken) >= cap, spent)
         return taken
 
-    def _remove_session(self, sid: Id) -> list[Task]:
+    def _reasons(
+        self, why: dict[int, tuple[str, str]], sessions: BatchSessions, capped: bool, spent: int
+    ) -> dict[int, tuple[str, str]]:
+        """Why each task still queued was left out (docs/policies.md, fair's codes)."""
+        if capped:
+            stop = ("seq_cap", f"{self.max_num_seqs} tasks were already taken")
+        else:
+            stop = ("budget_spent", f"{spent} of {self.max_batch_tokens} tokens were spent")
+        for sid, queue in self._backlog.items():
+            for i, t in enumerate(queue):
+                if i:
+                    ahead = show_id(queue[0].tid)
+                    why[id(t)] = ("behind_own_task", f"task {ahead} of its session is ahead")
+                elif id(t) not in why:
+                    if sid in sessions.closed:
+                        detail = "its session has a decode or an output in this batch"
+                        why[id(t)] = ("session_rule", detail)
+                    else:
+                        why[id(t)] = stop
+        return why
+
+    def remove_session(self, sid: Id) -> list[Task]:
         queue = self._backlog.pop(sid, None)
         return list(queue) if queue else []
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         self._backlog.clear()

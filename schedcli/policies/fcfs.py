@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..model.scheduler import QueueScheduler
 from ..model.task import Id, Task
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
-from ._queues import BatchSessions, OrderedQueue, take_in_order
+from ._queues import BatchSessions, OrderedQueue, Why, take_in_order
 
 
 class FcfsScheduler(QueueScheduler):
@@ -42,11 +42,12 @@ class FcfsScheduler(QueueScheduler):
     def _key(self, task: Task) -> int:
         return 0
 
-    def _enqueue(self, task: Task) -> None:
+    def enqueue(self, task: Task) -> None:
         self._queue.push(task, self._key(task))
 
-    def _take(self) -> list[Task]:
+    def take_batch(self) -> list[Task]:
         taken: list[Task] = []
+        why: Why | None = {} if self.explaining else None
         take_in_order(
             self._queue,
             taken,
@@ -54,11 +55,13 @@ class FcfsScheduler(QueueScheduler):
             budget=self.max_batch_tokens,
             spent=0,
             cap=self.max_num_seqs,
+            why=why,
         )
+        self._left = why
         return taken
 
-    def _remove_session(self, sid: Id) -> list[Task]:
+    def remove_session(self, sid: Id) -> list[Task]:
         return self._queue.remove_session(sid)
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         self._queue.clear()

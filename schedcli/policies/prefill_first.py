@@ -11,7 +11,7 @@ from ._limits import (
     chunk_fits_budget,
     decodes_fit_budget,
 )
-from ._queues import BatchSessions, OrderedQueue, take_in_order
+from ._queues import BatchSessions, OrderedQueue, Why, take_in_order
 
 
 class PrefillFirstScheduler(QueueScheduler):
@@ -43,12 +43,13 @@ class PrefillFirstScheduler(QueueScheduler):
         self._prefill = OrderedQueue()
         self._decodes = OrderedQueue()
 
-    def _enqueue(self, task: Task) -> None:
+    def enqueue(self, task: Task) -> None:
         (self._decodes if task.kind is DECODE else self._prefill).push(task)
 
-    def _take(self) -> list[Task]:
+    def take_batch(self) -> list[Task]:
         taken: list[Task] = []
         prefilling = len(self._prefill) > 0
+        why: Why | None = {} if self.explaining else None
         take_in_order(
             self._prefill if prefilling else self._decodes,
             taken,
@@ -56,12 +57,18 @@ class PrefillFirstScheduler(QueueScheduler):
             budget=self.max_batch_tokens,
             spent=0,
             cap=self.max_batch_tokens if prefilling else self.max_decode_sequences,
+            why=why,
+            cap_code="seq_cap" if prefilling else "decode_cap",
         )
+        if why is not None and prefilling:
+            for t in self._decodes.tasks():
+                why[id(t)] = ("prefill_first", "prefill chunks are queued: decodes wait")
+        self._left = why
         return taken
 
-    def _remove_session(self, sid: Id) -> list[Task]:
+    def remove_session(self, sid: Id) -> list[Task]:
         return self._prefill.remove_session(sid) + self._decodes.remove_session(sid)
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         self._prefill.clear()
         self._decodes.clear()

@@ -66,9 +66,13 @@ def policy_sources() -> dict[str, PolicySource]:
 def _check_class(obj: object, what: str) -> type[Scheduler]:
     if not (inspect.isclass(obj) and issubclass(obj, Scheduler)):
         raise UsageError(f"{what} is not a class implementing schedcli.Scheduler")
-    if inspect.isabstract(obj):
-        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
-        raise UsageError(f"{what} does not implement the Scheduler interface (missing {missing})")
+    missing = sorted(getattr(obj, "__abstractmethods__", ()))
+    if obj.submit is Scheduler.submit and obj.try_submit is Scheduler.try_submit:
+        missing.insert(0, "submit")
+    if missing:
+        raise UsageError(
+            f"{what} does not implement the Scheduler interface (missing {', '.join(missing)})"
+        )
     return obj
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..model.scheduler import QueueScheduler
-from ..model.task import DECODE, Id, Task
+from ..model.task import DECODE, Id, Task, show_id
 from ._limits import (
     MAX_BATCH_TOKENS,
     MAX_DECODE_SEQUENCES,
@@ -13,7 +13,7 @@ from ._limits import (
     chunk_fits_budget,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue
+from ._queues import DecodeQueue, decode_reasons
 
 
 class SjfScheduler(QueueScheduler):
@@ -49,7 +49,7 @@ class SjfScheduler(QueueScheduler):
         self._chunks: dict[Id, deque[Task]] = {}
         self._remaining: dict[Id, int] = {}
 
-    def _enqueue(self, task: Task) -> None:
+    def enqueue(self, task: Task) -> None:
         sid = task.sid
         if task.kind is DECODE:
             self._decodes.push(task)
@@ -61,14 +61,15 @@ class SjfScheduler(QueueScheduler):
         chunks.append(task)
         self._remaining[sid] += task.size
 
-    def _take(self) -> list[Task]:
+    def take_batch(self) -> list[Task]:
         taken: list[Task] = []
-        decoding: set[Id] = set()
+        decoding: dict[Id, Id] = {}
         self._decodes.take(taken, decoding, self.max_decode_sequences)
         spent = len(taken)
-        owing: set[Id] = set()
+        owing: dict[Id, Id] = {}  # sid -> its output chunk's tid in this batch
         budget = self.max_batch_tokens
         chunks_of, remaining = self._chunks, self._remaining
+        no_room: dict[Id, int] = {}  # sid -> tokens left when its chunk did not fit
         progress = True
         while progress and spent < budget and chunks_of:
             progress = False
@@ -81,28 +82,56 @@ class SjfScheduler(QueueScheduler):
                 chunks = chunks_of[sid]
                 t = chunks[0]
                 if t.size > budget - spent:
+                    no_room[sid] = budget - spent
                     continue
                 chunks.popleft()
                 taken.append(t)
                 spent += t.size
                 progress = True
+                no_room.pop(sid, None)
                 if t.produce_output:
-                    owing.add(sid)
+                    owing[sid] = t.tid
                 if chunks:
                     remaining[sid] -= t.size
                 else:
                     del chunks_of[sid]
                     del remaining[sid]
+        if self.explaining:
+            self._left = self._reasons(decoding, owing, no_room, spent)
         return taken
 
-    def _remove_session(self, sid: Id) -> list[Task]:
+    def _reasons(
+        self, decoding: dict[Id, Id], owing: dict[Id, Id], no_room: dict[Id, int], spent: int
+    ) -> dict[int, tuple[str, str]]:
+        """Why each task still queued was left out (docs/policies.md, sjf's codes)."""
+        why = decode_reasons(self._decodes, decoding, self.max_decode_sequences)
+        for sid, chunks in self._chunks.items():
+            for i, t in enumerate(chunks):
+                if i:
+                    front = show_id(chunks[0].tid)
+                    why[id(t)] = ("behind_own_chunk", f"chunk {front} of its session is ahead")
+                elif sid in decoding:
+                    detail = f"decode {show_id(decoding[sid])} of its session is in this batch"
+                    why[id(t)] = ("session_decoding", detail)
+                elif sid in owing:
+                    detail = f"chunk {show_id(owing[sid])} of its session produces output"
+                    why[id(t)] = ("after_output", detail)
+                elif sid in no_room:
+                    why[id(t)] = ("no_room", f"{t.size} tokens, {no_room[sid]} left")
+                else:
+                    budget = self.max_batch_tokens
+                    detail = f"{spent} of {budget} tokens were spent before its turn"
+                    why[id(t)] = ("budget_spent", detail)
+        return why
+
+    def remove_session(self, sid: Id) -> list[Task]:
         chunks = self._chunks.pop(sid, None)
         self._remaining.pop(sid, None)
         dropped = list(chunks) if chunks else []
         dropped.extend(self._decodes.remove_session(sid))
         return dropped
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         self._decodes.clear()
         self._chunks.clear()
         self._remaining.clear()

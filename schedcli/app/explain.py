@@ -1,0 +1,191 @@
+"""``schedcli explain``: why the scheduler did that, for a step, a task or a session.
+
+The trace is replayed with the policy's reasons switched on (docs/policies.md lists each
+policy's codes); replays are deterministic, so the reasons are the ones of any replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.replay import Replayer
+from ..engine.run import open_replay
+from ..model.errors import InputError, UsageError
+from ..model.task import Id, Task, id_key, same_id
+
+Left = list[tuple[Task, str, str]] | None
+
+
+class _Done(Exception):
+    """The step asked about has been seen: stop replaying."""
+
+
+@dataclass
+class Queued:
+    task: Task
+    line: int  # the trace line that submitted it
+    step: int  # the step it was submitted at
+
+
+@dataclass
+class StepView:
+    step: int
+    line: int | None  # the get_work event's line; None for an implicit step
+    batch: list[Task]
+    queue: list[Queued]  # as get_work saw it, in submission order
+    left: Left
+    policy: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "line": self.line,
+            "policy": self.policy,
+            "batch": [_entry(t) for t in self.batch],
+            "left": None
+            if self.left is None
+            else [{**_entry(t), "reason": code, "detail": detail} for t, code, detail in self.left],
+            "queue": [
+                {**_entry(q.task), "line": q.line, "step": q.step, "age": self.step - q.step}
+                for q in self.queue
+            ],
+        }
+
+
+@dataclass
+class Life:
+    """One task from submit to dispatch, cancel, or the end of the trace."""
+
+    task: Task
+    line: int
+    step: int
+    passed_over: list[tuple[int, str, str]] = field(default_factory=list)
+    outcome: str = "still queued"
+    outcome_step: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **_entry(self.task),
+            "submitted": {"line": self.line, "step": self.step},
+            "passed_over": [
+                {"step": step, "reason": code, "detail": detail}
+                for step, code, detail in self.passed_over
+            ],
+            "outcome": {"what": self.outcome, "step": self.outcome_step},
+        }
+
+
+def _entry(t: Task) -> dict[str, Any]:
+    return {"tid": t.tid, "sid": t.sid, "kind": t.kind.value, "size": t.size}
+
+
+class _Watcher:
+    """The replay's observer: who was submitted where, and what each step did."""
+
+    def __init__(self, engine_line: Any, target_step: int | None, wanted: Any) -> None:
+        self.engine_line = engine_line
+        self.target_step = target_step
+        self.wanted = wanted  # Task -> bool: the lives to follow
+        self.submitted: dict[int, Queued] = {}  # by object id, in submission order
+        self.lives: dict[int, Life] = {}
+        self.view: StepView | None = None
+        self.policy = ""
+        self.last_batch: list[Task] = []
+        self.steps = 0
+
+    def accepted(self, tasks: list[Task], step: int) -> None:
+        line = self.engine_line()
+        for t in tasks:
+            self.submitted[id(t)] = Queued(t, line, step)
+            if self.wanted(t):
+                self.lives[id(t)] = Life(t, line, step)
+
+    def dispatched(self, batch: list[Task], step: int) -> None:
+        self.steps = step + 1
+        self.last_batch = batch
+        for t in batch:
+            life = self.lives.get(id(t))
+            if life is not None:
+                life.outcome, life.outcome_step = "dispatched", step
+
+    def dropped(self, tasks: list[Task], step: int) -> None:
+        for t in tasks:
+            self.submitted.pop(id(t), None)
+            life = self.lives.get(id(t))
+            if life is not None:
+                life.outcome, life.outcome_step = "cancelled", step
+
+    def left(self, step: int, left: Left) -> None:
+        for t, code, detail in left or ():
+            life = self.lives.get(id(t))
+            if life is not None:
+                life.passed_over.append((step, code, detail))
+        if step == self.target_step:
+            batch = self.last_batch
+            queue = [q for q in self.submitted.values()]
+            self.view = StepView(step, self.engine_line() or None, batch, queue, left, self.policy)
+            raise _Done
+        for t in self.last_batch:
+            self.submitted.pop(id(t), None)
+
+
+def _replay(
+    path: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    target_step: int | None,
+    wanted: Any,
+) -> _Watcher:
+    with open_replay(path, policy=policy, params=params, note=lambda _: None) as opened:
+        holder: list[Replayer] = []
+        watcher = _Watcher(lambda: holder[0].current_line, target_step, wanted)
+        watcher.policy = opened.policy_name
+        engine = opened.replayer(_discard, observer=watcher, on_left=watcher.left)
+        holder.append(engine)
+        with contextlib.suppress(_Done):
+            opened.run(engine)
+        return watcher
+
+
+def _discard(record: dict[str, Any]) -> None:
+    pass
+
+
+def explain_step(
+    path: str, step: int, policy: str | None = None, params: Mapping[str, object] | None = None
+) -> StepView:
+    watcher = _replay(path, policy, params or {}, step, lambda t: False)
+    if watcher.view is None:
+        raise InputError(
+            path,
+            None,
+            f"there is no step {step}: the replay has {watcher.steps} steps (0 to "
+            f"{watcher.steps - 1})",
+        )
+    return watcher.view
+
+
+def explain_lives(
+    path: str,
+    *,
+    tid: Id | None = None,
+    sid: Id | None = None,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+) -> list[Life]:
+    """Every life of the task ``tid`` (a tid may be reused) or of the session ``sid``."""
+    if (tid is None) == (sid is None):
+        raise UsageError("explain follows a task or a session: give one of --task, --session")
+    if tid is not None:
+        key = id_key(tid)
+        watcher = _replay(path, policy, params or {}, None, lambda t: id_key(t.tid) == key)
+        what = f"task {tid!r}"
+    else:
+        watcher = _replay(path, policy, params or {}, None, lambda t: same_id(t.sid, sid))
+        what = f"session {sid!r}"
+    if not watcher.lives:
+        raise InputError(path, None, f"no accepted submit in this trace holds {what}")
+    return list(watcher.lives.values())
