@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
 from .model.scheduler import Param, QueueScheduler, Scheduler
-from .model.task import Id, Task, TaskKind
+from .model.task import Id, Task, TaskKind, settle_outputs
 from .policies import BUILTIN_POLICIES, DecodeFirstScheduler
 from .policies.registry import build_policy, policy_sources, resolve_policy
 
@@ -33,4 +33,5 @@ __all__ = [
     "build_policy",
     "policy_sources",
     "resolve_policy",
+    "settle_outputs",
 ]

@@ -56,7 +56,17 @@ def test_replay_timeline_has_a_track_per_session_and_a_slice_per_task(tmp_path: 
     assert tracks == {"scheduler"} | {f'session "{s}"' for s in sessions}
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == records[-1]["end"]["dispatched"]
-    assert {e["name"] for e in events if e["ph"] == "C"} == {"queued tasks", "batch tokens"}
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert counters == {"queued tasks", "batch tokens", "waiting by reason"}
+    waiting = [e["args"] for e in events if e["name"] == "waiting by reason"]
+    assert waiting[0] == {"no_room": 3, "behind_own_chunk": 3}  # step 0's reasons
+    passed = [e["args"] for e in events if e["ph"] == "X" and "passed_over" in e["args"]]
+    assert {
+        "tid": "p1.3",
+        "size": 188,
+        "step": 2,
+        "passed_over": {"behind_own_chunk": 1, "no_room": 1},
+    } in passed
     budget = {e["args"]["budget"] for e in events if e["name"] == "batch tokens"}
     assert budget == {544}
     again = tmp_path / "t2.json"

@@ -604,6 +604,47 @@ def explain(
         _stdout_console().print(lives_view(lives))
 
 
+@command
+def shrink(
+    trace: Annotated[str, typer.Argument(metavar="TRACE", help="A failing trace (.gz ok).")],
+    until: Annotated[
+        str,
+        typer.Option(
+            "--until",
+            metavar="HOW",
+            help="check | contract | diff:POLICY | cmd:'SHELL' ({} or $TRACE is the file).",
+        ),
+    ],
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="FILE", help="The small trace (- stdout).")
+    ] = "-",
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", "-p", metavar="NAME", help="Policy (default: the header's)."),
+    ] = None,
+    param: ParamOption = None,
+) -> None:
+    """Reduce a failing trace to a small one that still fails the same way: --check still
+    finds a mismatch, the policy still breaks the contract, two policies still part ways,
+    or a command still fails. Deterministic; prints the sizes and the time taken.
+    """
+    import time
+
+    from .shrink import shrink as run_shrink
+
+    start = time.monotonic()
+    shrunk = run_shrink(trace, until, policy, parse_params(param))
+    lines = shrunk.lines()
+    with atomic_output(output) as out:
+        out.write(b"".join(line + b"\n" for line in lines))
+    took = time.monotonic() - start
+    print(
+        f"shrunk {display_name(trace)} from {shrunk.before} lines to {len(lines)} "
+        f"in {took:.1f} s ({shrunk.tests} replays)",
+        file=sys.stderr,
+    )
+
+
 def _cost_model(path: str | None, a: float, b: float, c: float) -> CostModel:
     if path is None:
         return CostModel(a, b, c)

@@ -32,6 +32,10 @@ class PerfettoWriter:
         self._budget = budget
         self._tracks: dict[tuple[type, Id], int] = {}
         self._first = True
+        # Reasons, when the replay gives them: per queued task, and the step's counts.
+        self._passed_over: dict[tuple[type, Id], dict[str, int]] = {}
+        self._waiting: dict[str, int] | None = None
+        self._codes: dict[str, None] = {}  # reason codes seen, in order
         out.write(b'{"displayTimeUnit":"ms","traceEvents":[\n')
         self._event(
             {"name": "process_name", "ph": "M", "pid": PID, "tid": 0, "args": {"name": title}}
@@ -61,6 +65,18 @@ class PerfettoWriter:
             self._meta("thread_sort_index", track, {"sort_index": track})
         return track
 
+    def left(self, step: int, left: Sequence[tuple[Any, str, str]] | None) -> None:
+        """Reasons of the batch about to be drawn: a waiting-by-reason counter now, and on
+        each task's slice when it is finally dispatched, what it was passed over for."""
+        # Every code seen so far is in each count, so a series falls to 0, not off the track.
+        counts: dict[str, int] = dict.fromkeys(self._codes, 0)
+        for t, code, _ in left or ():
+            counts[code] = counts.get(code, 0) + 1
+            mine = self._passed_over.setdefault(id_key(t.tid), {})
+            mine[code] = mine.get(code, 0) + 1
+        self._codes.update(dict.fromkeys(counts))
+        self._waiting = counts or None
+
     def batch(
         self,
         step: int,
@@ -77,6 +93,9 @@ class PerfettoWriter:
         if self._budget is not None:
             counter["budget"] = self._budget
         self._counter("batch tokens", ts, counter)
+        if self._waiting is not None:
+            self._counter("waiting by reason", ts, self._waiting)
+            self._waiting = None
         by_session: dict[tuple[type, Id], list[dict[str, Any]]] = {}
         for e in entries:
             by_session.setdefault(id_key(e["sid"]), []).append(e)
@@ -101,13 +120,20 @@ class PerfettoWriter:
                         "dur": _us(finish - begin),
                         "pid": PID,
                         "tid": track,
-                        "args": {"tid": e["tid"], "size": e["size"], "step": step},
+                        "args": self._slice_args(e, step),
                     }
                 )
         # File order is time order: a session's later slices come after others' first.
         slices.sort(key=lambda ev: ev["ts"])
         for ev in slices:
             self._event(ev)
+
+    def _slice_args(self, e: dict[str, Any], step: int) -> dict[str, Any]:
+        args: dict[str, Any] = {"tid": e["tid"], "size": e["size"], "step": step}
+        passed_over = self._passed_over.pop(id_key(e["tid"]), None)
+        if passed_over:
+            args["passed_over"] = passed_over
+        return args
 
     def record(self, record: dict[str, Any]) -> None:
         """A replay dump record (batch records become slices; others are not drawn)."""

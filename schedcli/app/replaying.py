@@ -69,6 +69,20 @@ class _Sinks:
     golden: GoldenComparison | None
     timeline: PerfettoWriter | None
 
+    def on_left(self) -> Callable[[int, Left], None] | None:
+        listeners = [s.left for s in (self.table, self.timeline) if s is not None]
+        if not listeners:
+            return None
+
+        def tell(step: int, left: Left) -> None:
+            for listener in listeners:
+                listener(step, left)
+
+        return tell
+
+
+Left = list[tuple[Task, str, str]] | None
+
 
 def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> None:
     """Replay ``req.trace``; raises CheckFailed (exit 1) when a check finds a difference."""
@@ -93,8 +107,9 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
             check=req.check,
             drain=req.drain,
             on_step=progress.on_step,
-            # The table shows why tasks were left behind; the dump never carries reasons.
-            on_left=sinks.table.left if sinks.table is not None else None,
+            # The table and the timeline show why tasks were left behind; the dump never
+            # carries reasons.
+            on_left=sinks.on_left(),
         )
         try:
             totals = opened.run(engine)

@@ -1,0 +1,177 @@
+"""schedcli explain (why a task waited) and schedcli shrink (a failing trace made small)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+
+from tests.helpers import TRACES, run_cli
+
+CHAT = TRACES / "long-prompts-and-chat.jsonl"
+
+
+def test_explain_step_shows_the_queue_the_batch_and_every_reason() -> None:
+    r = run_cli("explain", str(CHAT), "--step", "1", "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    view = orjson.loads(r.stdout)
+    assert view["step"] == 1 and view["line"] == 21 and view["policy"] == "decode-first"
+    taken = {e["tid"] for e in view["batch"]}
+    left = {e["tid"]: e["reason"] for e in view["left"]}
+    queued = [e["tid"] for e in view["queue"]]
+    assert set(queued) == taken | set(left)  # every queued task is taken or has a reason
+    assert left["p1.3"] == "no_room" and left["p3.3"] == "behind_own_chunk"
+    assert [e["tid"] for e in view["left"]] == [t for t in queued if t in left]  # queue order
+    first = view["queue"][0]
+    assert (first["line"], first["step"], first["age"]) == (10, 0, 1)
+
+
+def test_explain_task_follows_a_task_from_submit_to_dispatch() -> None:
+    r = run_cli("explain", str(CHAT), "--task", "p1.3", "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    (life,) = orjson.loads(r.stdout)
+    assert life["submitted"] == {"line": 10, "step": 0}
+    assert [p["reason"] for p in life["passed_over"]] == ["behind_own_chunk", "no_room"]
+    assert life["outcome"] == {"what": "dispatched", "step": 2}
+
+
+def test_explain_session_shows_each_of_its_tasks() -> None:
+    r = run_cli("explain", str(CHAT), "--session", "doc3")
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert out.count("task ") == 3 and "passed over, no_room" in out
+
+
+def test_explain_names_what_it_cannot_find() -> None:
+    r = run_cli("explain", str(CHAT), "--step", "99")
+    assert r.returncode == 2 and b"there is no step 99: the replay has 4 steps (0 to 3)" in r.stderr
+    r = run_cli("explain", str(CHAT), "--task", "nosuch")
+    assert r.returncode == 2 and b"no accepted submit in this trace holds task 'nosuch'" in r.stderr
+    r = run_cli("explain", str(CHAT), "--step", "1", "--task", "p1.3")
+    assert r.returncode == 2 and b"exactly one of --step, --task, --session" in r.stderr
+
+
+def test_a_plugin_without_reasons_is_shown_as_giving_none() -> None:
+    r = run_cli("explain", str(CHAT), "--step", "0", "-p", "tests.plugin_policies:OnePerBatch")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"no reasons given" in r.stdout
+
+
+def planted(tmp_path: Path) -> Path:
+    """A simulated trace of some 2,000 lines with one recorded batch put out of order."""
+    w, trace = tmp_path / "w.jsonl", tmp_path / "t.jsonl"
+    w.write_text(
+        "".join(
+            json.dumps(
+                {"sid": i, "arrival": i * 0.02, "prompt_tokens": 100 + 37 * i, "output_tokens": 30}
+            )
+            + "\n"
+            for i in range(40)
+        )
+    )
+    assert run_cli("simulate", str(w), "-o", str(trace), "-f", "json").returncode == 0
+    lines = trace.read_text().splitlines()
+    busy = [i for i, x in enumerate(lines) if '"expect":[' in x and x.count(",") > 8]
+    k = busy[len(busy) // 2]
+    event = json.loads(lines[k])
+    event["expect"].reverse()
+    lines[k] = json.dumps(event)
+    trace.write_text("\n".join(lines) + "\n")
+    assert len(lines) > 1000
+    return trace
+
+
+def test_shrink_reduces_a_planted_wrong_expect_to_a_few_lines_that_still_fail(
+    tmp_path: Path,
+) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"lines to" in r.stderr and b"replays" in r.stderr
+    lines = small.read_text().splitlines()
+    assert 2 <= len(lines) <= 40
+    assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
+    again = tmp_path / "again.jsonl"
+    run_cli("shrink", str(trace), "--until", "check", "-o", str(again))
+    assert again.read_bytes() == small.read_bytes()  # deterministic
+
+
+def test_shrink_keeps_a_contract_break(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    events = [
+        {"op": "submit", "tid": i, "sid": i % 3, "kind": "decode", "size": 1} for i in range(30)
+    ]
+    trace.write_text("".join(json.dumps(e) + "\n" for e in events))
+    plugin = "tests.plugin_policies:LosesTasks"
+    assert run_cli("replay", str(trace), "-p", plugin).returncode == 3
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "contract", "-p", plugin, "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(small.read_text().splitlines()) == 2  # two submits: the second is lost
+    assert run_cli("replay", str(small), "-p", plugin).returncode == 3
+
+
+def test_shrink_keeps_two_policies_parting_ways(tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(CHAT), "--until", "diff:fcfs", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(small.read_text().splitlines()) < len(CHAT.read_text().splitlines())
+    assert run_cli("diff", str(small), "--b", "fcfs").returncode == 1
+
+
+def test_shrink_with_a_command(tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(CHAT), "--until", "cmd:! grep -q p3.3 {}", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    kept = small.read_text()
+    assert "p3.3" in kept and len(kept.splitlines()) <= 3
+
+
+def test_shrink_refuses_a_trace_that_does_not_fail(tmp_path: Path) -> None:
+    r = run_cli("shrink", str(TRACES / "rotation-fairness.jsonl"), "--until", "check")
+    assert r.returncode == 2 and b"does not fail --until check: nothing to shrink" in r.stderr
+    r = run_cli("shrink", str(CHAT), "--until", "sometimes")
+    assert r.returncode == 2 and b"one of check, contract, diff:POLICY" in r.stderr
+
+
+def test_the_replay_table_counts_left_behind_tasks_by_reason() -> None:
+    r = run_cli("replay", str(CHAT), "-f", "table")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"left behind" in r.stdout and b"no_room:3" in r.stdout
+
+
+def test_the_check_view_says_why_the_replay_left_out_a_recorded_task(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"schedcli": 1, "params": {"max_batch_tokens": 8, "max_decode_sequences": 1, '
+        '"max_prefill_chunk_size": 4}}\n'
+        + "".join(
+            f'{{"op": "submit", "tid": {i}, "sid": {i}, "kind": "prefill", "size": 4}}\n'
+            for i in (1, 2, 3)
+        )
+        + '{"op": "get_work", "expect": [1, 3]}\n'
+    )
+    r = run_cli("replay", str(trace), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 1
+    assert "3: budget_spent  8 of 8 tokens were spent before its turn" in r.stderr.decode()
+
+
+def test_diff_says_why_each_side_left_out_what_the_other_dispatched() -> None:
+    r = run_cli("diff", str(CHAT), "--b", "fcfs")
+    out = r.stdout.decode()
+    assert r.returncode == 1
+    assert '"p1.2": no_room  256 tokens, 24 left' in out
+    assert '"p2.1": head_of_line  task "p1.3" ahead of it did not fit' in out
+
+
+def test_stats_names_the_worst_session_and_the_longest_wait() -> None:
+    r = run_cli("stats", str(CHAT), "-f", "json")
+    summary = orjson.loads(r.stdout)
+    assert summary["worst_session"] == "doc3"
+    assert summary["longest_wait"] == {
+        "tid": "p2.2",
+        "sid": "doc2",
+        "dispatched_at_step": 2,
+        "waited_steps": 2,
+    }

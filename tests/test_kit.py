@@ -1,0 +1,97 @@
+"""The kit for policy authors: five methods are a policy, the conformance helper, exports."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+import pytest
+
+from schedcli import Scheduler, Task
+from schedcli.kit import MAX_BATCH_TOKENS, DecodeQueue, QueueScheduler, settle_outputs
+from schedcli.policies.registry import _check_class
+from schedcli.testing import check_policy
+from tests.helpers import TRACES, run_cli
+
+
+class FiveMethods(Scheduler):
+    """Exactly the interface's five calls: submit (a bool), has_work, get_work, cancel, clear."""
+
+    name = "five-methods"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[Task] = []
+
+    def submit(self, tasks: Iterable[Task]) -> bool:
+        group = list(tasks)
+        with self._lock:
+            tids = {t.tid for t in self._queue}
+            if len({t.tid for t in group}) < len(group) or any(t.tid in tids for t in group):
+                return False
+            if any(t.size == 0 or (t.is_decode and t.size != 1) for t in group):
+                return False
+            settle_outputs(group)
+            self._queue.extend(group)
+            return True
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self._queue)
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            return [self._queue.pop(0)] if self._queue else []
+
+    def cancel(self, sid: object) -> list[Task]:
+        with self._lock:
+            gone = [t for t in self._queue if t.sid == sid]
+            self._queue = [t for t in self._queue if t.sid != sid]
+            for t in gone:
+                t.cancelled = True
+            return gone
+
+    def clear(self) -> list[Task]:
+        with self._lock:
+            gone, self._queue = self._queue, []
+            for t in gone:
+                t.cancelled = True
+            return gone
+
+
+def test_a_plugin_with_only_the_five_methods_replays() -> None:
+    r = run_cli("replay", str(TRACES / "rejections.jsonl"), "-p", f"{__name__}:FiveMethods")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"the policy refused the group" in r.stdout  # try_submit's default reason
+
+
+def test_a_class_with_neither_submit_nor_try_submit_is_refused_naming_it() -> None:
+    class NoSubmit(FiveMethods):
+        submit = Scheduler.submit  # type: ignore[assignment]
+
+    with pytest.raises(Exception, match=r"missing submit"):
+        _check_class(NoSubmit, "policy plugin 'NoSubmit'")
+
+
+def test_check_policy_passes_a_correct_policy_and_catches_a_broken_one() -> None:
+    check_policy(FiveMethods, operations=500)
+
+    class Forgets(FiveMethods):
+        def cancel(self, sid: object) -> list[Task]:
+            return []
+
+    with pytest.raises(AssertionError, match="cancel returned the wrong set"):
+        check_policy(Forgets, operations=500)
+
+
+def test_the_kit_exports_what_built_in_policies_are_made_of() -> None:
+    assert MAX_BATCH_TOKENS.name == "max_batch_tokens" and MAX_BATCH_TOKENS.default == 544
+    assert issubclass(QueueScheduler, Scheduler)
+    assert list(DecodeQueue()) == []
+
+
+def test_policies_expose_their_chunk_limit_as_a_property() -> None:
+    from schedcli.policies.registry import build_policy
+
+    assert build_policy("decode-first", {"max_prefill_chunk_size": 128}).prefill_chunk_limit == 128
+    assert FiveMethods().prefill_chunk_limit is None
