@@ -15,7 +15,15 @@ DOCS = ROOT / "docs"
 
 def test_readme_links_every_doc_and_every_link_resolves() -> None:
     readme = (ROOT / "README.md").read_text()
-    for doc in ("trace-format", "policies", "plugins", "architecture", "recording", "fuzzing"):
+    for doc in (
+        "trace-format",
+        "policies",
+        "plugins",
+        "architecture",
+        "recording",
+        "fuzzing",
+        "sweeps",
+    ):
         assert f"docs/{doc}.md" in readme, doc
     for page in [ROOT / "README.md", *DOCS.glob("*.md")]:
         for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):

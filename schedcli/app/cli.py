@@ -645,6 +645,100 @@ def shrink(
     )
 
 
+@command
+def sweep(
+    workloads: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="WORKLOAD...", help="Workloads (or traces) to run each point on."),
+    ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option("--policy", "-p", metavar="NAME", help="A policy to sweep (repeatable)."),
+    ] = None,
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid",
+            metavar="KEY=V1,V2",
+            help="Values of a parameter (or time_scale, chunk_size, cost_a/b/c); repeatable.",
+        ),
+    ] = None,
+    spec: Annotated[
+        str | None, typer.Option("--spec", metavar="FILE", help="The sweep as a TOML file.")
+    ] = None,
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="FILE", help="One JSON line per point.")
+    ] = "-",
+    backend: Annotated[
+        str, typer.Option("--backend", metavar="local|ray", help="Where points run.")
+    ] = "local",
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", metavar="N", help="Workers (default: every core)."),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option("--address", metavar="ADDR", help="Ray: an existing cluster's address."),
+    ] = None,
+    cache: Annotated[
+        str, typer.Option("--cache", metavar="DIR", help="Where finished points are kept.")
+    ] = ".schedcli-cache/sweep",
+    fresh: Annotated[bool, typer.Option("--fresh", help="Run every point, cache or not.")] = False,
+    capacity: Annotated[
+        bool,
+        typer.Option("--capacity", help="Find each point's highest arrival rate meeting SLOs."),
+    ] = False,
+    slo_ttft: Annotated[
+        float | None, typer.Option("--slo-ttft", metavar="SECONDS", help="Capacity: TTFT SLO.")
+    ] = None,
+    slo_tpot: Annotated[
+        float | None, typer.Option("--slo-tpot", metavar="SECONDS", help="Capacity: TPOT SLO.")
+    ] = None,
+    goodput: Annotated[
+        float,
+        typer.Option("--goodput", metavar="FRACTION", help="Capacity: requests meeting SLOs."),
+    ] = 0.9,
+    cost_a: CostAOption = DEFAULT_COST.a,
+    cost_b: CostBOption = DEFAULT_COST.b,
+    cost_c: CostCOption = DEFAULT_COST.c,
+) -> None:
+    """Run every workload x policy x grid point (simulate; replay for a trace) on all local
+    cores or a Ray cluster, cached so a rerun skips finished points.
+
+    Exit codes: 0 ok; 2 bad input or usage, or some point failed (the others finish).
+    """
+    from ..engine.sweep import Capacity
+    from .sweeping import SweepRequest, load_spec, run_sweep
+
+    req = SweepRequest(
+        list(workloads or []),
+        list(policy or []),
+        list(grid or []),
+        output,
+        backend,
+        jobs,
+        address,
+        cache,
+        fresh,
+        CostModel(cost_a, cost_b, cost_c),
+    )
+    if spec is not None:
+        req = load_spec(spec, req)
+    if capacity:
+        if slo_ttft is None or slo_tpot is None:
+            raise UsageError("--capacity needs --slo-ttft and --slo-tpot")
+        if not 0 < goodput <= 1:
+            raise UsageError(f"--goodput must be in (0, 1], not {goodput}")
+        req.capacity = Capacity(slo_ttft, slo_tpot, goodput)
+    elif slo_ttft is not None or slo_tpot is not None:
+        raise UsageError("--slo-ttft and --slo-tpot apply to --capacity")
+    if req.jobs is not None and req.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, not {req.jobs}")
+    failed = run_sweep(req, _stdout_console(), err_console)
+    if failed:
+        raise UsageError(f"{failed} point(s) failed; the others are in {output}")
+
+
 def _cost_model(path: str | None, a: float, b: float, c: float) -> CostModel:
     if path is None:
         return CostModel(a, b, c)

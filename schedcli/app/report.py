@@ -26,6 +26,7 @@ from ..model.task import DECODE, Task
 from ..policies.registry import build_policy, config_label
 from .progress import TraceProgress
 from .render import _METRIC_LABELS, _metric
+from .sweep_report import read_sweep, sweep_figures, sweep_summary
 
 MAX_BINS = 400
 COLORS = ("#3b6ea5", "#d9822b", "#3a9e6e", "#b8475a", "#7b5ea7", "#8c7a3c")
@@ -380,6 +381,21 @@ def _figure(chart_id: str, caption: str, svg: str) -> str:
     )
 
 
+def _sweep_page(path: str) -> str:
+    records = read_sweep(path)
+    name = display_name(path)
+    with _pyplot() as plt:
+        figures = sweep_figures(plt, records, _svg, _figure)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>schedcli report: {html.escape(name)}</title><style>{_CSS}</style></head><body>"
+        f'<h1>schedcli report</h1><p class="sub">{html.escape(name)} (sweep) &middot; '
+        f"{len(records)} points</p>"
+        f"<h2>Summary</h2>{sweep_summary(records)}"
+        f"<h2>Charts</h2>{''.join(figures)}</body></html>\n"
+    )
+
+
 def build_report(
     path: str,
     configs: Sequence[str],
@@ -387,9 +403,13 @@ def build_report(
     cost: CostModel | None = None,
     progress: TraceProgress | None = None,
 ) -> str:
-    """The report's HTML for a trace, a dump or a workload."""
+    """The report's HTML for a trace, a dump, a workload or sweep results."""
     kind = sniff_kind(path)
     parsed = [parse_config(c) for c in configs]
+    if kind == "sweep":
+        if parsed:
+            raise UsageError("sweep results are many runs already: --policy does not apply")
+        return _sweep_page(path)
     if kind == "dump" and parsed:
         raise UsageError("a dump is one schedule already: --policy applies to traces and workloads")
     if kind == "trace":

@@ -220,7 +220,7 @@ def _too_long(name: str, lineno: int, max_line_bytes: int) -> InputError:
 
 
 def sniff_kind(path: str) -> str:
-    """``workload``, ``dump`` or ``trace``: what the file's first line looks like.
+    """``workload``, ``dump``, ``sweep`` or ``trace``: what the file's first line looks like.
 
     A CSV is an error naming ``convert``; an empty file is an empty trace.
     """
@@ -249,11 +249,13 @@ TAKEN_BY = {
     "dump": "a replay dump (stats, diff, report take it; a golden is one too)",
     "workload": "a workload of requests (simulate and report take it)",
     "csv": "a CSV request trace (convert turns it into a workload)",
+    "sweep": "sweep results (report draws them)",
 }
 
 
 def kind_of_line(raw: bytes) -> str | None:
-    """``trace``, ``dump``, ``workload`` or ``csv`` by the look of a first line; None if unsure."""
+    """``trace``, ``dump``, ``workload``, ``sweep`` or ``csv`` by the look of a first line;
+    None if unsure."""
     stripped = raw.strip()
     if not stripped.startswith(b"{"):
         return "csv" if b"," in stripped and b"{" not in stripped else None
@@ -263,6 +265,8 @@ def kind_of_line(raw: bytes) -> str | None:
         return None
     if type(first) is not dict:
         return None
+    if "metrics" in first and "policy" in first and "params" in first:
+        return "sweep"
     if "arrival" in first or "prompt_tokens" in first:
         return "workload"
     if "batch" in first or "end" in first or ("line" in first and "op" in first):

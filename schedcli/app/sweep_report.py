@@ -1,0 +1,129 @@
+"""``schedcli report`` on sweep results: a Pareto plot and capacity per configuration."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from ..formats.source import display_name, numbered_lines, open_binary
+from ..model.errors import InputError
+
+
+def read_sweep(path: str) -> list[dict[str, Any]]:
+    name = display_name(path)
+    records = []
+    with open_binary(path, name) as stream:
+        for lineno, raw, _ in numbered_lines(stream, name):
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                raise InputError(name, lineno, f"not valid JSON: {e}") from None
+            if type(record) is not dict or not {"policy", "params", "metrics"} <= record.keys():
+                raise InputError(name, lineno, "a sweep record has policy, params and metrics")
+            records.append(record)
+    if not records:
+        raise InputError(name, None, "no sweep records: nothing to draw")
+    return records
+
+
+def _varied(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The parameters that take more than one value across the sweep."""
+    values: dict[str, set[str]] = {}
+    for r in records:
+        for k, v in r["params"].items():
+            values.setdefault(k, set()).add(repr(v))
+    return [k for k, seen in values.items() if len(seen) > 1]
+
+
+def label(record: dict[str, Any], varied: Sequence[str]) -> str:
+    params = " ".join(f"{k}={record['params'][k]}" for k in varied if k in record["params"])
+    return f"{record['policy']} {params}".strip()
+
+
+def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Points no other beats on both: more throughput and a lower TTFT p99."""
+    front = []
+    best_ttft = float("inf")
+    for x, y in sorted(points, key=lambda p: (-p[0], p[1])):
+        if y < best_ttft:
+            front.append((x, y))
+            best_ttft = y
+    return sorted(front)
+
+
+def sweep_figures(plt: Any, records: list[dict[str, Any]], svg: Any, figure: Any) -> list[str]:
+    colors = ("#3b6ea5", "#d9822b", "#3a9e6e", "#b8475a", "#7b5ea7", "#8c7a3c")
+    by_policy: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        m = r["metrics"]
+        x = m.get("throughput_output_tokens_per_s")
+        y = (m.get("ttft") or {}).get("p99")
+        if x is not None and y is not None:
+            by_policy.setdefault(r["policy"], []).append((x, y * 1000))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for i, (policy, pts) in enumerate(by_policy.items()):
+        color = colors[i % len(colors)]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=color, label=policy, s=18)
+        front = _pareto(pts)
+        ax.plot([p[0] for p in front], [p[1] for p in front], color=color, linewidth=1)
+    ax.set_xlabel("output tokens/s")
+    ax.set_ylabel("TTFT p99 (ms)")
+    ax.legend(loc="upper left", frameon=False)
+    figures = [
+        figure(
+            "pareto",
+            "Throughput against TTFT p99, a point per configuration; the lines join each "
+            "policy's Pareto front (nothing of it has both more throughput and a lower tail).",
+            svg(plt, fig),
+        )
+    ]
+    capacity = [(r, r.get("capacity") or {}) for r in records]
+    if any(c.get("rate_multiplier") is not None for _, c in capacity):
+        varied = _varied(records)
+        labels = [f"{display_name(r['workload'])}: {label(r, varied)}" for r, _ in capacity]
+        values = [c.get("rate_multiplier") or 0.0 for _, c in capacity]
+        fig, ax = plt.subplots(figsize=(9, 0.35 * len(labels) + 1))
+        ax.barh(range(len(labels)), values, color=colors[0])
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("highest arrival rate meeting the goodput target (x the workload's)")
+        figures.append(
+            figure(
+                "capacity",
+                "Capacity per configuration: how far the arrivals compress before fewer than "
+                "the goodput target of requests meet both SLOs.",
+                svg(plt, fig),
+            )
+        )
+    return figures
+
+
+def sweep_summary(records: list[dict[str, Any]]) -> str:
+    varied = _varied(records)
+    rows = []
+    for r in records:
+        m = r["metrics"]
+        cap = (r.get("capacity") or {}).get("rate_multiplier")
+        cells = [
+            display_name(r["workload"]),
+            label(r, varied),
+            _num(m.get("throughput_output_tokens_per_s")),
+            _num((m.get("ttft") or {}).get("p99"), 1000),
+            _num((m.get("tpot") or {}).get("p99"), 1000),
+            _num(cap, digits=2),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("workload", "configuration", "tok/s", "TTFT p99 ms", "TPOT p99 ms", "capacity")
+    )
+    return (
+        f'<table id="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+
+
+def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value * scale:.{digits}f}"

@@ -1,0 +1,156 @@
+"""``schedcli sweep``: the plan from the command line or a TOML spec, the run, the output."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .. import __version__
+from ..engine.simulate import CostModel
+from ..engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
+from ..formats.output import atomic_output
+from ..model.errors import UsageError
+from .progress import ProgressBar
+
+DEFAULT_CACHE = ".schedcli-cache/sweep"
+
+
+@dataclass
+class SweepRequest:
+    workloads: list[str] = field(default_factory=list)
+    policies: list[str] = field(default_factory=list)
+    grid: list[str] = field(default_factory=list)  # KEY=V1,V2,...
+    output: str = "-"
+    backend: str = "local"
+    jobs: int | None = None
+    address: str | None = None
+    cache: str = DEFAULT_CACHE
+    fresh: bool = False
+    cost: CostModel = field(default_factory=CostModel)
+    capacity: Capacity | None = None
+
+
+def parse_grid(items: list[str]) -> dict[str, list[str]]:
+    grid: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise UsageError(f"--grid {item!r}: expected KEY=V1,V2,...")
+        if key.strip() in grid:
+            raise UsageError(f"--grid {key.strip()} is given twice")
+        grid[key.strip()] = [v.strip() for v in values.split(",") if v.strip()]
+    return grid
+
+
+def load_spec(path: str, req: SweepRequest) -> SweepRequest:
+    """``--spec sweep.toml``: the same settings as the options, in a file (docs/sweeps.md)."""
+    try:
+        with open(path, "rb") as f:
+            spec = tomllib.load(f)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML: {e}") from None
+    known = {"workloads", "policies", "grid", "backend", "jobs", "address", "cost", "capacity"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise UsageError(f"{path}: unknown key {unknown[0]!r}; expected {', '.join(sorted(known))}")
+    req.workloads += [str(w) for w in spec.get("workloads", [])]
+    req.policies += [str(p) for p in spec.get("policies", [])]
+    for key, values in spec.get("grid", {}).items():
+        listed = values if isinstance(values, list) else [values]
+        req.grid.append(f"{key}={','.join(str(v) for v in listed)}")
+    req.backend = str(spec.get("backend", req.backend))
+    req.jobs = spec.get("jobs", req.jobs)
+    req.address = spec.get("address", req.address)
+    if "cost" in spec:
+        req.cost = CostModel(**{k: float(v) for k, v in spec["cost"].items()})
+    if "capacity" in spec:
+        req.capacity = Capacity(**spec["capacity"])
+    return req
+
+
+def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
+    """Run the sweep, write one JSON line per point; returns how many points failed."""
+    plan = Plan(req.workloads, req.policies, parse_grid(req.grid), req.cost, req.capacity)
+    todo = points(plan)
+    bar = ProgressBar(err, "sweeping", len(todo), "{task.completed} points")
+    finished = [0]
+
+    def on_done(outcome: Outcome) -> None:
+        finished[0] += 1
+        bar.update(finished[0])
+        if outcome.error is not None:
+            err.print(f"point failed: {_label(outcome)}: {outcome.error}", soft_wrap=True)
+
+    try:
+        outcomes = run_points(
+            todo,
+            backend=req.backend,
+            jobs=req.jobs,
+            address=req.address,
+            cache=Cache(req.cache, __version__),
+            fresh=req.fresh,
+            on_done=on_done,
+        )
+    finally:
+        bar.stop()
+    with atomic_output(req.output) as f:
+        _write(f, outcomes)
+    view = err if req.output == "-" else out
+    view.print(sweep_table(outcomes, list(plan.grid)))
+    cached = sum(o.cached for o in outcomes)
+    failed = sum(o.error is not None for o in outcomes)
+    err.print(f"{len(outcomes)} points: {cached} from the cache, {failed} failed")
+    return failed
+
+
+def _write(f: IO[bytes], outcomes: list[Outcome]) -> None:
+    for o in outcomes:
+        if o.record is not None:
+            f.write(orjson.dumps(o.record) + b"\n")
+
+
+def _label(o: Outcome) -> str:
+    params = " ".join(f"{k}={v}" for k, v in o.point.params.items())
+    return f"{o.point.workload} {o.point.policy} {params}"
+
+
+def _run_keys(o: Outcome) -> dict[str, Any]:
+    keys: dict[str, Any] = {"time_scale": o.point.time_scale, "chunk_size": o.point.chunk_size}
+    keys.update({f"cost_{k}": v for k, v in o.point.cost.items()})
+    return keys
+
+
+def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value * scale:.{digits}f}"
+
+
+def sweep_table(outcomes: list[Outcome], grid: list[str]) -> Table:
+    """A row per point: what the grid varied, throughput, tail latencies and capacity."""
+    table = Table(title="sweep", box=box.ROUNDED, title_justify="left")
+    for column in ("workload", "policy", "params", "tok/s", "TTFT p99 ms", "TPOT p99 ms"):
+        table.add_column(column, overflow="fold")
+    table.add_column("capacity (rate x)")
+    for o in outcomes:
+        m = (o.record or {}).get("metrics") or {}
+        cap = (o.record or {}).get("capacity") or {}
+        varied = {**o.point.params, **_run_keys(o)}
+        changed = " ".join(f"{k}={v}" for k, v in varied.items() if k in grid)
+        table.add_row(
+            Path(o.point.workload).name,
+            o.point.policy,
+            changed,
+            _num(m.get("throughput_output_tokens_per_s")),
+            _num((m.get("ttft") or {}).get("p99"), 1000),
+            _num((m.get("tpot") or {}).get("p99"), 1000),
+            "failed: " + o.error if o.error else _num(cap.get("rate_multiplier"), 1, 2),
+        )
+    return table

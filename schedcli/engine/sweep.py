@@ -1,0 +1,409 @@
+"""Sweeps: every workload, policy and grid point, simulated (or a trace replayed), on local
+processes or a Ray cluster, cached by content so a rerun skips finished points.
+
+A point's record is ``{"workload", "policy", "params", "cost_model", "metrics"}`` (plus
+``time_scale`` when the grid compresses arrivals, and ``capacity`` for a capacity
+search); ``metrics`` is exactly what ``simulate --metrics`` writes for that point. Records
+come out in the order of the points (workload, policy, grid), whatever the backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import multiprocessing
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..formats.source import sniff_kind
+from ..formats.workload import Request, read_workload
+from ..model.errors import UsageError
+from ..policies.registry import build_policy, resolve_policy
+from .metrics import StepMetrics
+from .run import open_replay
+from .simulate import CostModel, chunk_size_for, simulate
+
+# Grid keys that are not policy parameters.
+RUN_KEYS = ("time_scale", "chunk_size", "cost_a", "cost_b", "cost_c")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Find the highest arrival rate at which ``goodput`` of requests meet both SLOs."""
+
+    slo_ttft: float
+    slo_tpot: float
+    goodput: float = 0.9
+    iterations: int = 12
+
+
+@dataclass(frozen=True)
+class Point:
+    workload: str
+    workload_sha256: str
+    kind: str  # "workload" or "trace"
+    policy: str  # as the user named it: a registered name or module:Class
+    params: dict[str, Any]
+    cost: dict[str, float]
+    time_scale: float = 1.0
+    chunk_size: int | None = None
+    capacity: Capacity | None = None
+
+    def key(self, version: str) -> str:
+        """The cache key: what the result depends on, schedcli's version included."""
+        spec = {
+            "workload": self.workload_sha256,
+            "policy": self.policy,
+            "params": self.params,
+            "cost": self.cost,
+            "time_scale": self.time_scale,
+            "chunk_size": self.chunk_size,
+            "capacity": None if self.capacity is None else vars(self.capacity),
+            "version": version,
+        }
+        return hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+@dataclass
+class Outcome:
+    point: Point
+    record: dict[str, Any] | None = None
+    error: str | None = None
+    cached: bool = False
+
+
+@dataclass
+class Plan:
+    workloads: list[str]
+    policies: list[str]
+    grid: dict[str, list[str]] = field(default_factory=dict)
+    cost: CostModel = field(default_factory=CostModel)
+    capacity: Capacity | None = None
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def points(plan: Plan) -> list[Point]:
+    """Every point, in order: workload, policy, then the grid in the order given.
+
+    A grid key applies to each policy that declares it; for the others it is dropped,
+    and the points that then coincide are run once.
+    """
+    if not plan.workloads or not plan.policies:
+        raise UsageError("a sweep needs at least one workload and one policy (-p)")
+    out: list[Point] = []
+    for workload in plan.workloads:
+        sha = file_sha256(workload)
+        kind = sniff_kind(workload)
+        if kind not in ("workload", "trace"):
+            raise UsageError(f"{workload}: a sweep takes workloads or traces, not a {kind}")
+        for policy in plan.policies:
+            declared = {p.name for p in resolve_policy(policy).PARAMS}
+            unknown = [k for k in plan.grid if k not in declared and k not in RUN_KEYS]
+            if len(plan.policies) == 1 and unknown:
+                raise UsageError(f"--grid {unknown[0]}: {policy!r} has no such parameter")
+            seen: set[bytes] = set()
+            for combo in _combinations(plan.grid):
+                point = _point(plan, workload, sha, kind, policy, declared, combo)
+                marker = orjson.dumps(
+                    [point.params, point.cost, point.time_scale, point.chunk_size],
+                    option=orjson.OPT_SORT_KEYS,
+                )
+                if marker not in seen:
+                    seen.add(marker)
+                    out.append(point)
+    return out
+
+
+def _combinations(grid: Mapping[str, list[str]]) -> Iterator[dict[str, str]]:
+    keys = list(grid)
+    for values in itertools.product(*(grid[k] for k in keys)):
+        yield dict(zip(keys, values, strict=True))
+
+
+def _point(
+    plan: Plan,
+    workload: str,
+    sha: str,
+    kind: str,
+    policy: str,
+    declared: set[str],
+    combo: dict[str, str],
+) -> Point:
+    params = {k: v for k, v in combo.items() if k in declared}
+    built = build_policy(policy, params)  # checks the values, and fills in the defaults
+    cost = plan.cost.as_dict()
+    for key in ("cost_a", "cost_b", "cost_c"):
+        if key in combo:
+            cost[key[-1]] = float(combo[key])
+    CostModel(**cost)  # refuses a negative or non-finite term
+    chunk = int(combo["chunk_size"]) if "chunk_size" in combo else None
+    scale = float(combo.get("time_scale", 1.0))
+    if not scale > 0:
+        raise UsageError(f"--grid time_scale={combo['time_scale']}: must be > 0")
+    return Point(workload, sha, kind, policy, built.params(), cost, scale, chunk, plan.capacity)
+
+
+# --- one point (runs in a worker process) -----------------------------------------------
+
+
+def run_point(point: Point, data: bytes | None = None) -> dict[str, Any]:
+    """A point's record. ``data``: the workload's bytes when the worker cannot see its path."""
+    if data is not None:
+        with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
+            f.write(data)
+        try:
+            return {**run_point(_at(point, f.name)), "workload": point.workload}
+        finally:
+            os.unlink(f.name)
+    record: dict[str, Any] = {
+        "workload": point.workload,
+        "policy": build_policy(point.policy, point.params).name or point.policy,
+        "params": point.params,
+        "cost_model": point.cost,
+    }
+    if point.time_scale != 1.0:
+        record["time_scale"] = point.time_scale
+    if point.kind == "trace":
+        record["metrics"] = _replay_metrics(point)
+        return record
+    record["metrics"] = _simulate(point, point.time_scale)
+    if point.capacity is not None:
+        record["capacity"] = _capacity(point, point.capacity)
+    return record
+
+
+def _replay_metrics(point: Point) -> dict[str, Any]:
+    """A trace's point: the replay's step metrics (what ``schedcli stats`` shows)."""
+    with open_replay(point.workload, policy=point.policy, params=point.params) as opened:
+        metrics = StepMetrics(opened.policy.token_budget)
+        totals = opened.run(opened.replayer(lambda _: None, observer=metrics))
+    summary = metrics.summary()
+    summary["rejected"] = totals.rejected
+    summary["queued"] = totals.queued
+    return summary
+
+
+def _at(point: Point, path: str) -> Point:
+    return Point(
+        path,
+        point.workload_sha256,
+        point.kind,
+        point.policy,
+        point.params,
+        point.cost,
+        point.time_scale,
+        point.chunk_size,
+        point.capacity,
+    )
+
+
+def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> dict[str, Any]:
+    policy = build_policy(point.policy, point.params)
+    requests: Iterator[Request] = read_workload(point.workload)
+    if scale != 1.0:
+        requests = (_scaled(r, scale) for r in requests)
+    slo = capacity or point.capacity
+    result = simulate(
+        requests,
+        policy,
+        policy_name=point.policy,
+        params=policy.params(),
+        chunk_size=point.chunk_size or chunk_size_for(policy),
+        cost=CostModel(**point.cost),
+        slo_ttft=slo.slo_ttft if slo is not None else None,
+        slo_tpot=slo.slo_tpot if slo is not None else None,
+    )
+    return result.summary()
+
+
+def _scaled(r: Request, scale: float) -> Request:
+    return Request(
+        r.sid,
+        r.arrival * scale,
+        r.prompt_tokens,
+        r.output_tokens,
+        r.cancel_after,
+        r.priority,
+        r.meta,
+        r.line,
+    )
+
+
+def _capacity(point: Point, cap: Capacity) -> dict[str, Any]:
+    """Bisection over the arrival time scale: the smallest scale (the highest rate) at
+    which the goodput target holds, like the config explorers of Vidur and Sarathi-Serve."""
+
+    def meets(scale: float) -> bool:
+        goodput = _simulate(point, scale, cap).get("goodput") or {}
+        fraction = goodput.get("fraction")
+        return fraction is not None and fraction >= cap.goodput
+
+    lo, hi = None, None  # lo fails, hi meets (scales)
+    scale = point.time_scale
+    for _ in range(cap.iterations):
+        if meets(scale):
+            hi = scale
+            if lo is not None:
+                break
+            scale /= 2
+        else:
+            lo = scale
+            if hi is not None:
+                break
+            scale *= 2
+    if hi is None:
+        return {"time_scale": None, "rate_multiplier": None, "goodput_target": cap.goodput}
+    if lo is not None:
+        for _ in range(cap.iterations):
+            mid = (lo + hi) / 2
+            if meets(mid):
+                hi = mid
+            else:
+                lo = mid
+    return {
+        "time_scale": hi,
+        "rate_multiplier": 1 / hi,
+        "goodput_target": cap.goodput,
+        "slo_ttft": cap.slo_ttft,
+        "slo_tpot": cap.slo_tpot,
+    }
+
+
+# --- the cache --------------------------------------------------------------------------
+
+
+class Cache:
+    """Finished points' records, one file per cache key, written atomically."""
+
+    def __init__(self, directory: str | Path, version: str) -> None:
+        self.directory = Path(directory)
+        self.version = version
+
+    def get(self, point: Point) -> dict[str, Any] | None:
+        path = self.directory / f"{point.key(self.version)}.json"
+        try:
+            record: dict[str, Any] = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        record["workload"] = point.workload  # the same content may sit at another path
+        return record
+
+    def put(self, point: Point, record: dict[str, Any]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{point.key(self.version)}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(record))
+        os.replace(tmp, path)
+
+
+# --- running them -----------------------------------------------------------------------
+
+
+def run_points(
+    points_: Sequence[Point],
+    *,
+    backend: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    cache: Cache | None = None,
+    fresh: bool = False,
+    on_done: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Every point's outcome, in the points' order. Cached points are not run again
+    (unless ``fresh``); a point that fails is reported and the others go on."""
+    outcomes = [Outcome(p) for p in points_]
+    todo: list[Outcome] = []
+    for outcome in outcomes:
+        record = cache.get(outcome.point) if cache is not None and not fresh else None
+        if record is not None:
+            outcome.record, outcome.cached = record, True
+            if on_done is not None:
+                on_done(outcome)
+        else:
+            todo.append(outcome)
+
+    def done(outcome: Outcome) -> None:
+        if outcome.record is not None and cache is not None:
+            cache.put(outcome.point, outcome.record)
+        if on_done is not None:
+            on_done(outcome)
+
+    if backend == "local":
+        _run_local(todo, jobs or os.cpu_count() or 1, done)
+    elif backend == "ray":
+        _run_ray(todo, jobs, address, done)
+    else:
+        raise UsageError(f"--backend {backend!r}: local or ray")
+    return outcomes
+
+
+def _guarded(point: Point, data: bytes | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """A point's record or its error, never an exception (a worker reports, then goes on)."""
+    try:
+        return run_point(point, data), None
+    except Exception as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _run_local(todo: list[Outcome], jobs: int, done: Callable[[Outcome], None]) -> None:
+    if jobs <= 1 or len(todo) <= 1:
+        for outcome in todo:
+            outcome.record, outcome.error = _guarded(outcome.point)
+            done(outcome)
+        return
+    # Workers fork from a clean server process that has imported schedcli once: cheap to
+    # start, and never a fork of this (threaded) process.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["schedcli.engine.sweep"])
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_guarded, o.point): o for o in todo}
+        for future in as_completed(futures):
+            outcome = futures[future]
+            outcome.record, outcome.error = future.result()
+            done(outcome)
+
+
+def _run_ray(
+    todo: list[Outcome], jobs: int | None, address: str | None, done: Callable[[Outcome], None]
+) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--backend ray needs Ray: pip install 'schedcli[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        options: dict[str, Any] = {"address": address} if address else {"num_cpus": jobs}
+        ray.init(include_dashboard=False, log_to_driver=False, **options)
+    try:
+        remote = ray.remote(_guarded)
+        # Each workload goes to the cluster once, as an object the workers read.
+        shipped: dict[str, Any] = {}
+        refs = {}
+        for outcome in todo:
+            path = outcome.point.workload
+            if path not in shipped:
+                shipped[path] = ray.put(Path(path).read_bytes())
+            refs[remote.remote(outcome.point, shipped[path])] = outcome
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            outcome = refs[ready[0]]
+            outcome.record, outcome.error = ray.get(ready[0])
+            done(outcome)
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,245 @@
+"""schedcli sweep: points in a fixed order, each equal to a direct simulate, whatever the
+backend; cached; failures reported without stopping the rest; capacity searched."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.helpers import TRACES, run_cli
+
+WORKLOAD = "".join(
+    json.dumps({"sid": i, "arrival": i * 0.01, "prompt_tokens": 60 + 23 * i, "output_tokens": 8})
+    + "\n"
+    for i in range(30)
+)
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Path:
+    path = tmp_path / "w.jsonl"
+    path.write_text(WORKLOAD)
+    return path
+
+
+def sweep(tmp_path: Path, *args: str, name: str = "res.jsonl") -> list[dict[str, object]]:
+    out = tmp_path / name
+    r = run_cli("sweep", *args, "-o", str(out), "--cache", str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr.decode()
+    return [orjson.loads(line) for line in out.read_bytes().splitlines()]
+
+
+GRID = ["--grid", "max_batch_tokens=288,544", "--grid", "max_decode_sequences=8,32"]
+
+
+def test_points_come_in_order_and_a_grid_key_applies_where_declared(
+    tmp_path: Path, workload: Path
+) -> None:
+    records = sweep(tmp_path, str(workload), "-p", "decode-first", "-p", "fcfs", *GRID, "-j", "1")
+    got = [
+        (r["policy"], r["params"]["max_batch_tokens"], r["params"].get("max_decode_sequences"))
+        for r in records
+    ]  # type: ignore[index, union-attr]
+    assert got == [
+        ("decode-first", 288, 8),
+        ("decode-first", 288, 32),
+        ("decode-first", 544, 8),
+        ("decode-first", 544, 32),
+        ("fcfs", 288, None),  # fcfs has no max_decode_sequences: its points collapse
+        ("fcfs", 544, None),
+    ]
+
+
+def test_each_point_equals_a_direct_simulate(tmp_path: Path, workload: Path) -> None:
+    records = sweep(tmp_path, str(workload), "-p", "fcfs", "--grid", "max_num_seqs=4,16", "-j", "1")
+    for record in records:
+        params = [f"-P{k}={v}" for k, v in record["params"].items()]  # type: ignore[union-attr]
+        metrics = tmp_path / "m.json"
+        r = run_cli("simulate", str(workload), "-p", "fcfs", *params, "--metrics", str(metrics))
+        assert r.returncode == 0, r.stderr.decode()
+        assert record["metrics"] == orjson.loads(metrics.read_bytes())
+        assert record["cost_model"] == {"a": 0.005, "b": 0.00002, "c": 0.0001}
+
+
+def test_the_pool_gives_the_records_one_worker_gives(tmp_path: Path, workload: Path) -> None:
+    args = [str(workload), "-p", "decode-first", "-p", "sjf", *GRID, "--fresh"]
+    serial = sweep(tmp_path, *args, "-j", "1", name="serial.jsonl")
+    pooled = sweep(tmp_path, *args, "-j", "2", name="pooled.jsonl")
+    assert serial == pooled and len(serial) == 8
+
+
+def test_a_rerun_takes_finished_points_from_the_cache(tmp_path: Path, workload: Path) -> None:
+    args = ["sweep", str(workload), "-p", "fcfs", "--grid", "max_num_seqs=4,16", "-j", "1"]
+    cache = ["--cache", str(tmp_path / "cache"), "-o", str(tmp_path / "r.jsonl")]
+    first = run_cli(*args, *cache)
+    assert b"2 points: 0 from the cache" in first.stderr
+    again = run_cli(*args, *cache)
+    assert b"2 points: 2 from the cache" in again.stderr
+    fresh = run_cli(*args, *cache, "--fresh")
+    assert b"2 points: 0 from the cache" in fresh.stderr
+    workload.write_text(WORKLOAD.replace('"output_tokens": 8', '"output_tokens": 9'))
+    changed = run_cli(*args, *cache)
+    assert b"2 points: 0 from the cache" in changed.stderr  # the content is the key
+
+
+def test_a_failing_point_is_reported_and_the_others_finish(tmp_path: Path, workload: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    r = run_cli(
+        "sweep",
+        str(workload),
+        "-p",
+        "fcfs",
+        "-p",
+        "tests.plugin_policies:RaisesInGetWork",
+        "-j",
+        "1",
+        "-o",
+        str(out),
+        "--cache",
+        str(tmp_path / "c"),
+    )
+    assert r.returncode == 2
+    assert b"point failed:" in r.stderr and b"RuntimeError: boom" in r.stderr
+    assert [orjson.loads(x)["policy"] for x in out.read_bytes().splitlines()] == ["fcfs"]
+
+
+def test_a_spec_file_is_the_same_sweep(tmp_path: Path, workload: Path) -> None:
+    spec = tmp_path / "sweep.toml"
+    spec.write_text(
+        f'workloads = ["{workload}"]\npolicies = ["fcfs"]\n[grid]\nmax_num_seqs = [4, 16]\n'
+    )
+    from_spec = sweep(tmp_path, "--spec", str(spec), "-j", "1", name="a.jsonl")
+    from_options = sweep(
+        tmp_path, str(workload), "-p", "fcfs", "--grid", "max_num_seqs=4,16", name="b.jsonl"
+    )
+    assert from_spec == from_options
+
+
+def test_capacity_is_the_highest_rate_that_meets_the_goodput_target(
+    tmp_path: Path, workload: Path
+) -> None:
+    (record,) = sweep(
+        tmp_path,
+        str(workload),
+        "-p",
+        "decode-first",
+        "--capacity",
+        "--slo-ttft",
+        "0.2",
+        "--slo-tpot",
+        "0.02",
+        "-j",
+        "1",
+    )
+    cap = record["capacity"]
+    assert cap["rate_multiplier"] == pytest.approx(1 / cap["time_scale"])  # type: ignore[index]
+    scale = cap["time_scale"]  # type: ignore[index]
+    for factor, meets in ((1.0, True), (0.8, False)):
+        w = tmp_path / f"w{factor}.jsonl"
+        run_cli(
+            "convert",
+            "mooncake",
+            str(_as_mooncake(tmp_path, workload)),
+            "-o",
+            str(w),
+            "--time-scale",
+            str(scale * factor),
+        )
+        r = run_cli("simulate", str(w), "--slo-ttft", "0.2", "--slo-tpot", "0.02", "-f", "json")
+        fraction = orjson.loads(r.stdout)["goodput"]["fraction"]
+        assert (fraction >= 0.9) is meets, (factor, fraction)
+
+
+def _as_mooncake(tmp_path: Path, workload: Path) -> Path:
+    """The workload as a Mooncake trace, so convert can compress its arrivals."""
+    rows = [json.loads(x) for x in workload.read_text().splitlines()]
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": round(r["arrival"] * 1000),
+                    "input_length": r["prompt_tokens"],
+                    "output_length": r["output_tokens"],
+                }
+            )
+            + "\n"
+            for r in rows
+        )
+    )
+    return path
+
+
+def test_a_trace_is_swept_by_replaying_it(tmp_path: Path) -> None:
+    (record,) = sweep(
+        tmp_path, str(TRACES / "long-prompts-and-chat.jsonl"), "-p", "fcfs", "-j", "1"
+    )
+    stats = orjson.loads(
+        run_cli(
+            "stats", str(TRACES / "long-prompts-and-chat.jsonl"), "-p", "fcfs", "-f", "json"
+        ).stdout
+    )
+    assert record["metrics"] == stats
+
+
+def test_usage_errors_name_the_option(tmp_path: Path, workload: Path) -> None:
+    r = run_cli("sweep", str(workload), "-p", "fcfs", "--grid", "max_decode_sequences=8")
+    assert (
+        r.returncode == 2
+        and b"--grid max_decode_sequences: 'fcfs' has no such parameter" in r.stderr
+    )
+    r = run_cli("sweep", str(workload), "-p", "fcfs", "--capacity")
+    assert r.returncode == 2 and b"--capacity needs --slo-ttft and --slo-tpot" in r.stderr
+    r = run_cli("sweep", str(workload))
+    assert r.returncode == 2 and b"at least one workload and one policy" in r.stderr
+
+
+ray = (
+    pytest.importorskip("ray") if not os.environ.get("SCHEDCLI_REQUIRE_RAY") else __import__("ray")
+)
+
+
+def test_ray_gives_the_records_the_local_pool_gives(tmp_path: Path, workload: Path) -> None:
+    args = [
+        str(workload),
+        "-p",
+        "decode-first",
+        "-p",
+        "fcfs",
+        "--grid",
+        "max_batch_tokens=288,544",
+        "--fresh",
+    ]
+    local = sweep(tmp_path, *args, "-j", "2", name="local.jsonl")
+    on_ray = sweep(tmp_path, *args, "--backend", "ray", "-j", "2", name="ray.jsonl")
+    assert on_ray == local and len(local) == 4
+
+
+def test_report_draws_a_sweep_as_a_pareto_plot_and_capacity(tmp_path: Path, workload: Path) -> None:
+    sweep(
+        tmp_path,
+        str(workload),
+        "-p",
+        "decode-first",
+        "-p",
+        "fcfs",
+        "--grid",
+        "max_batch_tokens=288,544",
+        "--capacity",
+        "--slo-ttft",
+        "0.2",
+        "--slo-tpot",
+        "0.02",
+        "-j",
+        "1",
+    )
+    page = tmp_path / "r.html"
+    r = run_cli("report", str(tmp_path / "res.jsonl"), "-o", str(page))
+    assert r.returncode == 0, r.stderr.decode()
+    text = page.read_text()
+    assert 'id="pareto"' in text and 'id="capacity"' in text and "<svg" in text
+    assert "decode-first max_batch_tokens=288" in text
