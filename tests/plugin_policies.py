@@ -102,37 +102,20 @@ class LosesTasks(OnePerBatch):
         return reason
 
 
-class FirstFree(Scheduler):
+class FirstFree(OnePerBatch):
     """The C++ recorder test's policy (tests/cpp/recording_test.cpp), in Python: queue
     order; a batch takes, front to back, each task whose session is not yet in it, up to 8.
-    """
+    Admission and cancel are OnePerBatch's (the C++ policy admits the same)."""
 
     name = "first-free"
+    PARAMS = ()
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: list[Task] = []
+        super().__init__(max_batch_tokens=64)  # the largest task the C++ test submits
 
-    def try_submit(self, tasks: Iterable[Task]) -> str | None:
-        group = list(tasks)
-        with self._lock:
-            queued = {t.tid for t in self._queue}
-            seen: set[Id] = set()
-            for t in group:
-                if t.size == 0 or (t.is_decode and t.size != 1):
-                    return f"task {t.tid} has size {t.size}"
-                if t.tid in queued or t.tid in seen:
-                    return f"tid {t.tid} is queued"
-                seen.add(t.tid)
-            for t in group:
-                if t.produce_output is None:
-                    t.produce_output = True
-            self._queue.extend(group)
-            return None
-
-    def has_work(self) -> bool:
-        with self._lock:
-            return bool(self._queue)
+    @property
+    def token_budget(self) -> None:  # type: ignore[override]
+        return None  # up to 8 tasks a batch, whatever their tokens
 
     def get_work(self) -> list[Task]:
         with self._lock:
@@ -147,18 +130,3 @@ class FirstFree(Scheduler):
                     rest.append(t)
             self._queue = rest
             return batch
-
-    def cancel(self, sid: Id) -> list[Task]:
-        with self._lock:
-            dropped = [t for t in self._queue if t.sid == sid]
-            self._queue = [t for t in self._queue if t.sid != sid]
-            for t in dropped:
-                t.cancelled = True
-            return dropped
-
-    def clear(self) -> list[Task]:
-        with self._lock:
-            dropped, self._queue = self._queue, []
-            for t in dropped:
-                t.cancelled = True
-            return dropped

@@ -14,9 +14,10 @@ from rich.console import Console
 
 from ..engine.replay import ExpectMismatch, Record, Replayer, Totals
 from ..engine.run import OpenTrace, open_replay
-from ..formats.dump import JsonlWriter, RecordFilter, StepRange, Tee
+from ..formats.dump import RecordFilter, StepRange, Tee
 from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
+from ..formats.writer import JsonlWriter
 from ..model.errors import CheckFailed, InputError, UsageError
 from ..model.task import Id, Task
 from .console import data_console

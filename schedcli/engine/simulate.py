@@ -45,7 +45,6 @@ class CostModel:
             if not value >= 0 or value == float("inf"):
                 raise UsageError(f"cost model {name} must be a finite number >= 0, not {value}")
 
-
     def as_dict(self) -> dict[str, float]:
         terms = asdict(self)
         if not self.d:

@@ -18,8 +18,8 @@ import orjson
 
 from ..model.errors import InputError, UsageError
 from ..model.limits import INT_MAX, MAX_REQUEST_TOKENS, BoundError, depth_within
-from .dump import JsonlWriter
 from .source import display_name, numbered_lines, open_binary
+from .writer import JsonlWriter
 
 
 class RowError(Exception):

@@ -11,7 +11,6 @@ import orjson
 from ..model.errors import InputError, UsageError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
 from ..model.task import Id, Task, same_id
-from .interrupt import guard, raise_held
 from .source import display_name, not_a, numbered_lines, open_binary
 
 Record = dict[str, Any]
@@ -21,24 +20,6 @@ _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
 def encode(record: Record) -> bytes:
     """One dump line. orjson writes keys in insertion order, so output is byte-stable."""
     return orjson.dumps(record, option=_DUMP_OPTIONS)
-
-
-class JsonlWriter:
-    """Writes whole lines only, so a stream cut short still ends at a record boundary."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        self._write = out.write
-        self.out = out
-
-    def __call__(self, record: Record) -> None:
-        data = orjson.dumps(record, option=_DUMP_OPTIONS)
-        guard.writing = True
-        try:
-            self._write(data)
-        finally:
-            guard.writing = False
-        if guard.held is not None:
-            raise_held()
 
 
 class Tee:

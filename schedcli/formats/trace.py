@@ -27,7 +27,6 @@ from .source import DEFAULT_MAX_LINE_BYTES, display_name, not_a, numbered_lines,
 FORMAT_VERSION = schema.FORMAT_VERSION
 
 
-
 class LineError(Exception):
     """A problem with one line; the reader adds the file and line number."""
 

@@ -84,9 +84,7 @@ def read_workload(path: str) -> Iterator[Request]:
                 if key not in obj:
                     raise InputError(name, lineno, f"request has no {key}")
             sid = obj["sid"]
-            if type(sid) not in (int, str) or (
-                type(sid) is int and not INT_MIN <= sid <= INT_MAX
-            ):
+            if type(sid) not in (int, str) or (type(sid) is int and not INT_MIN <= sid <= INT_MAX):
                 raise InputError(name, lineno, "sid must be an integer or a string")
             key_sid = id_key(sid)
             if key_sid in seen:

@@ -32,14 +32,15 @@ def task_record(t: Task, *, outputs: bool = False) -> dict[str, Any]:
     return record
 
 
-class TraceWriter:
-    """Events as trace lines on ``out``. A stop signal waits for the line being written."""
+class JsonlWriter:
+    """One JSON object a line, whole lines only: a stop signal waits for the line being
+    written, so a stream cut short still ends at a record boundary."""
 
     def __init__(self, out: IO[bytes]) -> None:
-        self.out = out
         self._write = out.write
+        self.out = out
 
-    def _line(self, record: dict[str, Any]) -> None:
+    def __call__(self, record: dict[str, Any]) -> None:
         data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
         guard.writing = True
         try:
@@ -49,8 +50,14 @@ class TraceWriter:
         if guard.held is not None:
             raise_held()
 
-    # An event already in the trace's shape (the recorder's hot path: no call in between).
-    event = _line
+
+class TraceWriter:
+    """Events as trace lines on ``out``."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        # An event already in the trace's shape (the recorder's hot path: one call).
+        self.event = self._line = JsonlWriter(out)
 
     def header(
         self, policy: str | None = None, params: dict[str, Any] | None = None, meta: Any = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..model.task import DECODE, Id, Task, show_id
 
@@ -248,3 +248,23 @@ def decode_reasons(queue: DecodeQueue, decoding: dict[Id, Id], cap: int) -> Why:
         else:
             why[id(t)] = ("decode_cap", f"{cap} decodes were already taken")
     return why
+
+
+def chunk_reasons(
+    why: Why,
+    chunks_of: dict[Id, deque[Task]],
+    decoding: dict[Id, Id],
+    front: Callable[[Id, Task], tuple[str, str]],
+) -> None:
+    """Reasons for queued prefill chunks: behind its session's front chunk, beside its
+    session's decode, or (for the front chunk) what ``front`` says of its turn."""
+    for sid, chunks in chunks_of.items():
+        for i, t in enumerate(chunks):
+            if i:
+                ahead = show_id(chunks[0].tid)
+                why[id(t)] = ("behind_own_chunk", f"chunk {ahead} of its session is ahead")
+            elif sid in decoding:
+                detail = f"decode {show_id(decoding[sid])} of its session is in this batch"
+                why[id(t)] = ("session_decoding", detail)
+            else:
+                why[id(t)] = front(sid, t)

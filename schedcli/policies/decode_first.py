@@ -13,7 +13,7 @@ from ._limits import (
     MAX_PREFILL_CHUNK_SIZE,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue, decode_reasons
+from ._queues import DecodeQueue, chunk_reasons, decode_reasons
 
 FIXED, REFERENCE = "fixed", "reference"
 
@@ -121,19 +121,12 @@ class DecodeFirstScheduler(QueueScheduler):
         """Why each task still queued was left out (docs/policies.md, decode-first's codes)."""
         why = decode_reasons(self._decodes, decoding, self.max_decode_sequences)
         budget = self.max_batch_tokens
-        for sid, chunks in self._chunks.items():
-            for i, t in enumerate(chunks):
-                if i:
-                    front = show_id(chunks[0].tid)
-                    why[id(t)] = ("behind_own_chunk", f"chunk {front} of its session is ahead")
-                elif sid in decoding:
-                    detail = f"decode {show_id(decoding[sid])} of its session is in this batch"
-                    why[id(t)] = ("session_decoding", detail)
-                else:
-                    why[id(t)] = self._why.get(sid) or (
-                        "budget_spent",
-                        f"{spent} of {budget} tokens were spent before its turn",
-                    )
+        spent_all = ("budget_spent", f"{spent} of {budget} tokens were spent before its turn")
+
+        def front(sid: Id, t: Task) -> tuple[str, str]:
+            return self._why.get(sid) or spent_all
+
+        chunk_reasons(why, self._chunks, decoding, front)
         return why
 
     def _prefill_pass(

@@ -13,7 +13,7 @@ from ._limits import (
     chunk_fits_budget,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue, decode_reasons
+from ._queues import DecodeQueue, chunk_reasons, decode_reasons
 
 
 class SjfScheduler(QueueScheduler):
@@ -105,23 +105,19 @@ class SjfScheduler(QueueScheduler):
     ) -> dict[int, tuple[str, str]]:
         """Why each task still queued was left out (docs/policies.md, sjf's codes)."""
         why = decode_reasons(self._decodes, decoding, self.max_decode_sequences)
-        for sid, chunks in self._chunks.items():
-            for i, t in enumerate(chunks):
-                if i:
-                    front = show_id(chunks[0].tid)
-                    why[id(t)] = ("behind_own_chunk", f"chunk {front} of its session is ahead")
-                elif sid in decoding:
-                    detail = f"decode {show_id(decoding[sid])} of its session is in this batch"
-                    why[id(t)] = ("session_decoding", detail)
-                elif sid in owing:
-                    detail = f"chunk {show_id(owing[sid])} of its session produces output"
-                    why[id(t)] = ("after_output", detail)
-                elif sid in no_room:
-                    why[id(t)] = ("no_room", f"{t.size} tokens, {no_room[sid]} left")
-                else:
-                    budget = self.max_batch_tokens
-                    detail = f"{spent} of {budget} tokens were spent before its turn"
-                    why[id(t)] = ("budget_spent", detail)
+
+        def front(sid: Id, t: Task) -> tuple[str, str]:
+            if sid in owing:
+                return (
+                    "after_output",
+                    f"chunk {show_id(owing[sid])} of its session produces output",
+                )
+            if sid in no_room:
+                return ("no_room", f"{t.size} tokens, {no_room[sid]} left")
+            budget = self.max_batch_tokens
+            return ("budget_spent", f"{spent} of {budget} tokens were spent before its turn")
+
+        chunk_reasons(why, self._chunks, decoding, front)
         return why
 
     def remove_session(self, sid: Id) -> list[Task]:
