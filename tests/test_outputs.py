@@ -82,3 +82,10 @@ def test_report_and_perfetto_write_to_stdout_with_dash() -> None:
 def test_writing_to_a_device_never_replaces_it(tmp_path: Path) -> None:
     assert run_cli("report", str(TRACE), "-o", "/dev/null").returncode == 0
     assert Path("/dev/null").is_char_device()
+
+
+def test_an_option_that_does_not_apply_to_a_dump_is_a_usage_error(tmp_path: Path) -> None:
+    dump = tmp_path / "d.jsonl"
+    assert run_cli("replay", str(TRACE), "-f", "jsonl", "-o", str(dump)).returncode == 0
+    r = run_cli("stats", str(dump), "-p", "fcfs")
+    assert r.returncode == 2 and b"--policy, --param and --drain apply to traces" in r.stderr

@@ -9,6 +9,7 @@ from ..engine.metrics import StepMetrics
 from ..engine.run import open_replay
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.source import display_name, sniff_kind
+from ..model.errors import UsageError
 from .progress import TraceProgress
 
 
@@ -42,6 +43,10 @@ def stats_of(
 ) -> tuple[dict[str, Any], str]:
     """Metrics of ``path`` and a title saying what they are of."""
     if path != "-" and sniff_kind(path) == "dump":
+        if policy is not None or params or drain:
+            raise UsageError(
+                "a dump is one schedule already: --policy, --param and --drain apply to traces"
+            )
         return _dump_stats(path), f"{display_name(path)} (dump)"
     with open_replay(path, policy=policy, params=params) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
