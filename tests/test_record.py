@@ -140,3 +140,15 @@ def test_an_exception_in_the_inner_scheduler_dumps_the_window_first(tmp_path: Pa
 def test_a_recorder_needs_somewhere_to_write() -> None:
     with pytest.raises(ValueError, match="needs a target"):
         RecordingScheduler(DecodeFirstScheduler())
+
+
+def test_the_recorder_passes_the_policys_limits_and_reasons_through() -> None:
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), io.BytesIO())
+    assert rec.prefill_chunk_limit == 4 and rec.token_budget == 10
+    rec.explaining = True
+    rec.submit([Task(1, 10, "decode", 1)])
+    rec.submit([Task(2, 10, "decode", 1)])
+    rec.get_work()
+    assert [(t.tid, code) for t, code, _ in rec.left_behind() or []] == [
+        (2, "one_decode_per_session")
+    ]

@@ -130,6 +130,21 @@ class RecordingScheduler(Scheduler):
     def one_output_per_session(self) -> bool:
         return self.inner.one_output_per_session
 
+    @property
+    def prefill_chunk_limit(self) -> int | None:
+        return self.inner.prefill_chunk_limit
+
+    @property
+    def explaining(self) -> bool:
+        return self.inner.explaining
+
+    @explaining.setter
+    def explaining(self, on: bool) -> None:
+        self.inner.explaining = on
+
+    def left_behind(self) -> list[tuple[Task, str, str]] | None:
+        return self.inner.left_behind()
+
     def params(self) -> dict[str, Any]:
         return self.inner.params()
 

@@ -268,8 +268,9 @@ class _Runner:
             last = pos + size == prompt
             tid = self.next_tid
             self.next_tid += 1
-            tasks.append(Task(tid, req.sid, PREFILL, size, position=pos, produce_output=last))
-            tasks[-1].priority = req.priority
+            task = Task(tid, req.sid, PREFILL, size, position=pos, produce_output=last)
+            task.priority = req.priority
+            tasks.append(task)
             pos += size
         req.submitted = pos
         req.window_left = len(tasks)
