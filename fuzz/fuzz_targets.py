@@ -7,39 +7,19 @@ break by a built-in policy (exit 3). Hangs and memory are the fuzzer's own limit
 
 from __future__ import annotations
 
-import io
 import os
-import signal
-import sys
 import tempfile
 from collections.abc import Callable
 
-from schedcli.app.cli import main
+from schedcli.testing import run_cli_in_process
 
 Target = Callable[[bytes], None]
 
 
 def run(*args: str) -> tuple[int, str]:
     """``schedcli ARGS`` in this process: the exit code and stderr."""
-    out, err = io.BytesIO(), io.BytesIO()
-    stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-    stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
-    saved = sys.stdout, sys.stderr
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    sys.stdout, sys.stderr = stdout, stderr
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
-    finally:
-        sys.stdout, sys.stderr = saved
-        for s, h in handlers.items():
-            signal.signal(s, h)
-    text = err.getvalue().decode("utf-8", "replace")
-    stdout.detach()
-    stderr.detach()
-    return code, text
+    done = run_cli_in_process(args)
+    return done.code, done.stderr.decode("utf-8", "replace")
 
 
 def expect(code: int, err: str, allowed: tuple[int, ...], what: str) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -12,6 +10,7 @@ from pathlib import Path
 
 from schedcli import DecodeFirstScheduler, Task
 from schedcli.model.task import Id
+from schedcli.testing import run_cli_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"
@@ -57,35 +56,8 @@ def run_cli(
 
 
 def run_in_process(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    from schedcli.app.cli import main
-
-    out, err = io.BytesIO(), io.BytesIO()
-    saved = sys.stdout, sys.stderr, sys.stdin
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    old_columns = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "120"
-    # Kept in locals: a wrapper collected after the swap back would close its buffer.
-    stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-    stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
-    stdin = io.TextIOWrapper(io.BytesIO(input or b""), encoding="utf-8")
-    sys.stdout, sys.stderr, sys.stdin = stdout, stderr, stdin
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
-    finally:
-        sys.stdout, sys.stderr, sys.stdin = saved
-        for s, h in handlers.items():
-            signal.signal(s, h)
-        if old_columns is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = old_columns
-    result = subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
-    for wrapper in (stdout, stderr, stdin):
-        wrapper.detach()
-    return result
+    run = run_cli_in_process(args, input=input or b"", columns=120)
+    return subprocess.CompletedProcess(list(args), run.code, run.stdout, run.stderr)
 
 
 def run_process(

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import re
-import signal
-import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedcli.app.cli import main
+from schedcli.testing import run_cli_in_process
 from tests.helpers import TRACES, run_cli
 
 EXAMPLES = sorted(TRACES.glob("*.jsonl"))
@@ -23,21 +19,8 @@ EXAMPLES = sorted(TRACES.glob("*.jsonl"))
 
 def run_main(argv: list[str]) -> tuple[int, bytes, str]:
     """The CLI's entry point in this process (fast enough for fuzzing)."""
-    out = io.BytesIO()
-    text_out = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-    err = io.StringIO()
-    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    code: int = 0
-    try:
-        with mock.patch.object(sys, "stdout", text_out), mock.patch.object(sys, "stderr", err):
-            try:
-                main(argv)
-            except SystemExit as e:
-                code = int(e.code or 0)
-    finally:
-        signal.signal(signal.SIGINT, handlers[0])
-        signal.signal(signal.SIGTERM, handlers[1])
-    return code, out.getvalue(), err.getvalue()
+    run = run_cli_in_process(argv)
+    return run.code, run.stdout, run.stderr.decode("utf-8", "replace")
 
 
 def assert_result_or_located_error(
