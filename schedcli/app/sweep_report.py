@@ -110,10 +110,10 @@ def sweep_summary(records: list[dict[str, Any]]) -> str:
         cells = [
             display_name(r["workload"]),
             label(r, varied),
-            _num(m.get("throughput_output_tokens_per_s")),
-            _num((m.get("ttft") or {}).get("p99"), 1000),
-            _num((m.get("tpot") or {}).get("p99"), 1000),
-            _num(cap, digits=2),
+            number(m.get("throughput_output_tokens_per_s")),
+            number((m.get("ttft") or {}).get("p99"), 1000),
+            number((m.get("tpot") or {}).get("p99"), 1000),
+            number(cap, digits=2),
         ]
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(
@@ -125,5 +125,6 @@ def sweep_summary(records: list[dict[str, Any]]) -> str:
     )
 
 
-def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+def number(value: Any, scale: float = 1.0, digits: int = 1) -> str:
+    """A metric for a table cell: scaled (seconds to ms, say), or n/a when missing."""
     return "n/a" if value is None else f"{value * scale:.{digits}f}"

@@ -18,6 +18,7 @@ from ..engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
 from ..formats.output import atomic_output
 from ..model.errors import UsageError
 from .progress import ProgressBar
+from .sweep_report import number
 
 DEFAULT_CACHE = ".schedcli-cache/sweep"
 
@@ -129,10 +130,6 @@ def _run_keys(o: Outcome) -> dict[str, Any]:
     return keys
 
 
-def _num(value: Any, scale: float = 1.0, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value * scale:.{digits}f}"
-
-
 def sweep_table(outcomes: list[Outcome], grid: list[str]) -> Table:
     """A row per point: what the grid varied, throughput, tail latencies and capacity."""
     table = Table(title="sweep", box=box.ROUNDED, title_justify="left")
@@ -148,9 +145,9 @@ def sweep_table(outcomes: list[Outcome], grid: list[str]) -> Table:
             Path(o.point.workload).name,
             o.point.policy,
             changed,
-            _num(m.get("throughput_output_tokens_per_s")),
-            _num((m.get("ttft") or {}).get("p99"), 1000),
-            _num((m.get("tpot") or {}).get("p99"), 1000),
-            "failed: " + o.error if o.error else _num(cap.get("rate_multiplier"), 1, 2),
+            number(m.get("throughput_output_tokens_per_s")),
+            number((m.get("ttft") or {}).get("p99"), 1000),
+            number((m.get("tpot") or {}).get("p99"), 1000),
+            "failed: " + o.error if o.error else number(cap.get("rate_multiplier"), 1, 2),
         )
     return table
