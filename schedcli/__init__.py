@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+# First: whether the compiled core is used is decided before any of its modules loads.
+from ._compiled import CORE
 from .model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
 from .model.scheduler import Param, QueueScheduler, Scheduler
 from .model.task import Id, Task, TaskKind, settle_outputs
@@ -17,6 +19,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 __all__ = [
     "BUILTIN_POLICIES",
+    "CORE",
     "CheckFailed",
     "DecodeFirstScheduler",
     "Id",

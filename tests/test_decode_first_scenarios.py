@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from schedcli import DecodeFirstScheduler, Task, TaskKind
+from schedcli import DecodeFirstScheduler, Task, TaskKind, UsageError, build_policy
 from tests.helpers import dc, ids, make, pf
 
 # --- limits -----------------------------------------------------------------
@@ -33,8 +33,6 @@ def test_floor_is_exactly_a_full_decode_batch_plus_one_full_chunk() -> None:
         ((544, 0, 256), "max_decode_sequences must be >= 1"),
         ((544, 32, 0), "max_prefill_chunk_size must be >= 1"),
         ((544, 32, -1), "max_prefill_chunk_size must be >= 1"),
-        ((544.0, 32, 256), "max_batch_tokens must be an integer"),
-        ((True, 32, 256), "max_batch_tokens must be an integer"),
     ],
 )
 def test_invalid_limits_are_refused_naming_the_rule(
@@ -42,6 +40,12 @@ def test_invalid_limits_are_refused_naming_the_rule(
 ) -> None:
     with pytest.raises(ValueError, match=rule):
         DecodeFirstScheduler(*limits)
+
+
+@pytest.mark.parametrize("value", [544.0, True, "lots"])
+def test_a_limit_of_the_wrong_type_is_refused_naming_the_rule(value: object) -> None:
+    with pytest.raises(UsageError, match="max_batch_tokens must be an integer"):
+        build_policy("decode-first", {"max_batch_tokens": value, "max_decode_sequences": 32})
 
 
 def test_huge_budget_with_small_decode_cap_and_chunk_is_valid() -> None:

@@ -26,7 +26,7 @@ def test_every_builtin_declares_typed_params_and_states_its_rule() -> None:
     }
     for name, cls in BUILTIN_POLICIES.items():
         assert cls.name == name
-        assert cls.__doc__ and len(cls.__doc__.strip().splitlines()) >= 2
+        assert len(vars(cls)["RULE"].strip().splitlines()) >= 2
         assert cls.PARAMS
         for p in cls.PARAMS:
             assert p.help and p.type in (int, float, str)

@@ -20,7 +20,7 @@ import orjson
 import typer
 from rich.console import Console
 
-from .. import __version__
+from .. import CORE, __version__
 from ..engine.simulate import CostModel
 from ..formats import interrupt
 from ..formats.dump import (
@@ -131,7 +131,7 @@ CostCOption = Annotated[
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"schedcli {__version__}")
+        typer.echo(f"schedcli {__version__} ({CORE})")
         raise typer.Exit()
 
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from .limits import INT_MAX, INT_MIN
 from .task import DECODE, Id, Task, settle_outputs, show_id
 
@@ -60,6 +62,7 @@ def check_params(declared: Sequence[Param], values: dict[str, Any]) -> None:
             p.check(values[p.name])
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Scheduler(ABC):
     """What a policy promises its caller.
 
@@ -79,6 +82,9 @@ class Scheduler(ABC):
     """The name the policy is registered under."""
     PARAMS: ClassVar[tuple[Param, ...]] = ()
     """Constructor parameters, validated when the policy is built."""
+    RULE: ClassVar[str] = ""
+    """The policy's rule in a paragraph, as ``schedcli policies`` shows it; without one, the
+    class docstring is shown (a compiled class keeps no docstrings)."""
 
     # The interface is five calls: submit, has_work, get_work, cancel, clear. A policy
     # implements submit or try_submit (which can say why it refused); each has the other
@@ -145,6 +151,7 @@ class Scheduler(ABC):
         return {p.name: getattr(self, p.name) for p in self.PARAMS}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueueScheduler(Scheduler):
     """The bookkeeping every built-in policy shares; a policy supplies the queues.
 

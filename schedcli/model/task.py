@@ -127,18 +127,16 @@ class Task:
         meta: Any,
     ) -> Task:
         """A task from values already validated (the trace reader's fast path)."""
-        t = cls.__new__(cls)
-        t.tid = tid
-        t.sid = sid
-        t.kind = kind
-        t.size = size
-        t.position = position
-        t.produce_output = produce_output
-        t.tokens = None
-        t.priority = priority
-        t.meta = meta
-        t.cancelled = False
-        return t
+        return cls(
+            tid,
+            sid,
+            kind,
+            size,
+            position=position,
+            produce_output=produce_output,
+            priority=priority,
+            meta=meta,
+        )
 
     def copy(self) -> Task:
         """A new task with the same fields, not cancelled (a second policy's own)."""

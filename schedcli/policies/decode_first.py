@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
+
+from mypy_extensions import mypyc_attr
 
 from ..model.scheduler import Param, QueueScheduler
 from ..model.task import DECODE, Id, Task, show_id
@@ -26,8 +29,9 @@ COMPAT = Param(
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DecodeFirstScheduler(QueueScheduler):
-    """Decodes first, in arrival order, one per session, up to max_decode_sequences.
+    RULE = """Decodes first, in arrival order, one per session, up to max_decode_sequences.
     Then prefill in passes over a rotation of sessions, one chunk per session per pass,
     within max_batch_tokens. A session passed over (its decode is in the batch, its
     chunk does not fit, or its chunk would be the session's second output in the batch)
@@ -77,15 +81,38 @@ class DecodeFirstScheduler(QueueScheduler):
         # Explaining: the reason a session's front chunk was passed over in this batch,
         # and every queued task's reason after it (by object id).
         self._why: dict[Id, tuple[str, str]] = {}
-        if compat == REFERENCE:
-            # The reference's own bookkeeping replaces the shared one, call for call.
-            reference = ReferenceDecodeFirst(b, d, c)
-            for call in ("try_submit", "has_work", "get_work", "cancel", "clear"):
-                setattr(self, call, getattr(reference, call))
+        # compat=reference: the reference's own bookkeeping replaces the shared one, call
+        # for call.
+        self._reference = ReferenceDecodeFirst(b, d, c) if compat == REFERENCE else None
 
     @property
     def one_output_per_session(self) -> bool:
-        return self.compat != REFERENCE
+        return self._reference is None
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        if self._reference is not None:
+            return self._reference.try_submit(tasks)
+        return super().try_submit(tasks)
+
+    def has_work(self) -> bool:
+        if self._reference is not None:
+            return self._reference.has_work()
+        return super().has_work()
+
+    def get_work(self) -> list[Task]:
+        if self._reference is not None:
+            return self._reference.get_work()
+        return super().get_work()
+
+    def cancel(self, sid: Id) -> list[Task]:
+        if self._reference is not None:
+            return self._reference.cancel(sid)
+        return super().cancel(sid)
+
+    def clear(self) -> list[Task]:
+        if self._reference is not None:
+            return self._reference.clear()
+        return super().clear()
 
     # --- compat=fixed ---------------------------------------------------------
 

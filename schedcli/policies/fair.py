@@ -5,14 +5,17 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from mypy_extensions import mypyc_attr
+
 from ..model.scheduler import Param, QueueScheduler
 from ..model.task import DECODE, Id, Task, show_id
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FairScheduler(QueueScheduler):
-    """Each session has a virtual token counter. A batch is filled by repeatedly serving
+    RULE = """Each session has a virtual token counter. A batch is filled by repeatedly serving
     the backlogged session with the lowest counter (ties by arrival): its oldest task,
     if the session rule and the budget allow, else the session sits this batch out.
     Serving charges prefill tokens x prefill_weight and decode tokens x decode_weight.

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ..model.scheduler import QueueScheduler
 from ..model.task import Id, Task
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
 from ._queues import BatchSessions, OrderedQueue, Why, take_in_order
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FcfsScheduler(QueueScheduler):
-    """One queue in submission order under one token budget and a sequence cap.
+    RULE = """One queue in submission order under one token budget and a sequence cap.
     Tasks are taken from the head while they fit. A task that would break the session
     rule waits for the next batch without losing its place; the first task that does
     not fit the budget ends the batch (head-of-line blocking).

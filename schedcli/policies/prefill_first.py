@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ..model.scheduler import QueueScheduler
 from ..model.task import DECODE, Id, Task
 from ._limits import (
@@ -14,8 +16,9 @@ from ._limits import (
 from ._queues import BatchSessions, OrderedQueue, Why, take_in_order
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PrefillFirstScheduler(QueueScheduler):
-    """While prefill chunks are queued, a batch holds only prefill, first come first
+    RULE = """While prefill chunks are queued, a batch holds only prefill, first come first
     served within max_batch_tokens (the first chunk that does not fit ends the batch).
     Otherwise the batch holds decodes, first come first served, one per session, up
     to max_decode_sequences.

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from ..model.errors import UsageError
-from ..model.scheduler import Param, Scheduler
+from ..model.scheduler import Param, Scheduler, check_params
 from . import BUILTIN_POLICIES
 
 ENTRY_POINT_GROUP = "schedcli.policies"
@@ -175,6 +175,8 @@ def build_policy(
     else:
         kwargs = {k: _parse_loose(v) for k, v in given.items()}
     try:
+        # Types first: a compiled constructor would refuse a wrong type in its own words.
+        check_params(cls.PARAMS, kwargs)
         return cls(**kwargs)
     except (ValueError, TypeError) as e:
         raise UsageError(f"policy {label!r}: {e}") from e
@@ -189,7 +191,7 @@ def config_label(name: str, params: Mapping[str, object]) -> str:
 
 def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, Any]:
     """Name, origin, declared parameters and rule of a policy, as plain data."""
-    doc = inspect.getdoc(cls) or ""
+    doc = vars(cls).get("RULE") or inspect.getdoc(cls) or ""
     return {
         "name": name,
         "origin": origin,

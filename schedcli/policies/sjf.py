@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from mypy_extensions import mypyc_attr
+
 from ..model.scheduler import QueueScheduler
 from ..model.task import DECODE, Id, Task, show_id
 from ._limits import (
@@ -16,8 +18,9 @@ from ._limits import (
 from ._queues import DecodeQueue, chunk_reasons, decode_reasons
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SjfScheduler(QueueScheduler):
-    """Decodes first, in arrival order, one per session, up to max_decode_sequences.
+    RULE = """Decodes first, in arrival order, one per session, up to max_decode_sequences.
     Then prefill in passes: each pass orders the sessions with queued chunks by their
     queued prefill tokens (shortest remaining prompt first, ties by arrival) and gives
     each at most one chunk, within max_batch_tokens. Passes repeat while one took

@@ -1,0 +1,106 @@
+"""The compiled core: which modules setup.py compiles with mypyc, and whether they are used.
+
+The compiled modules are the same source as the ``.py`` files beside them, built into C
+extensions at install time when a C compiler is there (docs/architecture.md). They are
+used only when they were built from the sources now on disk; otherwise, or when
+``SCHEDCLI_PURE_PYTHON`` is set, every module is imported from its ``.py`` file, and the
+output is the same byte for byte (CI runs the whole suite both ways).
+
+This module imports nothing of schedcli and nothing outside the standard library:
+setup.py loads it on its own to learn what to compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+# The hot path of a replay, and everything it calls per event.
+COMPILED_MODULES = (
+    "schedcli.model.task",
+    "schedcli.model.scheduler",
+    "schedcli.policies._queues",
+    "schedcli.policies._decode_first_reference",
+    "schedcli.policies.decode_first",
+    "schedcli.policies.fcfs",
+    "schedcli.policies.fair",
+    "schedcli.policies.priority",
+    "schedcli.policies.prefill_first",
+    "schedcli.policies.sjf",
+    "schedcli.formats.source",
+    "schedcli.formats.trace",
+    "schedcli.engine.clock",
+    "schedcli.engine.ledger",
+    "schedcli.engine.replay",
+    "schedcli.engine.metrics",
+)
+# mypyc's shared library for the group: every compiled module's code lives in it.
+GROUP = "schedcli_core"
+DIGEST_FILE = "_core.sha256"
+PURE_ENV = "SCHEDCLI_PURE_PYTHON"
+
+
+def source_paths(package_dir: Path) -> list[Path]:
+    """The ``.py`` file of each compiled module, under the ``schedcli`` directory."""
+    return [package_dir.joinpath(*m.split(".")[1:]).with_suffix(".py") for m in COMPILED_MODULES]
+
+
+def source_digest(package_dir: Path) -> str:
+    """What the compiled core was built from: a hash of its modules' sources."""
+    h = hashlib.sha256()
+    for path in source_paths(package_dir):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+class _SourceOnly(importlib.abc.MetaPathFinder):
+    """Imports the compiled modules from their ``.py`` files, never from an extension."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in COMPILED_MODULES:
+            return None
+        loader = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
+        for entry in path or ():
+            spec = importlib.machinery.FileFinder(entry, loader).find_spec(fullname, target)
+            if spec is not None:
+                return spec
+        return None
+
+
+def _why_pure(package_dir: Path) -> str | None:
+    """None when the compiled core can be used; otherwise why not."""
+    if os.environ.get(PURE_ENV):
+        return f"{PURE_ENV} is set"
+    try:
+        built = (package_dir / DIGEST_FILE).read_text().strip()
+    except OSError:
+        return "not compiled at install"
+    if built != source_digest(package_dir):
+        return "the compiled core is older than its sources; rebuild with pip install -e ."
+    try:
+        __import__(f"{GROUP}__mypyc")
+    except ImportError:
+        return "the compiled core did not build (no C compiler at install?)"
+    return None
+
+
+def choose() -> str:
+    """Decide once, before any compiled module is imported; returns the core in use."""
+    why = _why_pure(Path(__file__).parent)
+    if why is None:
+        return "compiled"
+    if not any(isinstance(f, _SourceOnly) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceOnly())
+    return f"pure Python ({why})"
+
+
+CORE = choose()
+"""``compiled``, or ``pure Python (why)``."""

@@ -1,0 +1,48 @@
+"""Compiles schedcli's hot path with mypyc when it can; pure Python when it cannot.
+
+Everything else about the package is in pyproject.toml. ``SCHEDCLI_COMPILE=0`` skips
+compiling. A machine without a C compiler still installs: the extensions are optional,
+and schedcli/_compiled.py falls back to the ``.py`` files at import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+HERE = Path(__file__).resolve().parent
+
+
+def _compiled_spec():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("_compiled", HERE / "schedcli" / "_compiled.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ext_modules() -> list[Extension]:
+    core = _compiled_spec()
+    digest = HERE / "schedcli" / core.DIGEST_FILE
+    digest.unlink(missing_ok=True)
+    if os.environ.get("SCHEDCLI_COMPILE", "1") == "0":
+        return []
+    try:
+        from mypyc.build import mypycify
+
+        paths = [str(p.relative_to(HERE)) for p in core.source_paths(HERE / "schedcli")]
+        extensions: list[Extension] = mypycify(paths, group_name=core.GROUP, opt_level="3")
+    except (Exception, SystemExit) as e:  # mypyc exits on a type error
+        print(f"schedcli: not compiling, pure Python ({e})", file=sys.stderr)
+        return []
+    for ext in extensions:
+        ext.optional = True  # no C compiler: install pure Python instead of failing
+    digest.write_text(core.source_digest(HERE / "schedcli") + "\n")
+    return extensions
+
+
+setup(ext_modules=ext_modules())
