@@ -11,6 +11,9 @@ Prints, each as a ratio:
 - diff (decode-first vs fcfs) / one replay under each: target <= 2.5 of one replay.
 - stats and report / replay: target <= 1.5.
 Peak RSS of the replay: target < 60 MB.
+
+Measures whichever core is in use (the first line says which); run it again with
+SCHEDCLI_PURE_PYTHON=1 for the pure-Python figures.
 """
 
 from __future__ import annotations
@@ -159,6 +162,9 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="write the trace here and keep it")
     ap.add_argument("--repeat", type=int, default=2, help="best of N for each timing")
     args = ap.parse_args()
+    from schedcli import CORE
+
+    print(f"core: {CORE}")
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or Path(tmp) / "bench.jsonl"
         t0 = time.perf_counter()

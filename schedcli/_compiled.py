@@ -44,6 +44,7 @@ COMPILED_MODULES = (
 GROUP = "schedcli_core"
 DIGEST_FILE = "_core.sha256"
 PURE_ENV = "SCHEDCLI_PURE_PYTHON"
+STALE = "the compiled core is older than its sources; rebuild it with pip install -e ."
 
 
 def source_paths(package_dir: Path) -> list[Path]:
@@ -84,7 +85,7 @@ def _why_pure(package_dir: Path) -> str | None:
     except OSError:
         return "not compiled at install"
     if built != source_digest(package_dir):
-        return "the compiled core is older than its sources; rebuild with pip install -e ."
+        return STALE
     try:
         __import__(f"{GROUP}__mypyc")
     except ImportError:
@@ -104,3 +105,4 @@ def choose() -> str:
 
 CORE = choose()
 """``compiled``, or ``pure Python (why)``."""
+CORE_IS_STALE = STALE in CORE

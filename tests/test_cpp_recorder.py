@@ -55,7 +55,9 @@ def test_a_recording_from_four_threads_replays_exactly(recorder_test: Path, tmp_
     )
     assert r.returncode == 0, r.stderr.decode()
     end = orjson.loads(r.stdout.splitlines()[-1])["end"]
-    assert end["queued"] == 0 and end["dispatched"] > 1000
+    # How many are cancelled rather than dispatched depends on the threads' interleaving.
+    assert end["queued"] == 0 and end["dispatched"] + end["cancelled"] == end["accepted"] > 1000
+    assert end["dispatched"] > 0
 
 
 def test_the_cost_per_call_is_printed(recorder_test: Path, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 
 from .. import CORE, __version__
+from .._compiled import CORE_IS_STALE, STALE
 from ..engine.simulate import CostModel
 from ..formats import interrupt
 from ..formats.dump import (
@@ -869,6 +870,8 @@ def _silence_stdout() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place exceptions become messages and exit codes."""
     interrupt.install()
+    if CORE_IS_STALE:  # an edited checkout: right answers, at pure-Python speed
+        print(f"schedcli: warning: {STALE}; running pure Python meanwhile", file=sys.stderr)
     try:
         code = app(args=argv, prog_name="schedcli", standalone_mode=False)
         if isinstance(code, int) and code:

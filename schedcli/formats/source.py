@@ -163,18 +163,19 @@ def open_binary(
             stream.close()
 
 
-def numbered_lines(
+def numbered_chunks(
     stream: BinaryIO, name: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 ) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(line_number, content, complete)`` for each non-blank line.
+    """Yield ``(first_line_number, body, complete)`` for each read's worth of whole lines.
 
-    Line numbers are 1-based and count blank lines. ``content`` has its line end
-    (``\\n`` or ``\\r\\n``) removed; ``complete`` is False only for a last line with no
-    newline. A line longer than ``max_line_bytes`` is an error, found without holding
-    more than ``max_line_bytes`` of it (plus one read) in memory.
+    ``body`` ends with the newline of its last line when ``complete``; the one exception is
+    the file's last line when it has no newline (``complete`` False). Line numbers are
+    1-based and count every line. A byte-order mark at the start is dropped. A partial
+    line longer than ``max_line_bytes`` is an error, found without holding more than
+    ``max_line_bytes`` of it (plus one read) in memory; whole lines are the caller's to check.
     """
     read = getattr(stream, "read1", stream.read)
-    lineno = 0
+    lineno = 1  # the number of the first line not yet yielded
     tail = b""
     first = True
     try:
@@ -182,35 +183,59 @@ def numbered_lines(
             chunk = read(_CHUNK)
             if not chunk:
                 break
-            lines = (tail + chunk).split(b"\n") if tail else chunk.split(b"\n")
-            tail = lines.pop()
-            if first:
+            buf = tail + chunk if tail else chunk
+            if first and len(buf) >= len(_BOM):
                 first = False
-                if lines and lines[0].startswith(_BOM):
-                    lines[0] = lines[0][3:]
-                elif not lines and tail.startswith(_BOM) and len(tail) >= 3:
-                    tail = tail[3:]
-            for line in lines:
-                lineno += 1
-                if line[-1:] == b"\r":
-                    line = line[:-1]
-                if len(line) > max_line_bytes:
-                    raise _too_long(name, lineno, max_line_bytes)
-                if not line or line.isspace():
-                    continue
-                yield lineno, line, True
+                if buf.startswith(_BOM):
+                    buf = buf[len(_BOM) :]
+            cut = buf.rfind(b"\n") + 1
+            if cut:
+                body = buf[:cut]
+                tail = buf[cut:]
+                yield lineno, body, True
+                lineno += body.count(b"\n")
+            else:
+                tail = buf
             if len(tail) > max_line_bytes + 1:
-                raise _too_long(name, lineno + 1, max_line_bytes)
-        if tail:
-            lineno += 1
-            if len(tail) > max_line_bytes:
                 raise _too_long(name, lineno, max_line_bytes)
-            if not tail.isspace():
-                yield lineno, tail, False
+        if tail:
+            yield lineno, tail, False
     except (gzip.BadGzipFile, zlib.error) as e:
-        raise InputError(name, lineno + 1, f"corrupt gzip data: {e}") from None
+        raise InputError(name, lineno, f"corrupt gzip data: {e}") from None
     except EOFError:
-        raise InputError(name, lineno + 1, "gzip data ends early: the file was cut short") from None
+        raise InputError(name, lineno, "gzip data ends early: the file was cut short") from None
+
+
+def lines_of(
+    first_line: int, body: bytes, complete: bool, name: str, max_line_bytes: int
+) -> list[tuple[int, bytes, bool]]:
+    """A chunk's non-blank lines as ``(line_number, content, complete)``, line ends removed
+    (``\\n`` or ``\\r\\n``); a line longer than ``max_line_bytes`` is an error."""
+    if not complete:
+        if len(body) > max_line_bytes:
+            raise _too_long(name, first_line, max_line_bytes)
+        return [] if body.isspace() else [(first_line, body, False)]
+    found: list[tuple[int, bytes, bool]] = []
+    lineno = first_line
+    for line in body.split(b"\n")[:-1]:
+        if line[-1:] == b"\r":
+            line = line[:-1]
+        if len(line) > max_line_bytes:
+            raise _too_long(name, lineno, max_line_bytes)
+        if line and not line.isspace():
+            found.append((lineno, line, True))
+        lineno += 1
+    return found
+
+
+def numbered_lines(
+    stream: BinaryIO, name: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(line_number, content, complete)`` for each non-blank line (see
+    ``numbered_chunks`` and ``lines_of``); ``complete`` is False only for a last line with
+    no newline."""
+    for first_line, body, complete in numbered_chunks(stream, name, max_line_bytes=max_line_bytes):
+        yield from lines_of(first_line, body, complete, name, max_line_bytes)
 
 
 def _too_long(name: str, lineno: int, max_line_bytes: int) -> InputError:

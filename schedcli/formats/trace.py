@@ -6,23 +6,30 @@ parsed again only to explain why, in the schema's own terms.
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 import msgspec
 import orjson
 from msgspec import Struct
+from msgspec.structs import astuple
 
 from ..model.errors import InputError
 from ..model.limits import MAX_DEPTH
 from ..model.task import KINDS, Id, Task
 from . import schema
 from .schema import EVENTS, OPS, Cancel, GetWork, Submit, TaskFields, event_decoder, json_type
-from .source import DEFAULT_MAX_LINE_BYTES, display_name, not_a, numbered_lines, open_binary
+from .source import (
+    DEFAULT_MAX_LINE_BYTES,
+    display_name,
+    lines_of,
+    not_a,
+    numbered_chunks,
+    open_binary,
+)
 
 FORMAT_VERSION = schema.FORMAT_VERSION
 
@@ -80,15 +87,15 @@ def _task(f: Submit | TaskFields, what: str) -> Task:
             raise LineError(f"size {size} does not match the {len(tokens)} tokens given")
     elif size is None:
         raise LineError(f"{what} has no size (and no tokens)")
-    t = Task.trusted(
+    t = Task(
         f.tid,  # type: ignore[arg-type]  # checked by the caller for inline tasks
         f.sid,  # type: ignore[arg-type]
         KINDS[f.kind],  # type: ignore[index]
         size,
-        f.position,
-        f.produce_output,
-        f.priority,
-        f.meta,
+        position=f.position,
+        produce_output=f.produce_output,
+        priority=f.priority,
+        meta=f.meta,
     )
     if tokens is not None:
         t.tokens = tokens
@@ -121,15 +128,15 @@ def to_event(s: schema.EventStruct, line: int) -> Event:
             # The common line, one task written inline, without the general checks.
             tid, sid = s.tid, s.sid
             if tid is not None and sid is not None:
-                task = Task.trusted(
+                task = Task(
                     tid,
                     sid,
                     KINDS[s.kind],
                     s.size,
-                    s.position,
-                    s.produce_output,
-                    s.priority,
-                    s.meta,
+                    position=s.position,
+                    produce_output=s.produce_output,
+                    priority=s.priority,
+                    meta=s.meta,
                 )
                 return Event("submit", line, s.step, s.t, tasks=[task])
         meta = s.meta if s.tasks is not None else None  # inline, meta is the task's
@@ -303,10 +310,84 @@ def _json_message(e: orjson.JSONDecodeError, raw: bytes) -> str:
     return msg
 
 
+# Positions in ``astuple(Submit)``: one C call instead of a lookup per field.
+_SUBMIT_AT = {name: i for i, name in enumerate(Submit.__struct_fields__)}
+_TASKS: Final = _SUBMIT_AT["tasks"]
+_TID: Final = _SUBMIT_AT["tid"]
+_SID: Final = _SUBMIT_AT["sid"]
+_KIND: Final = _SUBMIT_AT["kind"]
+_SIZE: Final = _SUBMIT_AT["size"]
+_TOKENS: Final = _SUBMIT_AT["tokens"]
+_POSITION: Final = _SUBMIT_AT["position"]
+_OUTPUT: Final = _SUBMIT_AT["produce_output"]
+_PRIORITY: Final = _SUBMIT_AT["priority"]
+_STEP: Final = _SUBMIT_AT["step"]
+_T: Final = _SUBMIT_AT["t"]
+_META: Final = _SUBMIT_AT["meta"]
+
+
+def _plain_submit(v: tuple[Any, ...], line: int) -> Event | None:
+    """The common line, one task written inline with no tokens or meta; None otherwise."""
+    if (
+        v[_TASKS] is not None
+        or v[_TOKENS] is not None
+        or v[_META] is not None
+        or v[_SIZE] is None
+        or v[_KIND] is None
+        or v[_TID] is None
+        or v[_SID] is None
+    ):
+        return None
+    task = Task(
+        v[_TID],
+        v[_SID],
+        KINDS[v[_KIND]],
+        v[_SIZE],
+        position=v[_POSITION],
+        produce_output=v[_OUTPUT],
+        priority=v[_PRIORITY],
+    )
+    return Event("submit", line, v[_STEP], v[_T], tasks=[task])
+
+
+def decode_chunk(first_line: int, body: bytes) -> list[Event] | None:
+    """Every line of a chunk of whole, non-blank lines at once; None when any line needs a
+    closer look (a refusal, a blank line, a repeated key), which the line-by-line path
+    then gives in the same words as always."""
+    try:
+        structs = event_decoder.decode_lines(body)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return None
+    if len(structs) != body.count(b"\n"):  # blank lines, which decode_lines skips
+        return None
+    events: list[Event] = []
+    keys = 0
+    line = first_line
+    try:
+        for st in structs:
+            event = None
+            if type(st) is Submit:
+                v = astuple(st)
+                event = _plain_submit(v, line)
+                if event is not None:  # as _expected_keys counts: the op, and given fields
+                    keys += 1 + len(v) - v.count(None) - (v[_PRIORITY] == 0)
+            if event is None:
+                keys += _expected_keys(st)
+                event = to_event(st, line)
+            events.append(event)
+            line += 1
+    except LineError:
+        return None
+    # The chunk-wide form of check_duplicate_keys. Each key is followed by one colon, so
+    # colons == keys decoded means no key repeats (nor any colon inside a string, which
+    # sends the chunk to the exact check).
+    return events if body.count(b":") == keys else None
+
+
 class TraceReader:
     """Reads one trace lazily: the header (if any) up front, then events on demand.
 
-    Keeps only the current line in memory. Checks that ``step`` never decreases.
+    Keeps only the current read's lines in memory. Checks that ``step`` never decreases.
     ``on_error`` (used by ``validate``) receives each problem instead of raising,
     and reading goes on with the next line.
     """
@@ -320,11 +401,16 @@ class TraceReader:
         on_error: Callable[[InputError], None] | None = None,
     ) -> None:
         self.name = name
-        self._lines = numbered_lines(stream, name, max_line_bytes=max_line_bytes)
+        self._max_line_bytes = max_line_bytes
+        self._chunks = numbered_chunks(stream, name, max_line_bytes=max_line_bytes)
         self._on_error = on_error
         self.header: Header | None = None
         self.position: Callable[[], int] | None = None
-        self._first: tuple[int, bytes, bool] | None = None
+        # The lines of the first read after the header, read line by line.
+        self._first_lines: list[tuple[int, bytes, bool]] = []
+        self._last_step = 0
+        self._last_step_line = 0
+        self._seen_event = False
         self._read_header()
 
     def _fail(self, line: int | None, message: str) -> None:
@@ -335,52 +421,74 @@ class TraceReader:
 
     def _read_header(self) -> None:
         """The first non-blank line is the header if it has ``"schedcli"``."""
-        for lineno, raw, complete in self._lines:
+        for first_line, body, complete in self._chunks:
+            lines = lines_of(first_line, body, complete, self.name, self._max_line_bytes)
+            if not lines:
+                continue
+            lineno, raw, complete = lines[0]
+            self._first_lines = lines
             if b'"schedcli"' not in raw:
-                self._first = (lineno, raw, complete)
                 return
             try:
                 obj = decode_object(raw, complete)
                 if "schedcli" not in obj:
-                    self._first = (lineno, raw, complete)
                     return
+                self._first_lines = lines[1:]
                 check_duplicate_keys(raw, _key_total(obj))
                 self.header = parse_header(obj, lineno)
             except LineError as e:
                 self._fail(lineno, str(e))
             return
 
-    def __iter__(self) -> Iterator[Event]:
-        last_step = 0
-        last_step_line = 0
-        fail = self._fail
-        lines: Iterable[tuple[int, bytes, bool]] = self._lines
-        if self._first is not None:  # read while looking for the header
-            lines = itertools.chain((self._first,), lines)
-            self._first = None
-        first = True
+    def _in_order(self, event: Event) -> bool:
+        """Steps never go backwards; an event whose step does is refused."""
+        step = event.step
+        if step is None:
+            return True
+        if step < self._last_step:
+            self._fail(
+                event.line,
+                f"step {step} goes backwards (line {self._last_step_line} had step "
+                f"{self._last_step})",
+            )
+            return False
+        self._last_step = step
+        self._last_step_line = event.line
+        return True
+
+    def _line_by_line(self, lines: list[tuple[int, bytes, bool]]) -> Iterator[Event]:
         for lineno, raw, complete in lines:
             try:
                 event = decode_event(raw, complete, lineno)
             except LineError as e:
-                wrong_file = not_a("trace", raw) if first else None
-                if wrong_file is not None:  # one useful line, not one per line of it
-                    raise InputError(self.name, lineno, wrong_file) from None
-                fail(lineno, str(e))
-                first = False
+                if not self._seen_event:
+                    wrong_file = not_a("trace", raw)
+                    if wrong_file is not None:  # one useful line, not one per line of it
+                        raise InputError(self.name, lineno, wrong_file) from None
+                self._seen_event = True
+                self._fail(lineno, str(e))
                 continue
-            first = False
-            step = event.step
-            if step is not None:
-                if step < last_step:
-                    fail(
-                        lineno,
-                        f"step {step} goes backwards (line {last_step_line} had step {last_step})",
-                    )
-                    continue
-                last_step = step
-                last_step_line = lineno
-            yield event
+            self._seen_event = True
+            if self._in_order(event):
+                yield event
+
+    def __iter__(self) -> Iterator[Event]:
+        # Each event is yielded before the next line's problem is raised, as if read alone.
+        lines, self._first_lines = self._first_lines, []
+        yield from self._line_by_line(lines)
+        limit = self._max_line_bytes
+        for first_line, body, complete in self._chunks:
+            events = None
+            if complete and self._seen_event and len(body) <= limit:
+                events = decode_chunk(first_line, body)
+            if events is None:
+                yield from self._line_by_line(
+                    lines_of(first_line, body, complete, self.name, limit)
+                )
+                continue
+            for event in events:
+                if self._in_order(event):
+                    yield event
 
 
 @contextmanager

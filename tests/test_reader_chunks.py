@@ -1,0 +1,144 @@
+"""The reader decodes a read's worth of lines at once and falls back to one line at a time
+for any read with a problem in it: both ways must give the same events and the same errors.
+
+Small reads (as from a pipe) send every read after the first through the chunk path.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedcli import InputError
+from schedcli.formats.trace import Event, TraceReader
+
+
+class Trickle(io.RawIOBase):
+    """A stream that hands out at most ``size`` bytes a read, as a slow pipe does."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self._data = data
+        self._at = 0
+        self._size = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read1(self, n: int = -1) -> bytes:
+        piece = self._data[self._at : self._at + min(n, self._size)]
+        self._at += len(piece)
+        return piece
+
+    read = read1
+
+
+def shape(e: Event) -> tuple[Any, ...]:
+    tasks = [
+        (t.tid, t.sid, t.kind, t.size, t.position, t.produce_output, t.priority, t.meta)
+        for t in e.tasks or []
+    ]
+    return (e.op, e.line, e.step, e.t, e.sid, e.expect, e.meta, tasks)
+
+
+def read_all(data: bytes, size: int) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Events and the problems ``validate`` would list, reading ``size`` bytes at a time."""
+    errors: list[str] = []
+    reader = TraceReader(Trickle(data, size), "t.jsonl", on_error=lambda e: errors.append(str(e)))
+    return [shape(e) for e in reader], errors
+
+
+def read_strictly(data: bytes, size: int) -> tuple[list[tuple[Any, ...]], str | None]:
+    """Events up to the first problem, and the problem, as replay reads them."""
+    got: list[tuple[Any, ...]] = []
+    try:
+        for e in TraceReader(Trickle(data, size), "t.jsonl"):
+            got.append(shape(e))
+    except InputError as e:
+        return got, str(e)
+    return got, None
+
+
+SUBMIT = b'{"op":"submit","tid":%d,"sid":%d,"kind":"decode","size":1}\n'
+BODY = b"".join(SUBMIT % (i, i % 5) for i in range(1, 400)) + b'{"op":"get_work"}\n'
+
+
+def test_small_reads_give_the_same_events_as_one_read() -> None:
+    assert read_all(BODY, 97) == read_all(BODY, 1 << 20)
+    assert len(read_all(BODY, 97)[0]) == 400
+
+
+def test_a_repeated_key_deep_in_the_file_is_found_at_its_line() -> None:
+    bad = b'{"op":"submit","tid":9999,"sid":1,"sid":2,"kind":"decode","size":1}\n'
+    data = BODY + bad + BODY
+    events, error = read_strictly(data, 500)
+    assert error == "t.jsonl:401: duplicate key 'sid' in one object"
+    assert len(events) == 400  # every event before it was read first
+
+
+def test_a_colon_inside_a_string_deep_in_the_file_is_not_a_repeated_key() -> None:
+    line = b'{"op":"submit","tid":9999,"sid":"a:b","kind":"decode","size":1}\n'
+    events, error = read_strictly(BODY + line + BODY, 500)
+    assert error is None and events[400][7][0][1] == "a:b"
+
+
+def test_blank_lines_deep_in_the_file_keep_the_line_numbers() -> None:
+    data = BODY + b"\n  \r\n" + BODY
+    events, error = read_strictly(data, 300)
+    assert error is None
+    assert events[400][1] == 403 and events[-1][1] == 802
+
+
+def test_a_step_going_backwards_deep_in_the_file_is_found_at_its_line() -> None:
+    stepped = b"".join(
+        b'{"op":"submit","tid":%d,"sid":1,"kind":"decode","size":1,"step":%d}\n' % (i, i)
+        for i in range(1, 300)
+    )
+    data = stepped + b'{"op":"cancel","sid":1,"step":3}\n'
+    events, error = read_strictly(data, 256)
+    assert error == "t.jsonl:300: step 3 goes backwards (line 299 had step 299)"
+    assert len(events) == 299
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 4096])
+def test_every_read_size_gives_the_same_answer(size: int) -> None:
+    data = b"\xef\xbb\xbf" + BODY + b'{"op":"cancel","sid":3}'  # a BOM, no final newline
+    assert read_all(data, size) == read_all(data, 1 << 20)
+
+
+LINES = st.sampled_from(
+    [
+        b'{"op":"submit","tid":1,"sid":1,"kind":"decode","size":1}',
+        b'{"op":"submit","tid":2,"sid":"s","kind":"prefill","size":8,"position":0}',
+        b'{"op":"submit","tasks":[{"tid":3,"sid":1,"kind":"prefill","size":4}],"meta":{"a":1}}',
+        b'{"op":"submit","tid":4,"sid":1,"kind":"decode","size":1,"meta":{"k":[1,{"x":2}]}}',
+        b'{"op":"submit","tid":5,"sid":1,"kind":"decode","tokens":[7]}',
+        b'{"op":"submit","tid":6,"sid":1,"kind":"decode","size":1,"priority":0}',
+        b'{"op":"submit","tid":7,"sid":1,"sid":1,"kind":"decode","size":1}',
+        b'{"op":"submit","tid":8,"sid":"x:y","kind":"decode","size":1}',
+        b'{"op":"submit","tid":9,"sid":1,"kind":"decode","size":2,"tokens":[1]}',
+        b'{"op":"submit","tid":10,"kind":"decode","size":1}',
+        b'{"op":"get_work","expect":[1,"2"]}',
+        b'{"op":"get_work","step":null}',
+        b'{"op":"cancel","sid":1,"t":0.5}',
+        b'{"op":"clear"}',
+        b'{"op":"nope"}',
+        b"not json",
+        b"",
+        b"   ",
+        b'{"op":"get_work"}\r',
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(LINES, min_size=1, max_size=60), st.integers(1, 300))
+def test_any_trace_reads_the_same_in_small_reads_as_in_one(
+    lines: list[bytes], size: int
+) -> None:
+    data = b'{"op":"clear"}\n' + b"\n".join(lines) + b"\n"
+    assert read_all(data, size) == read_all(data, 1 << 20)
+    assert read_strictly(data, size) == read_strictly(data, 1 << 20)
