@@ -38,6 +38,7 @@ COMPILED_MODULES = (
     "schedcli.engine.clock",
     "schedcli.engine.ledger",
     "schedcli.engine.replay",
+    "schedcli.engine.lockstep",
     "schedcli.engine.metrics",
 )
 # mypyc's shared library for the group: every compiled module's code lives in it.

@@ -8,12 +8,12 @@ from typing import Any
 
 import orjson
 
+from ..engine.lockstep import run_in_lockstep
 from ..engine.metrics import StepMetrics
 from ..engine.replay import Replayer
 from ..engine.run import choose_policy, open_replay
 from ..formats.dump import Record, batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
-from ..formats.trace import Event
 from ..model.task import ids_only_in
 from ..policies.registry import config_label
 from .progress import TraceProgress
@@ -148,14 +148,6 @@ def _other_fields(record: Record) -> Record:
     return {k: v for k, v in record.items() if k not in ("step", "batch")}
 
 
-def _clone(event: Event) -> Event:
-    """The same event with its own task objects, so two policies never share one."""
-    if not event.tasks:
-        return event
-    tasks = [t.copy() for t in event.tasks]
-    return Event(event.op, event.line, event.step, event.t, tasks=tasks, expect=event.expect)
-
-
 def diff_trace(
     path: str,
     a: Config,
@@ -198,13 +190,7 @@ def diff_trace(
             drain=drain,
             observer=metrics_b,
         )
-        for event in ta.reader:
-            twin = _clone(event)
-            side_a.feed(event)
-            side_b.feed(twin)
-            aligner.settle()
-        side_a.close()
-        side_b.close()
+        run_in_lockstep(ta.reader, side_a, side_b, aligner.settle)
         aligner.settle(final=True)
         result.summaries = (metrics_a.summary(), metrics_b.summary())
         return result
