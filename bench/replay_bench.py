@@ -6,8 +6,8 @@ Prints, each as a ratio:
 - replay / parse-only: ``schedcli replay -f jsonl -o /dev/null`` in a subprocess (start-up
   included) against ``orjson.loads`` of every line. Target <= 4 (stretch 3).
 - minimal loop / parse-only: the same policy driven by a bare Python loop (parse, build
-  the Task, call the policy; no validation, ledger or output): the floor any pure-Python
-  engine sits on. replay / minimal loop is the engine's own overhead.
+  the Task, call the policy; no validation, ledger or output): what the policy itself
+  costs. replay / minimal loop is the engine's own overhead.
 - diff (decode-first vs fcfs) / one replay under each: target <= 2.5 of one replay.
 - stats and report / replay: target <= 1.5.
 Peak RSS of the replay: target < 60 MB.
@@ -186,7 +186,7 @@ def main() -> None:
         print(f"schedcli replay -f jsonl -o /dev/null: {rep:.2f} s (fcfs: {rep_fcfs:.2f} s)")
         r = rep / parse
         print(f"ratio replay / parse-only: {r:.2f}  (target <= 4, stretch 3: {verdict(r, 4)})")
-        print(f"ratio minimal loop / parse-only: {minimal / parse:.2f}  (the pure-Python floor)")
+        print(f"ratio minimal loop / parse-only: {minimal / parse:.2f}  (the policy's own cost)")
         print(f"ratio replay / minimal loop: {rep / minimal:.2f}  (the engine's own overhead)")
         d = diff / rep
         print(

@@ -7,10 +7,14 @@ out of it loses nothing, and the input is read once: files, ``.gz`` and pipes al
 
 from __future__ import annotations
 
+from typing import Final
+
 from ..formats.trace import Event
 from ..model.errors import InputError
 
-EXPLICIT, STEPPED, PLAIN = "explicit", "stepped", "plain"
+EXPLICIT: Final = "explicit"
+STEPPED: Final = "stepped"
+PLAIN: Final = "plain"
 
 
 class StepClock:

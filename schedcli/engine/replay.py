@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from ..formats.trace import Event
 from ..model.errors import CheckFailed, InvariantError, UsageError
@@ -26,9 +26,9 @@ Emit = Callable[[Record], None]
 
 # Consecutive empty batches while work is queued, with no event in between, before
 # the replay is declared stuck. A deterministic policy repeats itself after one.
-STUCK_AFTER = 1000
+STUCK_AFTER: Final = 1000
 # Warnings of one kind shown before the rest are only counted.
-WARNINGS_SHOWN = 10
+WARNINGS_SHOWN: Final = 10
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from functools import cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 import orjson
@@ -96,7 +96,7 @@ EVENTS: dict[str, type[Struct]] = {"submit": Submit, "cancel": Cancel, "get_work
 EVENTS["clear"] = Clear
 OPS = tuple(EVENTS)
 
-event_decoder = msgspec.json.Decoder(EventStruct)
+event_decoder: Final = msgspec.json.Decoder(EventStruct)
 
 
 def json_type(value: object) -> str:

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 import orjson
 
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
-_BOM = b"\xef\xbb\xbf"
-_CHUNK = 1 << 20
+_BOM: Final = b"\xef\xbb\xbf"
+_CHUNK: Final = 1 << 20
 
 
 FOLLOW_POLL_SECONDS = 0.2

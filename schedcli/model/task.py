@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -17,10 +17,10 @@ class TaskKind(StrEnum):
     DECODE = "decode"
 
 
-PREFILL = TaskKind.PREFILL
-DECODE = TaskKind.DECODE
+PREFILL: Final = TaskKind.PREFILL
+DECODE: Final = TaskKind.DECODE
 
-KINDS: dict[str, TaskKind] = {"prefill": PREFILL, "decode": DECODE}
+KINDS: Final[dict[str, TaskKind]] = {"prefill": PREFILL, "decode": DECODE}
 """Kind names as traces spell them."""
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Final
 
 from ..model.task import DECODE, Id, Task, show_id
 
 # An entry is one int, key * 2**64 + arrival: it orders as the pair (key, arrival) for any
 # int64 key, and compares far faster than a tuple.
-_ARRIVAL_BITS = 64
-_ARRIVAL_MASK = (1 << _ARRIVAL_BITS) - 1
+_ARRIVAL_BITS: Final = 64
+_ARRIVAL_MASK: Final = (1 << _ARRIVAL_BITS) - 1
 
 
 class OrderedQueue:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -18,7 +19,8 @@ from ._limits import (
 )
 from ._queues import DecodeQueue, chunk_reasons, decode_reasons
 
-FIXED, REFERENCE = "fixed", "reference"
+FIXED: Final = "fixed"
+REFERENCE: Final = "reference"
 
 COMPAT = Param(
     "compat",
