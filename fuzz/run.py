@@ -8,11 +8,13 @@ TARGET is replay, validate, convert-simulate or diff. The seed corpus is every f
 under traces/ (traces and golden dumps) plus a CSV and a workload; new inputs the fuzzer
 finds go to fuzz/corpus/TARGET/ (not committed). A crash is written as crash-* in the
 current directory and ends the run with a non-zero exit. Defaults: 10 s per input at
-most (a hang), 2 GiB of memory at most.
+most (a hang), 2 GiB of memory at most. Always pure Python (SCHEDCLI_PURE_PYTHON), so
+the coverage that guides the fuzzer includes the modules the install compiles.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -47,6 +49,8 @@ def main() -> None:
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     target_name, flags = sys.argv[1], sys.argv[2:]
+    # Pure Python: atheris instruments bytecode, and compiled modules have none to guide it.
+    os.environ["SCHEDCLI_PURE_PYTHON"] = "1"
     with atheris.instrument_imports():
         from fuzz_targets import TARGETS
 

@@ -90,7 +90,7 @@ def _why_pure(package_dir: Path) -> str | None:
     try:
         __import__(f"{GROUP}__mypyc")
     except ImportError:
-        return "the compiled core did not build (no C compiler at install?)"
+        return "the compiled core failed to build at install"
     return None
 
 

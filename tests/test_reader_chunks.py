@@ -142,3 +142,11 @@ def test_any_trace_reads_the_same_in_small_reads_as_in_one(
     data = b'{"op":"clear"}\n' + b"\n".join(lines) + b"\n"
     assert read_all(data, size) == read_all(data, 1 << 20)
     assert read_strictly(data, size) == read_strictly(data, 1 << 20)
+
+
+def test_a_line_too_long_is_refused_while_it_is_still_arriving() -> None:
+    long_line = b'{"op":"clear","meta":"' + b"x" * 5000 + b'"}\n'
+    reader = TraceReader(Trickle(BODY + long_line, 100), "t.jsonl", max_line_bytes=1000)
+    with pytest.raises(InputError, match=r"t\.jsonl:401: line is longer than --max-line-bytes"):
+        for _ in reader:
+            pass

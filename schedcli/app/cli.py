@@ -101,6 +101,15 @@ ViewFormatOption = Annotated[
     ViewFormat,
     typer.Option("--format", "-f", metavar="table|json", help="table (for people) or json."),
 ]
+PolicyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--policy",
+        "-p",
+        metavar="NAME",
+        help="Policy name or module:Class (default: the header's, else decode-first).",
+    ),
+]
 ParamOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -170,15 +179,7 @@ def replay(
         str,
         typer.Argument(metavar="TRACE", help="Trace file (JSON Lines, .gz ok), or - for stdin."),
     ],
-    policy: Annotated[
-        str | None,
-        typer.Option(
-            "--policy",
-            "-p",
-            metavar="NAME",
-            help="Policy name or module:Class (default: the header's, else decode-first).",
-        ),
-    ] = None,
+    policy: PolicyOption = None,
     param: ParamOption = None,
     fmt: Annotated[
         OutputFormat | None,
@@ -567,10 +568,7 @@ def explain(
     session: Annotated[
         str | None, typer.Option("--session", metavar="SID", help="Every task of a session.")
     ] = None,
-    policy: Annotated[
-        str | None,
-        typer.Option("--policy", "-p", metavar="NAME", help="Policy (default: the header's)."),
-    ] = None,
+    policy: PolicyOption = None,
     param: ParamOption = None,
     fmt: ViewFormatOption = ViewFormat.table,
 ) -> None:
@@ -619,10 +617,7 @@ def shrink(
     output: Annotated[
         str, typer.Option("--output", "-o", metavar="FILE", help="The small trace (- stdout).")
     ] = "-",
-    policy: Annotated[
-        str | None,
-        typer.Option("--policy", "-p", metavar="NAME", help="Policy (default: the header's)."),
-    ] = None,
+    policy: PolicyOption = None,
     param: ParamOption = None,
 ) -> None:
     """Reduce a failing trace to a small one that still fails the same way: --check still

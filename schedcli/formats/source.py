@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM: Final = b"\xef\xbb\xbf"
-_CHUNK: Final = 1 << 20
+# 64 KiB: a read's lines are decoded at once, and buffers this size stay in the cache.
+_CHUNK: Final = 1 << 16
 
 
 FOLLOW_POLL_SECONDS = 0.2
@@ -176,28 +177,41 @@ def numbered_chunks(
     """
     read = getattr(stream, "read1", stream.read)
     lineno = 1  # the number of the first line not yet yielded
-    tail = b""
-    first = True
+    parts: list[bytes] = []  # a line still without its newline, as read (joined once)
+    held = 0
+    bom_checked = False
     try:
         while True:
             chunk = read(_CHUNK)
             if not chunk:
                 break
-            buf = tail + chunk if tail else chunk
-            if first and len(buf) >= len(_BOM):
-                first = False
-                if buf.startswith(_BOM):
-                    buf = buf[len(_BOM) :]
-            cut = buf.rfind(b"\n") + 1
+            if not bom_checked:
+                if held + len(chunk) < len(_BOM):  # too few bytes yet to tell
+                    parts.append(chunk)
+                    held += len(chunk)
+                    continue
+                chunk = b"".join([*parts, chunk])
+                parts, held, bom_checked = [], 0, True
+                if chunk.startswith(_BOM):
+                    chunk = chunk[len(_BOM) :]
+            cut = chunk.rfind(b"\n") + 1
             if cut:
-                body = buf[:cut]
-                tail = buf[cut:]
+                if parts:
+                    parts.append(chunk[:cut])
+                    body = b"".join(parts)
+                else:
+                    body = chunk if cut == len(chunk) else chunk[:cut]
+                rest = chunk[cut:]
+                parts = [rest] if rest else []
+                held = len(rest)
                 yield lineno, body, True
                 lineno += body.count(b"\n")
             else:
-                tail = buf
-            if len(tail) > max_line_bytes + 1:
+                parts.append(chunk)
+                held += len(chunk)
+            if held > max_line_bytes + 1:
                 raise _too_long(name, lineno, max_line_bytes)
+        tail = b"".join(parts)
         if tail:
             yield lineno, tail, False
     except (gzip.BadGzipFile, zlib.error) as e:

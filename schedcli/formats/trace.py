@@ -350,6 +350,20 @@ def _plain_submit(v: tuple[Any, ...], line: int) -> Event | None:
     return Event("submit", line, v[_STEP], v[_T], tasks=[task])
 
 
+def _plain_keys(v: tuple[Any, ...]) -> int:
+    """What _expected_keys counts for a plain submit: op, tid, sid, kind, size, and each
+    optional field given (a priority of 0 counts as not given, as there)."""
+    priority: int = v[_PRIORITY]
+    return (
+        5
+        + (v[_POSITION] is not None)
+        + (v[_OUTPUT] is not None)
+        + (priority != 0)
+        + (v[_STEP] is not None)
+        + (v[_T] is not None)
+    )
+
+
 def decode_chunk(first_line: int, body: bytes) -> list[Event] | None:
     """Every line of a chunk of whole, non-blank lines at once; None when any line needs a
     closer look (a refusal, a blank line, a repeated key), which the line-by-line path
@@ -369,8 +383,8 @@ def decode_chunk(first_line: int, body: bytes) -> list[Event] | None:
             if type(st) is Submit:
                 v = astuple(st)
                 event = _plain_submit(v, line)
-                if event is not None:  # as _expected_keys counts: the op, and given fields
-                    keys += 1 + len(v) - v.count(None) - (v[_PRIORITY] == 0)
+                if event is not None:
+                    keys += _plain_keys(v)
             if event is None:
                 keys += _expected_keys(st)
                 event = to_event(st, line)
