@@ -90,9 +90,8 @@ class Ledger:
     def accept(self, tasks: list[Task]) -> None:
         queued, per_session = self.queued, self.per_session
         for t in tasks:
-            if t.tid in queued:
+            if queued.setdefault(t.tid, t) is not t:
                 raise self._broken(f"accepted tid {show_id(t.tid)} while it was queued")
-            queued[t.tid] = t
             per_session[t.sid] = per_session.get(t.sid, 0) + 1
 
     def take_back(self, t: Task, call: str) -> None:
@@ -136,12 +135,14 @@ class Ledger:
         sessions: dict[Id, Task] = {}
         for t in batch:
             tid = t.tid
-            if queued.get(tid) is not t:
+            held = queued.pop(tid, None)
+            if held is not t:
+                if held is not None:
+                    queued[tid] = held  # still queued (at the end now: only a report reads it)
                 raise self._broken(
                     f"get_work returned task {show_id(tid)}, which is not queued "
                     "(returned twice, or never accepted)"
                 )
-            del queued[tid]
             sid = t.sid
             left = per_session[sid] - 1
             if left:
