@@ -29,6 +29,9 @@ class OrderedQueue:
         # sid -> {arrival: key}, in arrival order; a dict so removal is O(1).
         self._of_session: dict[Id, dict[int, int]] = {}
         self._arrivals = 0
+        # Whether any queued key was ever nonzero: until then raising a key to its
+        # session's last one changes nothing and is skipped (fcfs never sets one).
+        self._keyed = False
 
     def __len__(self) -> int:
         return len(self._live)
@@ -43,9 +46,15 @@ class OrderedQueue:
     def push(self, task: Task, key: int = 0) -> None:
         arrival = self._arrivals
         self._arrivals += 1
-        mine = self._of_session.setdefault(task.sid, {})
-        if mine:
+        mine = self._of_session.get(task.sid)
+        if mine is None:
+            mine = self._of_session[task.sid] = {}
+        elif self._keyed:
             key = max(key, next(reversed(mine.values())))
+        elif key < 0:
+            key = 0  # the last key of the session, like every key so far
+        if key:
+            self._keyed = True
         heapq.heappush(self._heap, (key << _ARRIVAL_BITS) + arrival)
         self._live[arrival] = task
         mine[arrival] = key
@@ -62,7 +71,9 @@ class OrderedQueue:
 
     def is_oldest(self, entry: int, task: Task) -> bool:
         """Whether no earlier task of the same session is still queued."""
-        return next(iter(self._of_session[task.sid])) == entry & _ARRIVAL_MASK
+        for oldest in self._of_session[task.sid]:  # compiled, a loop beats next(iter(...))
+            return oldest == entry & _ARRIVAL_MASK
+        return False
 
     def put_back(self, entries: list[int]) -> None:
         for entry in entries:
