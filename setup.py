@@ -36,7 +36,10 @@ def ext_modules() -> list[Extension]:
 
         paths = [str(p.relative_to(HERE)) for p in core.source_paths(HERE / "schedcli")]
         extensions: list[Extension] = mypycify(paths, group_name=core.GROUP, opt_level="3")
-    except (Exception, SystemExit) as e:  # mypyc exits on a type error
+    except SystemExit as e:  # mypyc exits on a type error, after printing it
+        print(f"schedcli: mypyc refused the sources (exit {e.code}); pure Python", file=sys.stderr)
+        return []
+    except Exception as e:
         print(f"schedcli: not compiling, pure Python ({e})", file=sys.stderr)
         return []
     for ext in extensions:

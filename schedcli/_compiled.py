@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-# The hot path of a replay, and everything it calls per event.
+# The hot path of a replay and of a recording, and everything they call per event.
 COMPILED_MODULES = (
     "schedcli.model.task",
     "schedcli.model.scheduler",
@@ -35,11 +35,15 @@ COMPILED_MODULES = (
     "schedcli.policies.sjf",
     "schedcli.formats.source",
     "schedcli.formats.trace",
+    "schedcli.formats.writer",
+    "schedcli.formats.interrupt",
     "schedcli.engine.clock",
     "schedcli.engine.ledger",
     "schedcli.engine.replay",
     "schedcli.engine.lockstep",
     "schedcli.engine.metrics",
+    "schedcli.engine.flight",
+    "schedcli.engine.recorder",
 )
 # mypyc's shared library for the group: every compiled module's code lives in it.
 GROUP = "schedcli_core"

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from mypy_extensions import mypyc_attr
+
 from ..formats.output import atomic_output
 from ..formats.writer import TraceWriter, task_record
 from ..model.scheduler import Scheduler
@@ -25,6 +27,7 @@ from .flight import Window
 Record = dict[str, Any]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RecordingScheduler(Scheduler):
     """``inner``, recorded to ``target`` (a path, ``.gz`` compressed, or a binary stream).
 
@@ -55,8 +58,6 @@ class RecordingScheduler(Scheduler):
         self._crashes = itertools.count(1)
         self._writer: TraceWriter | None = None
         self._window: Window | None = Window(ring) if ring is not None else None
-        self._inner_submit = inner.try_submit
-        self._inner_get_work = inner.get_work
         if ring is None:
             self._writer = TraceWriter(self._open(target))
             self._writer.header(*self._header())
@@ -65,9 +66,10 @@ class RecordingScheduler(Scheduler):
 
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         group = tasks if isinstance(tasks, list) else list(tasks)
-        with self._lock:
+        self._lock.acquire()  # not ``with``: compiled, about 0.1 µs less a call
+        try:
             try:
-                reason = self._inner_submit(group)
+                reason = self.inner.try_submit(group)
             except Exception:
                 self._crashed()
                 raise
@@ -83,14 +85,17 @@ class RecordingScheduler(Scheduler):
             else:
                 self._emit(event, accepted=records if reason is None else None)
             return reason
+        finally:
+            self._lock.release()
 
     def has_work(self) -> bool:
         return self.inner.has_work()
 
     def get_work(self) -> list[Task]:
-        with self._lock:
+        self._lock.acquire()
+        try:
             try:
-                batch = self._inner_get_work()
+                batch = self.inner.get_work()
             except Exception:
                 self._crashed()
                 raise
@@ -104,6 +109,8 @@ class RecordingScheduler(Scheduler):
             else:
                 self._emit(event, removed=expect)
             return batch
+        finally:
+            self._lock.release()
 
     def cancel(self, sid: Id) -> list[Task]:
         with self._lock:
@@ -186,7 +193,7 @@ class RecordingScheduler(Scheduler):
 
     def _header(self) -> tuple[str | None, dict[str, Any] | None, Any]:
         inner = self.inner
-        cls = type(inner)
+        cls: Any = type(inner)  # any class: mypyc would read its attributes as a policy's
         meta: dict[str, Any] = {"recorded_by": "schedcli.record.RecordingScheduler"}
         if inner.PARAMS:
             return inner.name or None, inner.params(), meta
@@ -245,7 +252,7 @@ def _task_record(t: Task) -> Record:
         return {
             "tid": t.tid,
             "sid": t.sid,
-            "kind": t.kind.value,
+            "kind": t.kind,  # a str enum: written as its value
             "size": t.size,
             "produce_output": t.produce_output,
         }

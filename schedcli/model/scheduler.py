@@ -134,8 +134,19 @@ class Scheduler(ABC):
         """
         return None
 
-    explaining: bool = False
-    """Set by the caller that wants ``left_behind``; policies that give reasons read it."""
+    _explaining: bool = False
+
+    @property
+    def explaining(self) -> bool:
+        """Set by the caller that wants ``left_behind``; policies that give reasons read it.
+
+        A property, so that a wrapper (the recorder) can pass it to the scheduler it wraps.
+        """
+        return self._explaining
+
+    @explaining.setter
+    def explaining(self, on: bool) -> None:
+        self._explaining = on
 
     @property
     def one_output_per_session(self) -> bool:
