@@ -475,13 +475,13 @@ def convert(
         skip_bad=skip_bad,
         keep_failed=keep_failed,
     )
-
-    def warn(message: str) -> None:
-        print(f"schedcli: {message}", file=sys.stderr)
-
     with atomic_output(output) as out:
-        report = run_convert(fmt.value, src, out, options, warn)
+        report = run_convert(fmt.value, src, out, options, _warn)
     print(to_text(report), file=sys.stderr)
+
+
+def _warn(message: str) -> None:
+    print(f"schedcli: {message}", file=sys.stderr)
 
 
 @command
@@ -703,8 +703,7 @@ def sweep(
 
     Exit codes: 0 ok; 2 bad input or usage, or some point failed (the others finish).
     """
-    from ..engine.sweep import Capacity
-    from .sweeping import SweepRequest, load_spec, run_sweep
+    from .sweeping import SweepRequest, capacity_search, load_spec, run_sweep
 
     req = SweepRequest(
         list(workloads or []),
@@ -720,16 +719,7 @@ def sweep(
     )
     if spec is not None:
         req = load_spec(spec, req)
-    if capacity:
-        if slo_ttft is None or slo_tpot is None:
-            raise UsageError("--capacity needs --slo-ttft and --slo-tpot")
-        if not 0 < goodput <= 1:
-            raise UsageError(f"--goodput must be in (0, 1], not {goodput}")
-        req.capacity = Capacity(slo_ttft, slo_tpot, goodput)
-    elif slo_ttft is not None or slo_tpot is not None:
-        raise UsageError("--slo-ttft and --slo-tpot apply to --capacity")
-    if req.jobs is not None and req.jobs < 1:
-        raise UsageError(f"--jobs must be >= 1, not {req.jobs}")
+    req.capacity = capacity_search(capacity, slo_ttft, slo_tpot, goodput) or req.capacity
     failed = run_sweep(req, _stdout_console(), err_console)
     if failed:
         raise UsageError(f"{failed} point(s) failed; the others are in {output}")

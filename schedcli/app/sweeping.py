@@ -38,6 +38,21 @@ class SweepRequest:
     capacity: Capacity | None = None
 
 
+def capacity_search(
+    on: bool, slo_ttft: float | None, slo_tpot: float | None, goodput: float
+) -> Capacity | None:
+    """The ``--capacity`` search the options ask for, or None; UsageError if they disagree."""
+    if not on:
+        if slo_ttft is not None or slo_tpot is not None:
+            raise UsageError("--slo-ttft and --slo-tpot apply to --capacity")
+        return None
+    if slo_ttft is None or slo_tpot is None:
+        raise UsageError("--capacity needs --slo-ttft and --slo-tpot")
+    if not 0 < goodput <= 1:
+        raise UsageError(f"--goodput must be in (0, 1], not {goodput}")
+    return Capacity(slo_ttft, slo_tpot, goodput)
+
+
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
     grid: dict[str, list[str]] = {}
     for item in items:
@@ -80,6 +95,8 @@ def load_spec(path: str, req: SweepRequest) -> SweepRequest:
 
 def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
     """Run the sweep, write one JSON line per point; returns how many points failed."""
+    if req.jobs is not None and req.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, not {req.jobs}")
     plan = Plan(req.workloads, req.policies, parse_grid(req.grid), req.cost, req.capacity)
     todo = points(plan)
     bar = ProgressBar(err, "sweeping", len(todo), "{task.completed} points")
