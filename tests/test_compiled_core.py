@@ -6,6 +6,7 @@ back to pure Python fails here instead of passing slowly.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -128,13 +129,27 @@ def test_a_package_never_compiled_says_so(tmp_path: Path, monkeypatch: pytest.Mo
     assert _compiled._why_pure(copy_sources(tmp_path)) == "not compiled at install"
 
 
-def test_a_stale_core_is_a_warning_on_every_command(monkeypatch: pytest.MonkeyPatch) -> None:
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_stale_core_is_a_warning_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schedcli.app import cli
+
+    monkeypatch.setattr(cli, "CORE_IS_STALE", True)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    cli._warn_if_stale()
+    assert terminal.getvalue().startswith(f"schedcli: warning: {_compiled.STALE}")
+
+
+def test_a_stale_core_says_nothing_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
     from schedcli.app import cli
 
     monkeypatch.setattr(cli, "CORE_IS_STALE", True)
     r = run_in_process("policies")
-    assert r.returncode == 0
-    assert r.stderr.decode().startswith(f"schedcli: warning: {_compiled.STALE}")
+    assert r.returncode == 0 and r.stderr == b""
 
 
 def test_the_version_names_the_core_in_use() -> None:

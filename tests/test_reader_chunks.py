@@ -136,9 +136,7 @@ LINES = st.sampled_from(
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(LINES, min_size=1, max_size=60), st.integers(1, 300))
-def test_any_trace_reads_the_same_in_small_reads_as_in_one(
-    lines: list[bytes], size: int
-) -> None:
+def test_any_trace_reads_the_same_in_small_reads_as_in_one(lines: list[bytes], size: int) -> None:
     data = b'{"op":"clear"}\n' + b"\n".join(lines) + b"\n"
     assert read_all(data, size) == read_all(data, 1 << 20)
     assert read_strictly(data, size) == read_strictly(data, 1 << 20)

@@ -852,11 +852,17 @@ def _silence_stdout() -> None:
         pass
 
 
+def _warn_if_stale() -> None:
+    """An edited checkout runs pure Python until rebuilt: same answers, slower. Said on a
+    terminal, where someone may wonder at the speed; pipes and tests see no difference."""
+    if CORE_IS_STALE and sys.stderr.isatty():
+        print(f"schedcli: warning: {STALE}; running pure Python meanwhile", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place exceptions become messages and exit codes."""
     interrupt.install()
-    if CORE_IS_STALE:  # an edited checkout: right answers, at pure-Python speed
-        print(f"schedcli: warning: {STALE}; running pure Python meanwhile", file=sys.stderr)
+    _warn_if_stale()
     try:
         code = app(args=argv, prog_name="schedcli", standalone_mode=False)
         if isinstance(code, int) and code:

@@ -1,7 +1,9 @@
 """Trace format v1: a streaming, validating reader (docs/trace-format.md).
 
-Each line is decoded straight into the structs of schema.py; a line they refuse is
-parsed again only to explain why, in the schema's own terms.
+A read's worth of lines is decoded at once, straight into the structs of schema.py. A read
+with any problem in it is decoded again line by line, and a line the structs refuse is
+parsed once more only to explain why, in the schema's own terms: the errors and their line
+numbers are the same whichever way a trace arrives.
 """
 
 from __future__ import annotations
