@@ -126,21 +126,9 @@ def _given(s: Submit, name: str) -> bool:
 
 def to_event(s: schema.EventStruct, line: int) -> Event:
     if type(s) is Submit:
-        if s.tasks is None and s.size is not None and s.tokens is None and s.kind is not None:
-            # The common line, one task written inline, without the general checks.
-            tid, sid = s.tid, s.sid
-            if tid is not None and sid is not None:
-                task = Task(
-                    tid,
-                    sid,
-                    KINDS[s.kind],
-                    s.size,
-                    position=s.position,
-                    produce_output=s.produce_output,
-                    priority=s.priority,
-                    meta=s.meta,
-                )
-                return Event("submit", line, s.step, s.t, tasks=[task])
+        plain = _plain_submit(astuple(s), line)
+        if plain is not None:
+            return plain
         meta = s.meta if s.tasks is not None else None  # inline, meta is the task's
         return Event("submit", line, s.step, s.t, tasks=_submit_tasks(s), meta=meta)
     if type(s) is GetWork:
