@@ -15,26 +15,40 @@ _ARRIVAL_BITS: Final = 64
 _ARRIVAL_MASK: Final = (1 << _ARRIVAL_BITS) - 1
 
 
+def _arrival(entry: int) -> int:
+    # Below 2**62 the key is 0 and the entry is the arrival: no big-int arithmetic.
+    return entry & _ARRIVAL_MASK if entry >> 62 else entry
+
+
 class OrderedQueue:
     """Queued tasks in (key, arrival) order, removable by session in O(session).
 
-    Entries taken out of the heap but not dispatched are put back with their original
-    (key, arrival), so a task that waits never loses its place. A task's key is raised
-    to that of its session's previous queued task, so keys never reorder a session.
+    While every key is 0 the order is arrival order, which ``_live`` keeps by itself: a
+    pass walks it, and nothing taken out is put back. The first nonzero key builds a heap
+    of entries, and from then on entries taken out of the heap but not dispatched are put
+    back with their original (key, arrival), so a task that waits never loses its place.
+    A task's key is raised to that of its session's previous queued task, so keys never
+    reorder a session.
+
+    A pass is ``pop`` until None or enough, ``taken`` for each task dispatched, and
+    ``put_back`` of the rest, which ends it; nothing is pushed during a pass.
     """
 
     def __init__(self) -> None:
-        self._heap: list[int] = []
         self._live: dict[int, Task] = {}
         # sid -> {arrival: key}, in arrival order; a dict so removal is O(1).
         self._of_session: dict[Id, dict[int, int]] = {}
         self._arrivals = 0
-        # Whether any queued key was ever nonzero: until then raising a key to its
-        # session's last one changes nothing and is skipped (fcfs never sets one).
-        self._keyed = False
+        # None until a key is nonzero (fcfs never sets one): raising a key to its
+        # session's last one changes nothing until then, and arrival order needs no heap.
+        self._heap: list[int] | None = None
+        # The unkeyed pass: where it has got to in _live, and the arrivals it took, which
+        # leave _live when it ends (a dict cannot shrink while it is walked).
+        self._cursor: Iterator[tuple[int, Task]] | None = None
+        self._gone: list[int] = []
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._live) - len(self._gone)
 
     def count(self, sid: Id) -> int:
         return len(self._of_session.get(sid, ()))
@@ -46,25 +60,34 @@ class OrderedQueue:
     def push(self, task: Task, key: int = 0) -> None:
         arrival = self._arrivals
         self._arrivals += 1
+        heap = self._heap
         mine = self._of_session.get(task.sid)
         if mine is None:
             mine = self._of_session[task.sid] = {}
-        elif self._keyed:
+        elif heap is not None:
             key = max(key, next(reversed(mine.values())))
         elif key < 0:
             key = 0  # the last key of the session, like every key so far
-        if key:
-            self._keyed = True
-        heapq.heappush(self._heap, (key << _ARRIVAL_BITS) + arrival)
+        if heap is None and key:
+            heap = self._heap = list(self._live)  # arrivals in order: already a heap
+        if heap is not None:
+            heapq.heappush(heap, (key << _ARRIVAL_BITS) + arrival)
         self._live[arrival] = task
         mine[arrival] = key
 
     def pop(self) -> tuple[int, Task] | None:
-        """The next live entry, taken out of the heap (put it back or ``taken`` it)."""
+        """The next live entry of the pass (put it back or ``taken`` it)."""
         heap, live = self._heap, self._live
+        if heap is None:
+            cursor = self._cursor
+            if cursor is None:
+                cursor = self._cursor = iter(live.items())
+            for item in cursor:
+                return item
+            return None
         while heap:
             entry = heapq.heappop(heap)
-            t = live.get(entry & _ARRIVAL_MASK)
+            t = live.get(_arrival(entry))
             if t is not None:
                 return entry, t
         return None
@@ -72,16 +95,28 @@ class OrderedQueue:
     def is_oldest(self, entry: int, task: Task) -> bool:
         """Whether no earlier task of the same session is still queued."""
         for oldest in self._of_session[task.sid]:  # compiled, a loop beats next(iter(...))
-            return oldest == entry & _ARRIVAL_MASK
+            return oldest == _arrival(entry)
         return False
 
     def put_back(self, entries: list[int]) -> None:
+        """End the pass: ``entries``, popped and not taken, keep their places."""
+        heap = self._heap
+        if heap is None:
+            live = self._live
+            for arrival in self._gone:
+                del live[arrival]
+            self._gone.clear()
+            self._cursor = None
+            return
         for entry in entries:
-            heapq.heappush(self._heap, entry)
+            heapq.heappush(heap, entry)
 
     def taken(self, entry: int, task: Task) -> None:
-        arrival = entry & _ARRIVAL_MASK
-        del self._live[arrival]
+        arrival = _arrival(entry)
+        if self._heap is None:
+            self._gone.append(arrival)
+        else:
+            del self._live[arrival]
         mine = self._of_session[task.sid]
         del mine[arrival]
         if not mine:
@@ -96,7 +131,8 @@ class OrderedQueue:
         return [live.pop(a) for a in arrivals]
 
     def clear(self) -> None:
-        self._heap.clear()
+        if self._heap is not None:
+            self._heap.clear()
         self._live.clear()
         self._of_session.clear()
 
@@ -152,42 +188,44 @@ def take_in_order(
     blocked: set[Id] = set()
     blocked_total = 0
     stop: tuple[str, str] | None = None
-    while len(taken) < cap and len(queue) > blocked_total:
-        item = queue.pop()
-        if item is None:
-            break
-        entry, t = item
-        sid = t.sid
-        if not queue.is_oldest(entry, t):
-            # A session's tasks leave in its submission order, whatever their keys:
-            # this one waits for the older one, which is still to come.
-            waiting.append(entry)
-            if why is not None:
-                why[id(t)] = ("behind_own_task", "an earlier task of its session is queued")
-            continue
-        if sid in blocked or not sessions.allows(t):
-            waiting.append(entry)
-            if why is not None:
-                why[id(t)] = (
-                    ("behind_own_task", "an earlier task of its session waits")
-                    if sid in blocked
-                    else ("session_rule", "its session has a decode or an output in this batch")
-                )
-            if sid not in blocked:
-                blocked.add(sid)
-                blocked_total += queue.count(sid)
-            continue
-        if t.size > budget - spent:
-            waiting.append(entry)
-            if why is not None:
-                why[id(t)] = ("no_room", f"{t.size} tokens, {budget - spent} left")
-                stop = ("head_of_line", f"task {show_id(t.tid)} ahead of it did not fit")
-            break
-        queue.taken(entry, t)
-        taken.append(t)
-        sessions.add(t)
-        spent += t.size
-    queue.put_back(waiting)
+    try:
+        while len(taken) < cap and len(queue) > blocked_total:
+            item = queue.pop()
+            if item is None:
+                break
+            entry, t = item
+            sid = t.sid
+            if not queue.is_oldest(entry, t):
+                # A session's tasks leave in its submission order, whatever their keys:
+                # this one waits for the older one, which is still to come.
+                waiting.append(entry)
+                if why is not None:
+                    why[id(t)] = ("behind_own_task", "an earlier task of its session is queued")
+                continue
+            if sid in blocked or not sessions.allows(t):
+                waiting.append(entry)
+                if why is not None:
+                    why[id(t)] = (
+                        ("behind_own_task", "an earlier task of its session waits")
+                        if sid in blocked
+                        else ("session_rule", "its session has a decode or an output in this batch")
+                    )
+                if sid not in blocked:
+                    blocked.add(sid)
+                    blocked_total += queue.count(sid)
+                continue
+            if t.size > budget - spent:
+                waiting.append(entry)
+                if why is not None:
+                    why[id(t)] = ("no_room", f"{t.size} tokens, {budget - spent} left")
+                    stop = ("head_of_line", f"task {show_id(t.tid)} ahead of it did not fit")
+                break
+            queue.taken(entry, t)
+            taken.append(t)
+            sessions.add(t)
+            spent += t.size
+    finally:
+        queue.put_back(waiting)  # ends the pass, however it ends
     if why is not None:
         if stop is None:
             stop = (cap_code, f"{cap} were already taken")
