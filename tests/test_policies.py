@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES, Task, build_policy
 from schedcli.policies import (
@@ -166,3 +168,47 @@ def test_fair_lets_a_smaller_task_through_when_the_lowest_does_not_fit() -> None
     s.submit([pf(3, "c", 2)])
     assert ids(s.get_work()) == [1, 3]
     assert ids(s.get_work()) == [2]
+
+
+# Each op: ("submit", sid, kind, size, priority step), ("get_work",) or ("cancel", sid).
+_queue_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("submit"),
+            st.integers(1, 5),
+            st.sampled_from(["prefill", "decode"]),
+            st.integers(1, 4),
+            st.integers(0, 2),
+        ),
+        st.tuples(st.just("get_work")),
+        st.tuples(st.just("cancel"), st.integers(1, 5)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_queue_ops, start=st.integers(-3, 3))
+def test_priority_batches_like_fcfs_when_priorities_never_decrease(
+    ops: list[tuple[object, ...]], start: int
+) -> None:
+    """A priority order that agrees with arrival order is FCFS, batch for batch: whether
+    every priority is 0 (no heap), one value throughout, or rising from 0 mid-stream."""
+    params = {"max_batch_tokens": 6, "max_num_seqs": 4, "max_prefill_chunk_size": 4}
+    fcfs, prio = FcfsScheduler(**params), PriorityScheduler(**params)
+    priority, tid = start, 0
+    for op in ops:
+        if op[0] == "submit":
+            _, sid, kind, size, rise = op
+            tid += 1
+            priority += rise  # type: ignore[operator]
+            size = 1 if kind == "decode" else size
+            a = fcfs.submit([Task(tid, sid, kind, size)])  # type: ignore[arg-type]
+            b = prio.submit([Task(tid, sid, kind, size, priority=priority)])  # type: ignore[arg-type]
+            assert a == b
+        elif op[0] == "get_work":
+            assert ids(prio.get_work()) == ids(fcfs.get_work())
+        else:
+            assert ids(prio.cancel(op[1])) == ids(fcfs.cancel(op[1]))  # type: ignore[arg-type]
+    while fcfs.has_work() or prio.has_work():
+        assert ids(prio.get_work()) == ids(fcfs.get_work())
