@@ -63,7 +63,7 @@ class Totals:
 
 
 class Ledger:
-    """tid -> accepted task not yet returned, in acceptance order; counts per session.
+    """tid -> accepted task not yet returned, in acceptance order.
 
     ``broken(message)`` builds the error to raise, located where the replay is;
     ``warn(message)`` reports a session-rule break the policy declared it makes.
@@ -78,21 +78,30 @@ class Ledger:
         two_outputs_fatal: bool = True,
     ) -> None:
         self.queued: dict[Id, Task] = {}
-        self.per_session: dict[Id, int] = {}
         self.budget = budget
         self._broken = broken
         self._warn = warn
         self._two_outputs_fatal = two_outputs_fatal
+        # sid -> queued tasks, for the cancel check. Kept only once cancels have walked
+        # ``queued`` as many times over as tasks were accepted: a trace with few cancels
+        # never pays four dict operations a task for it, and one with many pays O(1).
+        self._per_session: dict[Id, int] | None = None
+        self._accepted = 0
+        self._walked = 0
 
     def __len__(self) -> int:
         return len(self.queued)
 
     def accept(self, tasks: list[Task]) -> None:
-        queued, per_session = self.queued, self.per_session
+        queued = self.queued
         for t in tasks:
             if queued.setdefault(t.tid, t) is not t:
                 raise self._broken(f"accepted tid {show_id(t.tid)} while it was queued")
-            per_session[t.sid] = per_session.get(t.sid, 0) + 1
+        self._accepted += len(tasks)
+        per_session = self._per_session
+        if per_session is not None:
+            for t in tasks:
+                per_session[t.sid] = per_session.get(t.sid, 0) + 1
 
     def take_back(self, t: Task, call: str) -> None:
         tid = t.tid
@@ -102,12 +111,8 @@ class Ledger:
                 "(returned twice, or never accepted)"
             )
         del self.queued[tid]
-        per_session = self.per_session
-        left = per_session[t.sid] - 1
-        if left:
-            per_session[t.sid] = left
-        else:
-            del per_session[t.sid]
+        if self._per_session is not None:
+            _count_out(self._per_session, t.sid)
 
     def cancelled(self, sid: Id, dropped: list[Task]) -> None:
         for t in dropped:
@@ -117,9 +122,25 @@ class Ledger:
                     f"{show_id(t.sid)}"
                 )
             self.take_back(t, "cancel")
-        left = self.per_session.get(sid)
+        left = self._queued_of(sid)
         if left:
             raise self._broken(f"cancel({show_id(sid)}) kept {left} of its queued tasks")
+
+    def _queued_of(self, sid: Id) -> int:
+        per_session = self._per_session
+        if per_session is None:
+            queued = self.queued
+            self._walked += len(queued)
+            if self._walked <= self._accepted:
+                left = 0
+                for t in queued.values():
+                    if t.sid == sid:
+                        left += 1
+                return left
+            per_session = self._per_session = {}
+            for t in queued.values():
+                per_session[t.sid] = per_session.get(t.sid, 0) + 1
+        return per_session.get(sid, 0)
 
     def cleared(self, dropped: list[Task]) -> None:
         for t in dropped:
@@ -129,10 +150,10 @@ class Ledger:
 
     def dispatched(self, batch: list[Task]) -> tuple[int, list[Record]]:
         """Take a batch back; returns its tokens and its dump entries. The hot loop."""
-        queued, per_session = self.queued, self.per_session
+        queued = self.queued
+        per_session = self._per_session
         tokens = 0
         entries = []
-        sessions: dict[Id, Task] = {}
         for t in batch:
             tid = t.tid
             held = queued.pop(tid, None)
@@ -143,22 +164,16 @@ class Ledger:
                     f"get_work returned task {show_id(tid)}, which is not queued "
                     "(returned twice, or never accepted)"
                 )
-            sid = t.sid
-            left = per_session[sid] - 1
-            if left:
-                per_session[sid] = left
-            else:
-                del per_session[sid]
-            prev = sessions.get(sid)
-            if prev is not None:
-                self._same_session(prev, t)
-            sessions[sid] = t
+            if per_session is not None:
+                _count_out(per_session, t.sid)
             tokens += t.size
             entries.append(
-                {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size}
+                {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size}
                 if t.meta is None
-                else {"tid": tid, "sid": sid, "kind": t.kind, "size": t.size, "meta": t.meta}
+                else {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}
             )
+        if len(batch) > 1 and len({t.sid for t in batch}) < len(batch):
+            self._check_sessions(batch)
         if self.budget is not None and tokens > self.budget:
             raise self._broken(f"a batch of {tokens} tokens exceeds its budget of {self.budget}")
         return tokens, entries
@@ -176,6 +191,15 @@ class Ledger:
                 f"{totals.cancelled} + queued {totals.queued}"
             )
 
+    def _check_sessions(self, batch: list[Task]) -> None:
+        """A batch holding a session twice: never with its decode, and one output at most."""
+        sessions: dict[Id, Task] = {}
+        for t in batch:
+            prev = sessions.get(t.sid)
+            if prev is not None:
+                self._same_session(prev, t)
+            sessions[t.sid] = t
+
     def _same_session(self, prev: Task, t: Task) -> None:
         if prev.kind is DECODE or t.kind is DECODE:
             raise self._broken(
@@ -186,3 +210,11 @@ class Ledger:
             if self._two_outputs_fatal:
                 raise self._broken(message)
             self._warn(message)
+
+
+def _count_out(per_session: dict[Id, int], sid: Id) -> None:
+    left = per_session[sid] - 1
+    if left:
+        per_session[sid] = left
+    else:
+        del per_session[sid]

@@ -1,0 +1,105 @@
+"""The engine's ledger: every answer of a policy checked against what it was given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedcli import Task
+from schedcli.engine.ledger import Ledger
+from schedcli.model.errors import InvariantError
+
+
+def _ledger(budget: int | None = None) -> Ledger:
+    return Ledger(InvariantError, lambda message: None, budget=budget)
+
+
+def _chunk(tid: int, sid: int) -> Task:
+    t = Task(tid, sid, "prefill", 1)
+    t.produce_output = False
+    return t
+
+
+def test_a_cancel_that_keeps_a_task_of_its_session_is_a_breach() -> None:
+    ledger = _ledger()
+    a, b, c = _chunk(1, 7), _chunk(2, 7), _chunk(3, 8)
+    ledger.accept([a, b, c])
+    with pytest.raises(InvariantError, match=r"cancel\(7\) kept 1 of its queued tasks"):
+        ledger.cancelled(7, [a])
+
+
+def test_a_kept_task_is_caught_after_thousands_of_cancels_too() -> None:
+    ledger = _ledger()
+    waiting = [_chunk(tid, 0) for tid in range(1, 51)]  # a queue the cancels must reckon with
+    ledger.accept(waiting)
+    for tid in range(100, 3100):
+        t = _chunk(tid, tid)
+        ledger.accept([t])
+        ledger.cancelled(tid, [t])
+    kept = _chunk(5000, 5000)
+    ledger.accept([kept, _chunk(5001, 5000)])
+    with pytest.raises(InvariantError, match=r"cancel\(5000\) kept 1 of its queued tasks"):
+        ledger.cancelled(5000, [kept])
+
+
+def test_a_batch_with_a_decode_beside_its_sessions_chunk_is_a_breach() -> None:
+    ledger = _ledger()
+    chunk, decode = _chunk(1, 4), Task(2, 4, "decode", 1)
+    ledger.accept([chunk, decode])
+    with pytest.raises(InvariantError, match="session 4 has a decode beside another"):
+        ledger.dispatched([chunk, decode])
+
+
+def test_a_batch_owing_a_session_two_outputs_is_a_breach() -> None:
+    ledger = _ledger()
+    a, b = Task(1, 4, "prefill", 2), Task(2, 4, "prefill", 2)
+    a.produce_output = b.produce_output = True
+    ledger.accept([a, b])
+    with pytest.raises(InvariantError, match="owes session 4 two outputs"):
+        ledger.dispatched([a, b])
+
+
+# Each op: accept a chunk of session s, dispatch the n oldest, or cancel session s
+# (keeping its newest task queued when the flag says so).
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("accept"), st.integers(0, 4)),
+        st.tuples(st.just("dispatch"), st.integers(1, 3)),
+        st.tuples(st.just("cancel"), st.integers(0, 4), st.booleans()),
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=_ops)
+def test_ledger_accepts_every_honest_answer_and_catches_a_kept_task_at_its_cancel(
+    ops: list[tuple[Any, ...]],
+) -> None:
+    ledger = _ledger()
+    queued: list[Task] = []
+    tid = 0
+    for op in ops:
+        if op[0] == "accept":
+            tid += 1
+            t = _chunk(tid, op[1])
+            ledger.accept([t])
+            queued.append(t)
+        elif op[0] == "dispatch":
+            batch, queued = queued[: op[1]], queued[op[1] :]
+            tokens, entries = ledger.dispatched(batch)
+            assert tokens == len(batch) and [e["tid"] for e in entries] == [t.tid for t in batch]
+        else:
+            _, sid, keep = op
+            mine = [t for t in queued if t.sid == sid]
+            dropped = mine[:-1] if keep and mine else mine
+            queued = [t for t in queued if t not in dropped]
+            if keep and mine:
+                with pytest.raises(InvariantError, match=f"cancel\\({sid}\\) kept 1 of"):
+                    ledger.cancelled(sid, dropped)
+                return
+            ledger.cancelled(sid, dropped)
+        assert list(ledger.queued.values()) == queued
