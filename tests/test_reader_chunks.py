@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedcli import InputError
-from schedcli.formats.trace import Event, TraceReader
+from schedcli.formats.trace import Event, TraceReader, as_event
 
 
 class Trickle(io.RawIOBase):
@@ -45,10 +45,19 @@ def shape(e: Event) -> tuple[Any, ...]:
 
 
 def read_all(data: bytes, size: int) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """Events and the problems ``validate`` would list, reading ``size`` bytes at a time."""
+    """Events and the problems ``validate`` would list, reading ``size`` bytes at a time.
+
+    Read as the replay reads them, in runs of lines in a row, whose events must carry
+    the line numbers their places in the run give them.
+    """
     errors: list[str] = []
     reader = TraceReader(Trickle(data, size), "t.jsonl", on_error=lambda e: errors.append(str(e)))
-    return [shape(e) for e in reader], errors
+    events = []
+    for first, items in reader.runs():
+        for i, item in enumerate(items):
+            assert isinstance(item, list) or item.line == first + i
+            events.append(as_event(item, first + i))
+    return [shape(e) for e in events], errors
 
 
 def read_strictly(data: bytes, size: int) -> tuple[list[tuple[Any, ...]], str | None]:
@@ -103,6 +112,31 @@ def test_a_step_going_backwards_deep_in_the_file_is_found_at_its_line() -> None:
     assert len(events) == 299
 
 
+def test_steps_going_backwards_twice_in_one_read_keep_every_later_line_number() -> None:
+    line = b'{"op":"submit","tid":%d,"sid":1,"kind":"decode","size":1,"step":%d}\n'
+    plain = b'{"op":"submit","tid":%d,"sid":1,"kind":"decode","size":1}\n'
+    data = (
+        b'{"op":"clear"}\n'
+        + b"".join(line % (i, 10 + i) for i in range(1, 6))
+        + line % (90, 1)
+        + plain % 91
+        + line % (92, 2)
+        + b"".join(plain % i for i in range(100, 105))
+    )
+    events, errors = read_all(data, 1 << 20)  # the first read goes line by line
+    later, later_errors = read_all(BODY + data, len(BODY))  # the second read is one chunk
+    assert later[400:] == [(e[0], e[1] + 400, *e[2:]) for e in events]
+    assert later_errors == [
+        "t.jsonl:407: step 1 goes backwards (line 406 had step 15)",
+        "t.jsonl:409: step 2 goes backwards (line 406 had step 15)",
+    ]
+    assert errors == [
+        "t.jsonl:7: step 1 goes backwards (line 6 had step 15)",
+        "t.jsonl:9: step 2 goes backwards (line 6 had step 15)",
+    ]
+    assert [e[1] for e in events][-6:] == [8, 10, 11, 12, 13, 14]
+
+
 @pytest.mark.parametrize("size", [1, 7, 64, 4096])
 def test_every_read_size_gives_the_same_answer(size: int) -> None:
     data = b"\xef\xbb\xbf" + BODY + b'{"op":"cancel","sid":3}'  # a BOM, no final newline
@@ -124,6 +158,8 @@ LINES = st.sampled_from(
         b'{"op":"get_work","expect":[1,"2"]}',
         b'{"op":"get_work","step":null}',
         b'{"op":"cancel","sid":1,"t":0.5}',
+        b'{"op":"cancel","sid":2,"step":5}',
+        b'{"op":"submit","tid":11,"sid":2,"kind":"decode","size":1,"step":2}',
         b'{"op":"clear"}',
         b'{"op":"nope"}',
         b"not json",

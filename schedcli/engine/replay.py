@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from ..formats.trace import Event
+from ..formats.trace import Event, Run, as_event
 from ..model.errors import CheckFailed, InvariantError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id
@@ -180,7 +180,9 @@ class Replayer(_Located):
     # --- one call each ------------------------------------------------------------------
 
     def submit(self, event: Event) -> None:
-        tasks = event.tasks or []
+        self._submit(event.tasks or [], event.line)
+
+    def _submit(self, tasks: list[Task], line: int) -> None:
         try:
             reason = self.policy.try_submit(tasks)
         except Exception as e:
@@ -196,7 +198,7 @@ class Replayer(_Located):
         totals.rejected_tasks += len(tasks)
         self.emit(
             {
-                "line": event.line,
+                "line": line,
                 "op": "submit",
                 "accepted": False,
                 "tids": [t.tid for t in tasks],
@@ -306,16 +308,24 @@ class Replayer(_Located):
         else:
             self.clear(event)
 
-    def run(self, events: Iterable[Event]) -> Totals:
-        """Replay every event, then close: the hot loop, ``feed`` inlined for submit."""
+    def run(self, runs: Iterable[Run]) -> Totals:
+        """Replay every line, then close: the hot loop, ``feed`` inlined for a submit
+        without a step (the step clock has nothing to do for it once it has started)."""
         clock = self.clock
         with few_collections():
-            for event in events:
-                if event.op == "submit" and event.step is None and clock.current is not None:
-                    self._line = event.line
-                    self.submit(event)
-                else:
-                    self.feed(event)
+            for line, items in runs:
+                for item in items:
+                    self._line = line
+                    if isinstance(item, list):
+                        if clock.current is None:
+                            self.feed(as_event(item, line))
+                        else:
+                            self._submit(item, line)
+                    elif item.op == "submit" and item.step is None and clock.current is not None:
+                        self._submit(item.tasks or [], line)
+                    else:
+                        self.feed(item)
+                    line += 1
         return self.close()
 
     def close(self) -> Totals:

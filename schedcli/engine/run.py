@@ -108,7 +108,7 @@ class OpenTrace:
 
     def run(self, engine: Replayer) -> Totals:
         """Replay every event of the trace through ``engine``, then finish."""
-        return engine.run(self.reader)
+        return engine.run(self.reader.runs())
 
 
 @contextmanager

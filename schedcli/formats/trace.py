@@ -75,6 +75,21 @@ class Event:
         self.expect = expect
 
 
+Line = Event | list[Task]
+"""A trace line as the reader hands it on: its event, or for the commonest line (a submit
+of one task with no step, t or meta) only the group to submit, which is all a replay needs."""
+
+Run = tuple[int, list[Line]]
+"""Lines in a row: the first's number and the lines, item ``i`` being line ``first + i``."""
+
+
+def as_event(item: Line, line: int) -> Event:
+    """The line as an event, whichever way the reader handed it on."""
+    if isinstance(item, list):
+        return Event("submit", line, None, None, tasks=item)
+    return item
+
+
 # --- from structs to events -------------------------------------------------------------
 
 
@@ -316,8 +331,9 @@ _T: Final = _SUBMIT_AT["t"]
 _META: Final = _SUBMIT_AT["meta"]
 
 
-def _plain_submit(v: tuple[Any, ...], line: int) -> Event | None:
-    """The common line, one task written inline with no tokens or meta; None otherwise."""
+def _plain_task(v: tuple[Any, ...]) -> Task | None:
+    """The task of the common line, one task written inline with no tokens or meta; None
+    for any other line."""
     if (
         v[_TASKS] is not None
         or v[_TOKENS] is not None
@@ -328,7 +344,7 @@ def _plain_submit(v: tuple[Any, ...], line: int) -> Event | None:
         or v[_SID] is None
     ):
         return None
-    task = Task(
+    return Task(
         v[_TID],
         v[_SID],
         KINDS[v[_KIND]],
@@ -337,6 +353,12 @@ def _plain_submit(v: tuple[Any, ...], line: int) -> Event | None:
         produce_output=v[_OUTPUT],
         priority=v[_PRIORITY],
     )
+
+
+def _plain_submit(v: tuple[Any, ...], line: int) -> Event | None:
+    task = _plain_task(v)
+    if task is None:
+        return None
     return Event("submit", line, v[_STEP], v[_T], tasks=[task])
 
 
@@ -354,38 +376,40 @@ def _plain_keys(v: tuple[Any, ...]) -> int:
     )
 
 
-def decode_chunk(first_line: int, body: bytes) -> list[Event] | None:
-    """Every line of a chunk of whole, non-blank lines at once; None when any line needs a
-    closer look (a refusal, a blank line, a repeated key), which the line-by-line path
-    then gives in the same words as always."""
+def decode_chunk(first_line: int, body: bytes) -> tuple[list[Line], bool] | None:
+    """Every line of a chunk of whole, non-blank lines at once, and whether any has a step;
+    None when any line needs a closer look (a refusal, a blank line, a repeated key), which
+    the line-by-line path then gives in the same words as always."""
     try:
         structs = event_decoder.decode_lines(body)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     if len(structs) != body.count(b"\n"):  # blank lines, which decode_lines skips
         return None
-    events: list[Event] = []
+    items: list[Line] = []
     keys = 0
-    line = first_line
+    stepped = False
     try:
         for st in structs:
-            event = None
             if type(st) is Submit:
                 v = astuple(st)
-                event = _plain_submit(v, line)
-                if event is not None:
-                    keys += _plain_keys(v)
-            if event is None:
-                keys += _expected_keys(st)
-                event = to_event(st, line)
-            events.append(event)
-            line += 1
+                if v[_STEP] is None and v[_T] is None:
+                    task = _plain_task(v)
+                    if task is not None:
+                        keys += _plain_keys(v)
+                        items.append([task])
+                        continue
+            keys += _expected_keys(st)
+            event = to_event(st, first_line + len(items))
+            if event.step is not None:
+                stepped = True
+            items.append(event)
     except LineError:
         return None
     # The chunk-wide form of check_duplicate_keys. Each key is followed by one colon, so
     # colons == keys decoded means no key repeats (nor any colon inside a string, which
     # sends the chunk to the exact check).
-    return events if body.count(b":") == keys else None
+    return (items, stepped) if body.count(b":") == keys else None
 
 
 class TraceReader:
@@ -444,23 +468,21 @@ class TraceReader:
                 self._fail(lineno, str(e))
             return
 
-    def _in_order(self, event: Event) -> bool:
-        """Steps never go backwards; an event whose step does is refused."""
+    def _step_problem(self, event: Event) -> str | None:
+        """Steps never go backwards: why the event's does, or None (and it is the latest)."""
         step = event.step
         if step is None:
-            return True
+            return None
         if step < self._last_step:
-            self._fail(
-                event.line,
+            return (
                 f"step {step} goes backwards (line {self._last_step_line} had step "
-                f"{self._last_step})",
+                f"{self._last_step})"
             )
-            return False
         self._last_step = step
         self._last_step_line = event.line
-        return True
+        return None
 
-    def _line_by_line(self, lines: list[tuple[int, bytes, bool]]) -> Iterator[Event]:
+    def _line_by_line(self, lines: list[tuple[int, bytes, bool]]) -> Iterator[Run]:
         for lineno, raw, complete in lines:
             try:
                 event = decode_event(raw, complete, lineno)
@@ -473,26 +495,51 @@ class TraceReader:
                 self._fail(lineno, str(e))
                 continue
             self._seen_event = True
-            if self._in_order(event):
-                yield event
+            problem = self._step_problem(event)
+            if problem is None:
+                yield lineno, [event]
+            else:
+                self._fail(lineno, problem)
 
-    def __iter__(self) -> Iterator[Event]:
-        # Each event is yielded before the next line's problem is raised, as if read alone.
+    def _in_order(self, first_line: int, items: list[Line]) -> Iterator[Run]:
+        """A decoded chunk with steps, cut around any event whose step goes backwards."""
+        start = 0
+        for i, item in enumerate(items):
+            if isinstance(item, Event):
+                problem = self._step_problem(item)
+                if problem is not None:
+                    if i > start:
+                        yield first_line + start, items[start:i]
+                    start = i + 1
+                    self._fail(item.line, problem)
+        if start < len(items):
+            yield first_line + start, items[start:]
+
+    def runs(self) -> Iterator[Run]:
+        """Every event, as runs of lines in a row (see ``Line``): the replay's fast path.
+
+        Each run is handed on before the next line's problem is raised, as if read alone.
+        """
         lines, self._first_lines = self._first_lines, []
         yield from self._line_by_line(lines)
         limit = self._max_line_bytes
         for first_line, body, complete in self._chunks:
-            events = None
+            decoded = None
             if complete and self._seen_event and len(body) <= limit:
-                events = decode_chunk(first_line, body)
-            if events is None:
+                decoded = decode_chunk(first_line, body)
+            if decoded is None:
                 yield from self._line_by_line(
                     lines_of(first_line, body, complete, self.name, limit)
                 )
-                continue
-            for event in events:
-                if self._in_order(event):
-                    yield event
+            elif decoded[1]:
+                yield from self._in_order(first_line, decoded[0])
+            else:
+                yield first_line, decoded[0]
+
+    def __iter__(self) -> Iterator[Event]:
+        for first_line, items in self.runs():
+            for i, item in enumerate(items):
+                yield as_event(item, first_line + i)
 
 
 @contextmanager
