@@ -25,6 +25,7 @@ from types import ModuleType
 COMPILED_MODULES = (
     "schedcli.model.task",
     "schedcli.model.scheduler",
+    "schedcli.model.tally",
     "schedcli.policies._queues",
     "schedcli.policies._decode_first_reference",
     "schedcli.policies.decode_first",

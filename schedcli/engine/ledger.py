@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.errors import InvariantError
+from ..model.tally import SessionTally
 from ..model.task import DECODE, Id, Task, show_id
 
 Record = dict[str, Any]
@@ -82,26 +83,18 @@ class Ledger:
         self._broken = broken
         self._warn = warn
         self._two_outputs_fatal = two_outputs_fatal
-        # sid -> queued tasks, for the cancel check. Kept only once cancels have walked
-        # ``queued`` as many times over as tasks were accepted: a trace with few cancels
-        # never pays four dict operations a task for it, and one with many pays O(1).
-        self._per_session: dict[Id, int] | None = None
-        self._accepted = 0
-        self._walked = 0
+        # Queued tasks per session, for the cancel check.
+        self._per_session = SessionTally()
 
     def __len__(self) -> int:
         return len(self.queued)
 
     def accept(self, tasks: list[Task]) -> None:
-        queued = self.queued
+        queued, per_session = self.queued, self._per_session
         for t in tasks:
             if queued.setdefault(t.tid, t) is not t:
                 raise self._broken(f"accepted tid {show_id(t.tid)} while it was queued")
-        self._accepted += len(tasks)
-        per_session = self._per_session
-        if per_session is not None:
-            for t in tasks:
-                per_session[t.sid] = per_session.get(t.sid, 0) + 1
+            per_session.add(t.sid)
 
     def take_back(self, t: Task, call: str) -> None:
         tid = t.tid
@@ -111,8 +104,7 @@ class Ledger:
                 "(returned twice, or never accepted)"
             )
         del self.queued[tid]
-        if self._per_session is not None:
-            _count_out(self._per_session, t.sid)
+        self._per_session.remove(t.sid)
 
     def cancelled(self, sid: Id, dropped: list[Task]) -> None:
         for t in dropped:
@@ -122,25 +114,9 @@ class Ledger:
                     f"{show_id(t.sid)}"
                 )
             self.take_back(t, "cancel")
-        left = self._queued_of(sid)
+        left = self._per_session.of(sid, self.queued.values())
         if left:
             raise self._broken(f"cancel({show_id(sid)}) kept {left} of its queued tasks")
-
-    def _queued_of(self, sid: Id) -> int:
-        per_session = self._per_session
-        if per_session is None:
-            queued = self.queued
-            self._walked += len(queued)
-            if self._walked <= self._accepted:
-                left = 0
-                for t in queued.values():
-                    if t.sid == sid:
-                        left += 1
-                return left
-            per_session = self._per_session = {}
-            for t in queued.values():
-                per_session[t.sid] = per_session.get(t.sid, 0) + 1
-        return per_session.get(sid, 0)
 
     def cleared(self, dropped: list[Task]) -> None:
         for t in dropped:
@@ -150,8 +126,7 @@ class Ledger:
 
     def dispatched(self, batch: list[Task]) -> tuple[int, list[Record]]:
         """Take a batch back; returns its tokens and its dump entries. The hot loop."""
-        queued = self.queued
-        per_session = self._per_session
+        queued, per_session = self.queued, self._per_session
         tokens = 0
         entries = []
         for t in batch:
@@ -164,8 +139,7 @@ class Ledger:
                     f"get_work returned task {show_id(tid)}, which is not queued "
                     "(returned twice, or never accepted)"
                 )
-            if per_session is not None:
-                _count_out(per_session, t.sid)
+            per_session.remove(t.sid)
             tokens += t.size
             entries.append(
                 {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size}
@@ -210,11 +184,3 @@ class Ledger:
             if self._two_outputs_fatal:
                 raise self._broken(message)
             self._warn(message)
-
-
-def _count_out(per_session: dict[Id, int], sid: Id) -> None:
-    left = per_session[sid] - 1
-    if left:
-        per_session[sid] = left
-    else:
-        del per_session[sid]

@@ -75,7 +75,8 @@ class Scheduler(ABC):
       its session.
     - ``cancel(sid)`` / ``clear()`` drop queued tasks and return them, marked cancelled.
       Tasks already handed out belong to the caller and are never returned again.
-    - Every method is safe to call from any thread.
+    - Every method is safe to call from any thread, until the caller promises otherwise
+      with ``confine_to_one_thread``.
     """
 
     name: ClassVar[str] = ""
@@ -123,6 +124,12 @@ class Scheduler(ABC):
     def prefill_chunk_limit(self) -> int | None:
         """The largest prefill chunk the policy admits, if it has a limit (a runner splits
         prompts to fit it)."""
+        return None
+
+    def confine_to_one_thread(self) -> None:
+        """The caller's promise that from now on only the thread calling this uses the
+        scheduler (a replay drives the policy it built, alone). A policy may then skip its
+        locking; the default ignores the promise."""
         return None
 
     def left_behind(self) -> list[tuple[Task, str, str]] | None:
@@ -194,6 +201,9 @@ class QueueScheduler(Scheduler):
         if "max_prefill_chunk_size" in params:
             self._limit_chunks(params["max_prefill_chunk_size"], "max_prefill_chunk_size")
         self._lock = threading.Lock()
+        # False once confined to one thread: the hot calls then skip the lock, which
+        # costs more than many a policy's whole answer.
+        self._locking = True
         # tid -> the queued task, in submission order. Membership is what
         # "queued" means; clear() returns these values in this order.
         self._queued: dict[Id, Task] = {}
@@ -267,35 +277,50 @@ class QueueScheduler(Scheduler):
                 seen.add(tid)
         return None
 
+    def confine_to_one_thread(self) -> None:
+        self._locking = False
+
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         group = tasks if isinstance(tasks, list) else list(tasks)
+        if not self._locking:
+            return self._admit(group)
         # acquire/release rather than ``with``: compiled, about 0.1 µs less a call.
         self._lock.acquire()
         try:
-            reason = self._admission_problem(group)
-            if reason is not None:
-                return reason
-            settle_outputs(group)
-            queued = self._queued
-            for t in group:
-                t.cancelled = False
-                queued[t.tid] = t
-                self.enqueue(t)
-            return None
+            return self._admit(group)
         finally:
             self._lock.release()
 
+    def _admit(self, group: list[Task]) -> str | None:
+        reason = self._admission_problem(group)
+        if reason is not None:
+            return reason
+        settle_outputs(group)
+        queued = self._queued
+        for t in group:
+            t.cancelled = False
+            queued[t.tid] = t
+            self.enqueue(t)
+        return None
+
     def has_work(self) -> bool:
+        if not self._locking:
+            return bool(self._queued)
         with self._lock:
             return bool(self._queued)
 
     def get_work(self) -> list[Task]:
+        if not self._locking:
+            return self._take()
         with self._lock:
-            batch = self.take_batch()
-            queued = self._queued
-            for t in batch:
-                del queued[t.tid]
-            return batch
+            return self._take()
+
+    def _take(self) -> list[Task]:
+        batch = self.take_batch()
+        queued = self._queued
+        for t in batch:
+            del queued[t.tid]
+        return batch
 
     def cancel(self, sid: Id) -> list[Task]:
         with self._lock:

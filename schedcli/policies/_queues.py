@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from ..model.tally import SessionTally
 from ..model.task import DECODE, Id, Task, show_id
 
 # An entry is one int, key * 2**64 + arrival: it orders as the pair (key, arrival) for any
@@ -239,15 +240,15 @@ def take_in_order(
 
 
 class DecodeQueue:
-    """Queued decodes in arrival order, with a count per session for cheap cancels."""
+    """Queued decodes in arrival order, with a tally per session for cheap cancels."""
 
     def __init__(self) -> None:
         self._queue: deque[Task] = deque()
-        self._of_session: dict[Id, int] = {}
+        self._of_session = SessionTally()
 
     def push(self, task: Task) -> None:
         self._queue.append(task)
-        self._of_session[task.sid] = self._of_session.get(task.sid, 0) + 1
+        self._of_session.add(task.sid)
 
     def __iter__(self) -> Iterator[Task]:
         return iter(self._queue)
@@ -259,7 +260,7 @@ class DecodeQueue:
         A session's second decode is passed over and goes back to the head in arrival
         order, so it still leads the queue next time.
         """
-        queue, counts = self._queue, self._of_session
+        queue, tally = self._queue, self._of_session
         deferred: list[Task] = []
         n = 0
         while n < cap and queue:
@@ -271,20 +272,17 @@ class DecodeQueue:
             decoding[sid] = t.tid
             taken.append(t)
             n += 1
-            left = counts[sid] - 1
-            if left:
-                counts[sid] = left
-            else:
-                del counts[sid]
+            tally.remove(sid)
         queue.extendleft(reversed(deferred))
 
     def remove_session(self, sid: Id) -> list[Task]:
-        """The session's decodes, in arrival order; O(queue) only if it has any."""
-        if sid not in self._of_session:
+        """The session's decodes, in arrival order."""
+        if not self._of_session.of(sid, self._queue):
             return []
         dropped = [t for t in self._queue if t.sid == sid]
         self._queue = deque(t for t in self._queue if t.sid != sid)
-        del self._of_session[sid]
+        for _ in dropped:
+            self._of_session.remove(sid)
         return dropped
 
     def clear(self) -> None:
