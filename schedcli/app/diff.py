@@ -190,7 +190,7 @@ def diff_trace(
             drain=drain,
             observer=metrics_b,
         )
-        run_in_lockstep(ta.reader, side_a, side_b, aligner.settle)
+        run_in_lockstep(ta.reader.runs(), side_a, side_b, aligner.settle)
         aligner.settle(final=True)
         result.summaries = (metrics_a.summary(), metrics_b.summary())
         return result

@@ -1,10 +1,10 @@
-"""Two replays of one trace, event by event: how ``diff`` compares two policies."""
+"""Two replays of one trace, line by line: how ``diff`` compares two policies."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..formats.trace import Event
+from ..formats.trace import Event, Line, Run
 from .replay import Replayer, few_collections
 
 
@@ -16,16 +16,26 @@ def clone(event: Event) -> Event:
     return Event(event.op, event.line, event.step, event.t, tasks=tasks, expect=event.expect)
 
 
+def twin(item: Line) -> Line:
+    """The same line with its own task objects (see ``clone``)."""
+    if isinstance(item, list):
+        return [t.copy() for t in item]
+    return clone(item)
+
+
 def run_in_lockstep(
-    events: Iterable[Event], a: Replayer, b: Replayer, after_each: Callable[[], None]
+    runs: Iterable[Run], a: Replayer, b: Replayer, after_each: Callable[[], None]
 ) -> None:
-    """Feed every event to ``a`` and a copy of it to ``b``, then close both; ``after_each``
-    runs after each event, while both sides' records are still fresh."""
+    """Feed every line to ``a`` and a copy of it to ``b``, then close both; ``after_each``
+    runs after each run of lines, so what both sides emitted is compared as it comes and
+    held no longer than a read's worth of lines."""
     with few_collections():
-        for event in events:
-            twin = clone(event)
-            a.feed(event)
-            b.feed(twin)
+        for line, items in runs:
+            for item in items:
+                copy = twin(item)
+                a.apply(item, line)
+                b.apply(copy, line)
+                line += 1
             after_each()
     a.close()
     b.close()

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.task import Id, Task, id_key
+from ..model.task import Id, Task
 
 
 def jain_index(values: Iterable[float]) -> float | None:
@@ -52,8 +52,11 @@ class StepMetrics:
         self.budget = budget
         # False when only dispatches are seen (a dump): waits cannot be known.
         self.waits_known = waits_known
-        self._submitted: dict[int, int] = {}  # id(task) -> step it was accepted before
-        self._sessions: dict[tuple[type, Id], _Session] = {}  # by id_key(sid)
+        # tid -> the step a queued task was accepted before (a tid is unique among queued
+        # tasks: the ledger sees to it before an observer hears of one).
+        self._submitted: dict[Id, int] = {}
+        # By sid: ids are ints and strings only, so 1 and "1" are two keys.
+        self._sessions: dict[Id, _Session] = {}
         self.steps = 0
         self.last_step = -1
         self.tokens = 0
@@ -67,15 +70,14 @@ class StepMetrics:
         self.dropped_count = 0
 
     def _session(self, sid: Id) -> _Session:
-        key: Any = id_key(sid)
-        s = self._sessions.get(key)
+        s = self._sessions.get(sid)
         if s is None:
-            s = self._sessions[key] = _Session()
+            s = self._sessions[sid] = _Session()
         return s
 
     def accepted(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
-            self._submitted[id(t)] = step
+            self._submitted[t.tid] = step
             self._session(t.sid).pending += 1
 
     def dispatched(self, batch: list[Task], step: int) -> None:
@@ -83,7 +85,7 @@ class StepMetrics:
         self.last_step = step
         tokens = 0
         for t in batch:
-            submitted = self._submitted.pop(id(t), step)
+            submitted = self._submitted.pop(t.tid, step)
             wait = step - submitted
             self.wait_sum += wait
             if wait > self.wait_max or self.longest_wait is None:
@@ -105,16 +107,16 @@ class StepMetrics:
 
     def dropped(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
-            self._submitted.pop(id(t), None)
+            self._submitted.pop(t.tid, None)
             self._session(t.sid).pending -= 1
         self.dropped_count += len(tasks)
 
     def worst_session(self) -> Id | None:
         """The served session with the longest mean wait (the first of equals)."""
         worst: tuple[float, Id] | None = None
-        for key, s in self._sessions.items():
+        for sid, s in self._sessions.items():
             if s.dispatched and (worst is None or s.wait_sum / s.dispatched > worst[0]):
-                worst = (s.wait_sum / s.dispatched, key[1])
+                worst = (s.wait_sum / s.dispatched, sid)
         return worst[1] if worst is not None else None
 
     def _longest(self) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from ..formats.trace import Event, Run, as_event
+from ..formats.trace import Event, Line, Run, as_event
 from ..model.errors import CheckFailed, InvariantError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id
@@ -308,23 +308,27 @@ class Replayer(_Located):
         else:
             self.clear(event)
 
+    def apply(self, item: Line, line: int) -> None:
+        """One trace line as the reader hands it on: ``feed``, with a submit that has no
+        step taken straight to the policy once the step clock has started (the clock has
+        nothing to do for it)."""
+        self._line = line
+        if isinstance(item, list):
+            if self.clock.current is None:
+                self.feed(as_event(item, line))
+            else:
+                self._submit(item, line)
+        elif item.op == "submit" and item.step is None and self.clock.current is not None:
+            self._submit(item.tasks or [], line)
+        else:
+            self.feed(item)
+
     def run(self, runs: Iterable[Run]) -> Totals:
-        """Replay every line, then close: the hot loop, ``feed`` inlined for a submit
-        without a step (the step clock has nothing to do for it once it has started)."""
-        clock = self.clock
+        """Replay every line, then close."""
         with few_collections():
             for line, items in runs:
                 for item in items:
-                    self._line = line
-                    if isinstance(item, list):
-                        if clock.current is None:
-                            self.feed(as_event(item, line))
-                        else:
-                            self._submit(item, line)
-                    elif item.op == "submit" and item.step is None and clock.current is not None:
-                        self._submit(item.tasks or [], line)
-                    else:
-                        self.feed(item)
+                    self.apply(item, line)
                     line += 1
         return self.close()
 
