@@ -134,10 +134,19 @@ def _from_trace(
         with open_replay(path, policy=spec, params=params) as opened:
             run = Run(config_label(opened.policy_name, opened.params), opened.policy.token_budget)
             metrics = StepMetrics(run.budget)
+            decoded = [0]  # decode tokens (one a task) dispatched before this batch
 
-            def emit(record: dict[str, Any], run: Run = run) -> None:
+            def emit(
+                record: dict[str, Any],
+                run: Run = run,
+                m: StepMetrics = metrics,
+                decoded: list[int] = decoded,
+            ) -> None:
                 if "batch" in record:
-                    decode = sum(1 for e in record["batch"] if e["kind"] == "decode")
+                    # The observer has counted this batch already (it hears of a batch
+                    # before its record is emitted), so its decodes are the difference.
+                    decode = m.decode_tokens - decoded[0]
+                    decoded[0] = m.decode_tokens
                     step = record["step"]
                     run.bins.add(step, record["tokens"] - decode, decode, record["queued"])
 

@@ -62,7 +62,8 @@ def task_entry(t: Task) -> Record:
 
 
 class Observer(Protocol):
-    """Sees what the engine sees, with step numbers (metrics, timelines)."""
+    """Sees what the engine sees, with step numbers (metrics, timelines); it hears of a
+    batch before the batch's record is emitted."""
 
     def accepted(self, tasks: list[Task], step: int) -> None: ...
 
