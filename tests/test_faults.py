@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from bench.replay_bench import generate
 from schedcli import Task, policy_sources
 from schedcli.policies.registry import build_policy
-from tests.helpers import ROOT, TRACES, run_cli
+from tests.helpers import ROOT, TRACES, run_cli, run_process
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +142,32 @@ def test_producers_consumer_and_canceller_threads_lose_nothing(name: str) -> Non
     assert sorted(ids) == sorted(id(t) for t in accepted), "a task was lost"
     assert all(t.cancelled for t in cancelled + queued)
     assert len(cancelled) > 0 and len(dispatched) > 0
+
+
+def test_the_quick_exit_still_delivers_every_byte_to_stdout_and_to_o(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    generate(trace, 30_000)
+    whole = run_cli("replay", str(trace), "-f", "jsonl").stdout  # in process: no quick exit
+    out = tmp_path / "dump.jsonl"
+    with (tmp_path / "stdout.jsonl").open("wb") as stdout:
+        cmd = [sys.executable, "-m", "schedcli", "replay", str(trace), "-f", "jsonl"]
+        assert subprocess.run(cmd, stdout=stdout, cwd=ROOT, check=False).returncode == 0
+        assert subprocess.run([*cmd, "-o", str(out)], cwd=ROOT, check=False).returncode == 0
+    assert len(whole) > 1_000_000
+    assert (tmp_path / "stdout.jsonl").read_bytes() == whole
+    assert out.read_bytes() == whole
+
+
+def test_exit_hooks_a_plugin_registers_still_run(tmp_path: Path) -> None:
+    marker = tmp_path / "hook-ran"
+    (tmp_path / "hooked.py").write_text(
+        "import atexit\n"
+        "from tests.plugin_policies import OnePerBatch\n"
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+        "class Hooked(OnePerBatch):\n"
+        "    name = 'hooked'\n"
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    r = run_process("replay", str(TRACES / "rejections.jsonl"), "-p", "hooked:Hooked", env=env)
+    assert r.returncode == 0, r.stderr
+    assert marker.read_text() == "ran"

@@ -166,11 +166,13 @@ def open_binary(
 
 def numbered_chunks(
     stream: BinaryIO, name: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(first_line_number, body, complete)`` for each read's worth of whole lines.
+) -> Iterator[tuple[int, bytes, bool, int]]:
+    """Yield ``(first_line_number, body, complete, newlines)`` for each read's worth of
+    whole lines.
 
     ``body`` ends with the newline of its last line when ``complete``; the one exception is
-    the file's last line when it has no newline (``complete`` False). Line numbers are
+    the file's last line when it has no newline (``complete`` False). ``newlines`` counts
+    the lines that end in the body (counting once is a scan of the read). Line numbers are
     1-based and count every line. A byte-order mark at the start is dropped. A partial
     line longer than ``max_line_bytes`` is an error, found without holding more than
     ``max_line_bytes`` of it (plus one read) in memory; whole lines are the caller's to check.
@@ -204,8 +206,9 @@ def numbered_chunks(
                 rest = chunk[cut:]
                 parts = [rest] if rest else []
                 held = len(rest)
-                yield lineno, body, True
-                lineno += body.count(b"\n")
+                newlines = body.count(b"\n")
+                yield lineno, body, True, newlines
+                lineno += newlines
             else:
                 parts.append(chunk)
                 held += len(chunk)
@@ -213,7 +216,7 @@ def numbered_chunks(
                 raise _too_long(name, lineno, max_line_bytes)
         tail = b"".join(parts)
         if tail:
-            yield lineno, tail, False
+            yield lineno, tail, False, 0
     except (gzip.BadGzipFile, zlib.error) as e:
         raise InputError(name, lineno, f"corrupt gzip data: {e}") from None
     except EOFError:
@@ -248,7 +251,9 @@ def numbered_lines(
     """Yield ``(line_number, content, complete)`` for each non-blank line (see
     ``numbered_chunks`` and ``lines_of``); ``complete`` is False only for a last line with
     no newline."""
-    for first_line, body, complete in numbered_chunks(stream, name, max_line_bytes=max_line_bytes):
+    for first_line, body, complete, _ in numbered_chunks(
+        stream, name, max_line_bytes=max_line_bytes
+    ):
         yield from lines_of(first_line, body, complete, name, max_line_bytes)
 
 

@@ -231,8 +231,11 @@ def _keys_of(s: Struct) -> int:
 
     An undercount (an explicit null or priority 0) only sends the line to the exact check.
     """
-    values = msgspec.structs.astuple(s)
-    return len(values) - values.count(None) - (getattr(s, "priority", None) == 0)
+    values = astuple(s)
+    n = len(values) - values.count(None)
+    if isinstance(s, (Submit, TaskFields)) and s.priority == 0:
+        n -= 1
+    return n
 
 
 def _expected_keys(s: schema.EventStruct) -> int:
@@ -376,15 +379,16 @@ def _plain_keys(v: tuple[Any, ...]) -> int:
     )
 
 
-def decode_chunk(first_line: int, body: bytes) -> tuple[list[Line], bool] | None:
-    """Every line of a chunk of whole, non-blank lines at once, and whether any has a step;
+def decode_chunk(first_line: int, body: bytes, newlines: int) -> tuple[list[Line], bool] | None:
+    """Every line of a chunk of ``newlines`` whole, non-blank lines at once, and whether any
+    has a step;
     None when any line needs a closer look (a refusal, a blank line, a repeated key), which
     the line-by-line path then gives in the same words as always."""
     try:
         structs = event_decoder.decode_lines(body)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
-    if len(structs) != body.count(b"\n"):  # blank lines, which decode_lines skips
+    if len(structs) != newlines:  # blank lines, which decode_lines skips
         return None
     items: list[Line] = []
     keys = 0
@@ -449,7 +453,7 @@ class TraceReader:
 
     def _read_header(self) -> None:
         """The first non-blank line is the header if it has ``"schedcli"``."""
-        for first_line, body, complete in self._chunks:
+        for first_line, body, complete, _ in self._chunks:
             lines = lines_of(first_line, body, complete, self.name, self._max_line_bytes)
             if not lines:
                 continue
@@ -523,10 +527,10 @@ class TraceReader:
         lines, self._first_lines = self._first_lines, []
         yield from self._line_by_line(lines)
         limit = self._max_line_bytes
-        for first_line, body, complete in self._chunks:
+        for first_line, body, complete, newlines in self._chunks:
             decoded = None
             if complete and self._seen_event and len(body) <= limit:
-                decoded = decode_chunk(first_line, body)
+                decoded = decode_chunk(first_line, body, newlines)
             if decoded is None:
                 yield from self._line_by_line(
                     lines_of(first_line, body, complete, self.name, limit)

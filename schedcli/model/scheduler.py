@@ -250,7 +250,7 @@ class QueueScheduler(Scheduler):
     @abstractmethod
     def reset(self) -> None: ...
 
-    def _admission_problem(self, group: Sequence[Task]) -> str | None:
+    def _admission_problem(self, group: list[Task]) -> str | None:
         """The single place that decides whether a group is accepted, and why not."""
         queued = self._queued
         limit = self._chunk_limit

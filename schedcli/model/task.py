@@ -146,14 +146,15 @@ def settle_outputs(tasks: Sequence[Task]) -> None:
     A decode produces output; of a group's prefill chunks, the last chunk of each
     session does (a group is normally one prompt's chunks, so that is the last chunk).
     """
-    if len(tasks) == 1:  # the common group: a decode, or a prompt in one chunk
-        if tasks[0].produce_output is None:
-            tasks[0].produce_output = True
+    group = tasks if isinstance(tasks, list) else list(tasks)  # compiled, lists index fast
+    if len(group) == 1:  # the common group: a decode, or a prompt in one chunk
+        if group[0].produce_output is None:
+            group[0].produce_output = True
         return
     last_prefill: dict[Id, Task] = {}
-    for t in tasks:
+    for t in group:
         if t.kind is PREFILL:
             last_prefill[t.sid] = t
-    for t in tasks:
+    for t in group:
         if t.produce_output is None:
             t.produce_output = t.kind is DECODE or last_prefill.get(t.sid) is t
