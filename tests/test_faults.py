@@ -158,16 +158,19 @@ def test_the_quick_exit_still_delivers_every_byte_to_stdout_and_to_o(tmp_path: P
     assert out.read_bytes() == whole
 
 
-def test_exit_hooks_a_plugin_registers_still_run(tmp_path: Path) -> None:
-    marker = tmp_path / "hook-ran"
+def test_a_plugins_exit_hooks_and_unclosed_files_are_seen_to(tmp_path: Path) -> None:
+    hook, log = tmp_path / "hook-ran", tmp_path / "plugin.log"
     (tmp_path / "hooked.py").write_text(
         "import atexit\n"
         "from tests.plugin_policies import OnePerBatch\n"
-        f"atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+        f"atexit.register(lambda: open({str(hook)!r}, 'w').write('ran'))\n"
+        f"LOG = open({str(log)!r}, 'w')  # never closed: the teardown flushes it\n"
+        "LOG.write('loaded')\n"
         "class Hooked(OnePerBatch):\n"
         "    name = 'hooked'\n"
     )
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     r = run_process("replay", str(TRACES / "rejections.jsonl"), "-p", "hooked:Hooked", env=env)
     assert r.returncode == 0, r.stderr
-    assert marker.read_text() == "ran"
+    assert hook.read_text() == "ran"
+    assert log.read_text() == "loaded"

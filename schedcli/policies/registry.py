@@ -21,6 +21,16 @@ from . import BUILTIN_POLICIES
 ENTRY_POINT_GROUP = "schedcli.policies"
 
 
+# Plugins this process imported, or tried to (see plugin_imported).
+_imported: list[str] = []
+
+
+def plugin_imported() -> bool:
+    """Whether a plugin was imported: its objects may count on the interpreter's teardown
+    (a file closed when collected), so the command line then keeps it."""
+    return bool(_imported)
+
+
 @dataclass(frozen=True)
 class PolicySource:
     """Where a policy name comes from: a built-in class or an installed entry point."""
@@ -35,6 +45,7 @@ class PolicySource:
             return self.builtin
         assert self.entry_point is not None
         ep = self.entry_point
+        _imported.append(ep.value)
         try:
             obj = ep.load()
         except Exception as e:
@@ -94,6 +105,7 @@ def _import_class(spec: str) -> type[Scheduler]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UsageError(f"policy {spec!r}: an import string is 'package.module:ClassName'")
+    _imported.append(spec)
     try:
         module = _import_from_cwd_first(module_name)
     except Exception as e:
