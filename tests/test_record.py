@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import random
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from schedcli import BUILTIN_POLICIES, DecodeFirstScheduler, Task
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
-from tests.helpers import run_cli
+from tests.helpers import ROOT, run_cli
 
 
 def drive(rec: RecordingScheduler, producers: int = 4, per_producer: int = 200) -> None:
@@ -64,6 +66,37 @@ def test_a_recording_under_threads_replays_exactly(tmp_path: Path, policy: str) 
     assert r.returncode == 0, r.stderr.decode()
     end = orjson.loads(r.stdout.splitlines()[-1])["end"]
     assert end["accepted"] == end["dispatched"] + end["cancelled"] and end["queued"] == 0
+
+
+def test_flush_puts_every_call_so_far_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    with RecordingScheduler(DecodeFirstScheduler(), path) as rec:
+        for tid in range(1, 301):
+            rec.submit([Task(tid, tid % 7, "decode", 1)])
+        rec.get_work()
+        rec.flush()
+        lines = path.read_bytes().splitlines()
+        assert len(lines) == 1 + 300 + 1  # the header, the submits, the get_work
+        assert orjson.loads(lines[-1])["op"] == "get_work"
+
+
+def test_a_recording_never_closed_still_has_every_call_at_exit(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    script = (
+        "import sys\n"
+        "from schedcli import DecodeFirstScheduler, Task\n"
+        "from schedcli.record import RecordingScheduler\n"
+        "rec = RecordingScheduler(DecodeFirstScheduler(), sys.argv[1])\n"
+        "for tid in range(1, 2001):\n"
+        "    rec.submit([Task(tid, tid % 7, 'decode', 1)])\n"
+        "    if tid % 10 == 0:\n"
+        "        rec.get_work()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(path)], cwd=ROOT, check=False)
+    assert done.returncode == 0
+    r = run_cli("replay", str(path), "--check", "-f", "jsonl")
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(path.read_bytes().splitlines()) == 1 + 2000 + 200
 
 
 def test_a_rejected_submit_is_recorded_with_its_reason(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
     """Simulate, write the trace, timeline and metrics asked for, and show the summary."""
     to_stderr = req.summary_to_stderr()
     built = build_policy(req.policy, req.params or {})
-    built.confine_to_one_thread()  # the simulated runner is its only caller
+    built.promise_serial_calls()  # the simulated runner is its only caller
     label = built.name or req.policy
     declared = built.params()
     size = req.chunk_size or chunk_size_for(built)

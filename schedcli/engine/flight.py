@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from ..model.task import Id, id_key
+from ..model.task import Id
 
 Record = dict[str, Any]
 
@@ -20,9 +20,10 @@ class Window:
     def __init__(self, size: int) -> None:
         self.size = size
         self.events: deque[tuple[Record, list[Record] | None, list[Id]]] = deque()
-        # id_key(tid) -> (group number, task record), in submission order.
-        self.before: dict[tuple[type, Id], tuple[int, Record]] = {}
-        self._groups = itertools.count()
+        # tid -> (group number, task record), in submission order (ids are ints and
+        # strings only, so 1 and "1" are two keys).
+        self.before: dict[Id, tuple[int, Record]] = {}
+        self._groups = 0
 
     def add(self, event: Record, accepted: list[Record] | None, removed: list[Id]) -> None:
         """A call: the tasks it queued (a submit), or the tids it took out of the queue."""
@@ -30,11 +31,12 @@ class Window:
         if len(self.events) > self.size:
             _, old_accepted, old_removed = self.events.popleft()
             if old_accepted:
-                group = next(self._groups)
+                group = self._groups
+                self._groups += 1
                 for record in old_accepted:
-                    self.before[id_key(record["tid"])] = (group, record)
+                    self.before[record["tid"]] = (group, record)
             for tid in old_removed:
-                self.before.pop(id_key(tid), None)
+                self.before.pop(tid, None)
 
     def replayable(self) -> Iterator[Record]:
         """The tasks queued before the window, then the window's calls, as trace events."""

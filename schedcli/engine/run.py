@@ -70,7 +70,7 @@ def choose_policy(
         if header is not None and from_header and not params:
             raise InputError(trace_name, header.line, str(e)) from None
         raise
-    built.confine_to_one_thread()  # the replay's own policy: only its loop calls it
+    built.promise_serial_calls()  # the replay's own policy: only its loop calls it
     used = built.params() if built.PARAMS else merged
     return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
 

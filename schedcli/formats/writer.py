@@ -36,7 +36,7 @@ class JsonlWriter:
     """One JSON object a line, whole lines only: a stop signal waits for the line being
     written, so a stream cut short still ends at a record boundary."""
 
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes] | LineBuffer) -> None:
         self._write = out.write
         self.out = out
 
@@ -51,10 +51,36 @@ class JsonlWriter:
             raise_held()
 
 
+class LineBuffer:
+    """Whole lines gathered in memory and handed on in writes of about ``size`` bytes: one
+    call per many lines, where a buffered file takes a lock on every write. ``flush``
+    hands on what is gathered, then flushes ``out``. For streams its owner closes (it
+    must flush first); never split a line, so ``out`` ends on a line boundary."""
+
+    def __init__(self, out: IO[bytes], size: int = 1 << 16) -> None:
+        self.out = out
+        self._size = size
+        self._gathered = bytearray()
+
+    def write(self, data: bytes) -> int:
+        gathered = self._gathered
+        gathered += data
+        if len(gathered) >= self._size:
+            self.out.write(gathered)
+            gathered.clear()
+        return len(data)
+
+    def flush(self) -> None:
+        if self._gathered:
+            self.out.write(self._gathered)
+            self._gathered.clear()
+        self.out.flush()
+
+
 class TraceWriter:
     """Events as trace lines on ``out``."""
 
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes] | LineBuffer) -> None:
         self.out = out
         # An event already in the trace's shape (the recorder's hot path: one call).
         self.event = self._line = JsonlWriter(out)

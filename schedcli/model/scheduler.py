@@ -75,8 +75,8 @@ class Scheduler(ABC):
       its session.
     - ``cancel(sid)`` / ``clear()`` drop queued tasks and return them, marked cancelled.
       Tasks already handed out belong to the caller and are never returned again.
-    - Every method is safe to call from any thread, until the caller promises otherwise
-      with ``confine_to_one_thread``.
+    - Every method is safe to call from any thread, unless the caller has promised
+      otherwise with ``promise_serial_calls``.
     """
 
     name: ClassVar[str] = ""
@@ -126,10 +126,11 @@ class Scheduler(ABC):
         prompts to fit it)."""
         return None
 
-    def confine_to_one_thread(self) -> None:
-        """The caller's promise that from now on only the thread calling this uses the
-        scheduler (a replay drives the policy it built, alone). A policy may then skip its
-        locking; the default ignores the promise."""
+    def promise_serial_calls(self) -> None:
+        """The caller's promise that from now on no two calls to this scheduler overlap:
+        one thread uses it, or its callers hold a lock of the caller's own around every
+        call (a replay drives the policy it built alone; a recorder serializes its callers).
+        A policy may then skip its own locking; the default ignores the promise."""
         return None
 
     def left_behind(self) -> list[tuple[Task, str, str]] | None:
@@ -201,8 +202,8 @@ class QueueScheduler(Scheduler):
         if "max_prefill_chunk_size" in params:
             self._limit_chunks(params["max_prefill_chunk_size"], "max_prefill_chunk_size")
         self._lock = threading.Lock()
-        # False once confined to one thread: the hot calls then skip the lock, which
-        # costs more than many a policy's whole answer.
+        # False once calls are promised not to overlap: the hot calls then skip the lock,
+        # which costs more than many a policy's whole answer.
         self._locking = True
         # tid -> the queued task, in submission order. Membership is what
         # "queued" means; clear() returns these values in this order.
@@ -277,7 +278,7 @@ class QueueScheduler(Scheduler):
                 seen.add(tid)
         return None
 
-    def confine_to_one_thread(self) -> None:
+    def promise_serial_calls(self) -> None:
         self._locking = False
 
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
