@@ -100,7 +100,7 @@ class RecordingScheduler(Scheduler):
             if reason is not None:
                 event["meta"] = {"rejected": reason}
             if self._writer is not None:
-                self._writer.event(event)
+                self._writer.event.write(event)
             else:
                 self._emit(event, accepted=records if reason is None else None)
             return reason
@@ -125,7 +125,7 @@ class RecordingScheduler(Scheduler):
             else:
                 event = {"op": "get_work", "expect": expect}
             if self._writer is not None:
-                self._writer.event(event)
+                self._writer.event.write(event)
             else:
                 self._emit(event, removed=expect)
             return batch
@@ -258,7 +258,7 @@ class RecordingScheduler(Scheduler):
         removed: list[Id] | None = None,
     ) -> None:
         if self._writer is not None:
-            self._writer.event(event)
+            self._writer.event.write(event)
         else:
             assert self._window is not None
             self._window.add(event, accepted, removed or [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import orjson
 
@@ -16,6 +16,7 @@ from ..model.task import Id, Task
 from .interrupt import guard, raise_held
 
 FORMAT_VERSION = 1
+_NEWLINE: Final = orjson.OPT_APPEND_NEWLINE
 
 
 def task_record(t: Task, *, outputs: bool = False) -> dict[str, Any]:
@@ -39,15 +40,24 @@ class JsonlWriter:
     def __init__(self, out: IO[bytes] | LineBuffer) -> None:
         self._write = out.write
         self.out = out
+        # Held here, not looked up as module globals on every line (the hot path).
+        self._dumps = orjson.dumps
+        self._guard = guard
 
     def __call__(self, record: dict[str, Any]) -> None:
-        data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-        guard.writing = True
+        self.write(record)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """The same as calling the writer; compiled callers reach it without the generic
+        call path."""
+        data = self._dumps(record, None, _NEWLINE)
+        signals = self._guard
+        signals.writing = True
         try:
             self._write(data)
         finally:
-            guard.writing = False
-        if guard.held is not None:
+            signals.writing = False
+        if signals.held is not None:
             raise_held()
 
 
