@@ -381,9 +381,8 @@ def _plain_keys(v: tuple[Any, ...]) -> int:
 
 def decode_chunk(first_line: int, body: bytes, newlines: int) -> tuple[list[Line], bool] | None:
     """Every line of a chunk of ``newlines`` whole, non-blank lines at once, and whether any
-    has a step;
-    None when any line needs a closer look (a refusal, a blank line, a repeated key), which
-    the line-by-line path then gives in the same words as always."""
+    has a step; None when any line needs a closer look (a refusal, a blank line, a repeated
+    key), which the line-by-line path then gives in the same words as always."""
     try:
         structs = event_decoder.decode_lines(body)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
