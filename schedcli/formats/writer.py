@@ -63,9 +63,9 @@ class JsonlWriter:
 
 class LineBuffer:
     """Whole lines gathered in memory and handed on in writes of about ``size`` bytes: one
-    call per many lines, where a buffered file takes a lock on every write. ``flush``
-    hands on what is gathered, then flushes ``out``. For streams its owner closes (it
-    must flush first); never split a line, so ``out`` ends on a line boundary."""
+    call per many lines, where a buffered file takes a lock on every write. Only whole
+    lines are handed on, so ``out`` always ends on a line boundary. ``flush`` hands on
+    what is gathered, then flushes ``out``; the owner flushes before closing ``out``."""
 
     def __init__(self, out: IO[bytes], size: int = 1 << 16) -> None:
         self.out = out
