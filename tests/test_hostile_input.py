@@ -131,6 +131,14 @@ def test_nan_and_infinity_are_errors(tmp_path: Path, value: bytes) -> None:
     assert code == 2 and err.startswith(f"{p}:1: not valid JSON")
 
 
+def test_a_scalar_meta_replays(tmp_path: Path) -> None:
+    # meta is any JSON value; the key count once iterated a number (exit 4).
+    line = b'{"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4, "meta": 10}'
+    code, out, err, _ = replay_bytes(tmp_path, line + b"\n", "-f", "jsonl")
+    assert code == 0, err
+    assert b'"meta":10' in out
+
+
 def test_duplicate_keys_are_errors(tmp_path: Path) -> None:
     line = b'{"op": "submit", "tid": 1, "sid": 1, "sid": 2, "kind": "decode", "size": 1}\n'
     code, _, err, p = replay_bytes(tmp_path, line)

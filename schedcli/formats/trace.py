@@ -218,10 +218,13 @@ def _key_total(obj: Any) -> int:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise LineError(f"nested deeper than {MAX_DEPTH} levels")
-        is_dict = type(value) is dict
-        if is_dict:
+        if type(value) is dict:
             total += len(value)
-        inner = value.values() if is_dict else value
+            inner = value.values()
+        elif type(value) is list:
+            inner = value
+        else:
+            continue  # a scalar meta has no keys
         stack.extend((v, depth + 1) for v in inner if type(v) is dict or type(v) is list)
     return total
 
