@@ -145,9 +145,11 @@ class Model:
             # session's queued prefill chunks at the time.
             queued_chunks = [t for t in before.values() if t.sid == sid and not t.is_decode]
             taken_chunks = [t for t in mine if not t.is_decode]
-            assert [id(t) for t in taken_chunks] == [
-                id(t) for t in queued_chunks[: len(taken_chunks)]
-            ], f"session {sid!r} chunks out of submission order"
+            for taken, due in zip(taken_chunks, queued_chunks, strict=False):
+                assert taken is due, (
+                    f"get_work dispatched chunk {taken.tid!r} of session {sid!r} "
+                    f"before chunk {due.tid!r}, submitted ahead of it"
+                )
 
 
 def random_ops(rng: random.Random, n: int, *, max_size: int, tids: int, sids: int) -> list[Op]:

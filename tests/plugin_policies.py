@@ -130,3 +130,25 @@ class FirstFree(OnePerBatch):
                     rest.append(t)
             self._queue = rest
             return batch
+
+
+class NewestFirst(OnePerBatch):
+    """A broken policy: one task per batch, the newest first (a prompt's last chunk leaves
+    before its first)."""
+
+    name = "newest-first"
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            return [self._queue.pop()] if self._queue else []
+
+
+class WholeQueue(OnePerBatch):
+    """A broken policy when a session's outputs pile up: every queued task in one batch."""
+
+    name = "whole-queue"
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            batch, self._queue = self._queue, []
+            return batch

@@ -85,6 +85,9 @@ class Ledger:
         self._two_outputs_fatal = two_outputs_fatal
         # Queued tasks per session, for the cancel check.
         self._per_session = SessionTally()
+        # tid -> the chunk of its session submitted just before it in the same group,
+        # while both are queued: a chunk may not leave before the one ahead of it.
+        self._behind: dict[Id, Task] = {}
 
     def __len__(self) -> int:
         return len(self.queued)
@@ -95,6 +98,19 @@ class Ledger:
             if queued.setdefault(t.tid, t) is not t:
                 raise self._broken(f"accepted tid {show_id(t.tid)} while it was queued")
             per_session.add(t.sid)
+        if len(tasks) > 1:
+            self._chain(tasks)
+
+    def _chain(self, group: list[Task]) -> None:
+        """Remember, for each prefill chunk of a group, the chunk of its session before it."""
+        last: dict[Id, Task] = {}
+        for t in group:
+            if t.kind is DECODE:
+                continue
+            ahead = last.get(t.sid)
+            if ahead is not None:
+                self._behind[t.tid] = ahead
+            last[t.sid] = t
 
     def take_back(self, t: Task, call: str) -> None:
         tid = t.tid
@@ -105,6 +121,8 @@ class Ledger:
             )
         del self.queued[tid]
         self._per_session.remove(t.sid)
+        if self._behind:
+            self._behind.pop(tid, None)
 
     def cancelled(self, sid: Id, dropped: list[Task]) -> None:
         for t in dropped:
@@ -124,11 +142,12 @@ class Ledger:
         if self.queued:
             raise self._broken(f"clear() kept {len(self.queued)} queued tasks")
 
-    def dispatched(self, batch: list[Task]) -> tuple[int, list[Record]]:
-        """Take a batch back; returns its tokens and its dump entries. The hot loop."""
-        queued, per_session = self.queued, self._per_session
+    def dispatched(self, batch: list[Task], listing: bool = True) -> tuple[int, list[Record]]:
+        """Take a batch back; returns its tokens and its dump entries (none unless
+        ``listing``). The hot loop."""
+        queued, per_session, behind = self.queued, self._per_session, self._behind
         tokens = 0
-        entries = []
+        entries: list[Record] = []
         for t in batch:
             tid = t.tid
             held = queued.pop(tid, None)
@@ -140,12 +159,21 @@ class Ledger:
                     "(returned twice, or never accepted)"
                 )
             per_session.remove(t.sid)
+            if behind:
+                ahead = behind.pop(tid, None)
+                if ahead is not None and queued.get(ahead.tid) is ahead:
+                    queued[tid] = t  # still queued: the report lists it
+                    raise self._broken(
+                        f"get_work dispatched chunk {show_id(tid)} of session {show_id(t.sid)} "
+                        f"before chunk {show_id(ahead.tid)}, submitted ahead of it in its group"
+                    )
             tokens += t.size
-            entries.append(
-                {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size}
-                if t.meta is None
-                else {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}
-            )
+            if listing:
+                entries.append(
+                    {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size}
+                    if t.meta is None
+                    else {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}
+                )
         if len(batch) > 1 and len({t.sid for t in batch}) < len(batch):
             self._check_sessions(batch)
         if self.budget is not None and tokens > self.budget:
@@ -166,21 +194,29 @@ class Ledger:
             )
 
     def _check_sessions(self, batch: list[Task]) -> None:
-        """A batch holding a session twice: never with its decode, and one output at most."""
-        sessions: dict[Id, Task] = {}
+        """A batch holding a session twice: never with its decode, and one output at most
+        (counted over the whole batch, not between neighbours)."""
+        seen: dict[Id, int] = {}  # sid -> tasks of it so far
+        outputs: dict[Id, int] = {}
         for t in batch:
-            prev = sessions.get(t.sid)
-            if prev is not None:
-                self._same_session(prev, t)
-            sessions[t.sid] = t
+            sid = t.sid
+            count = seen.get(sid, 0) + 1
+            seen[sid] = count
+            if t.produce_output:
+                outputs[sid] = outputs.get(sid, 0) + 1
+        for t in batch:
+            if t.kind is DECODE and seen[t.sid] > 1:
+                raise self._broken(
+                    f"session {show_id(t.sid)} has a decode beside another of its tasks "
+                    "in one batch"
+                )
+        for sid, n in outputs.items():
+            if n > 1:
+                message = f"one batch owes session {show_id(sid)} {_count(n)} outputs"
+                if self._two_outputs_fatal:
+                    raise self._broken(message)
+                self._warn(message)
 
-    def _same_session(self, prev: Task, t: Task) -> None:
-        if prev.kind is DECODE or t.kind is DECODE:
-            raise self._broken(
-                f"session {show_id(t.sid)} has a decode beside another of its tasks in one batch"
-            )
-        if prev.produce_output and t.produce_output:
-            message = f"one batch owes session {show_id(t.sid)} two outputs"
-            if self._two_outputs_fatal:
-                raise self._broken(message)
-            self._warn(message)
+
+def _count(n: int) -> str:
+    return "two" if n == 2 else str(n)

@@ -9,6 +9,7 @@ model per batch and jumps over idle gaps to the next arrival.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,7 +22,9 @@ from ..formats.writer import TraceWriter
 from ..model.errors import InputError, InvariantError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
+from .ledger import Ledger
 from .metrics import jain_index, percentile
+from .replay import WARNINGS_SHOWN
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,34 @@ class _Runner:
         self.t = 0.0
         self.step = 0
         self.next_tid = 0
-        self.queued = 0  # tasks accepted and not yet dispatched or cancelled
+        # Every answer of the policy is checked against the contract, as in a replay.
+        self.ledger = Ledger(
+            self._broken,
+            self._two_outputs,
+            budget=policy.token_budget,
+            two_outputs_fatal=policy.one_output_per_session,
+        )
+        self.two_output_batches = 0
+
+    @property
+    def queued(self) -> int:
+        """Tasks accepted and not yet dispatched or cancelled."""
+        return len(self.ledger.queued)
+
+    def _broken(self, message: str) -> InvariantError:
+        return InvariantError(
+            f"policy {self.policy_name!r} broke the Scheduler contract at step {self.step} "
+            f"(simulated time {self.t:.6f} s): {message}"
+        )
+
+    def _two_outputs(self, message: str) -> None:
+        self.two_output_batches += 1
+        if self.two_output_batches <= WARNINGS_SHOWN:
+            print(
+                f"warning: step {self.step}: {message} "
+                f"(policy {self.policy_name!r} keeps the reference's behaviour)",
+                file=sys.stderr,
+            )
 
     def _window(self, req: _Live) -> list[Task]:
         """The request's next prompt chunks, at most WINDOW of them: a prompt is built as
@@ -291,7 +321,7 @@ class _Runner:
             result.rejected += 1
             result.rejected_by_reason[reason] = result.rejected_by_reason.get(reason, 0) + 1
             return
-        self.queued += len(tasks)
+        self.ledger.accept(tasks)
         self.live[req.sid] = live
         if req.cancel_after is not None:
             heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
@@ -299,13 +329,11 @@ class _Runner:
     def _submit_window(self, req: _Live) -> None:
         tasks = self._window(req)
         reason = self.policy.try_submit(tasks)
-        self.queued += len(tasks)
         if self.trace is not None:
             self.trace.submit(tasks, t=self.t, inline=False)
         if reason is not None:
-            raise InvariantError(
-                f"policy {self.policy_name!r} rejected the rest of a prompt it accepted: {reason}"
-            )
+            raise self._broken(f"rejected the rest of a prompt it accepted: {reason}")
+        self.ledger.accept(tasks)
 
     def cancel_due(self) -> None:
         """Clients whose patience ran out by now give up."""
@@ -315,7 +343,7 @@ class _Runner:
             victim = self.live.pop(sid, None)
             if victim is None:
                 continue  # finished in time
-            self.queued -= len(self.policy.cancel(sid))
+            self.ledger.cancelled(sid, self.policy.cancel(sid))
             if self.trace is not None:
                 self.trace.cancel(sid, t=self.t)
             victim.cancelled = True
@@ -334,7 +362,6 @@ class _Runner:
         end = start + cost.a + cost.b * tokens + cost.c * decodes
         if cost.d:
             end += cost.d * self._context(batch)
-        self.queued -= len(batch)
         if self.on_batch is not None:
             self.on_batch(self.step, start, end, batch, self.queued)
         result.batch_tokens += tokens
@@ -407,11 +434,11 @@ class _Runner:
         self.next_tid += 1
         task = Task(tid, req.sid, DECODE, 1, produce_output=True)
         reason = self.policy.try_submit([task])
-        self.queued += 1
         if self.trace is not None:
             self.trace.submit([task], t=self.t)
         if reason is not None:
-            raise InvariantError(f"policy {self.policy_name!r} rejected decode {tid}: {reason}")
+            raise self._broken(f"rejected decode {tid}: {reason}")
+        self.ledger.accept([task])
 
 
 def simulate(
@@ -448,7 +475,12 @@ def simulate(
             runner.admit(pending)
             pending = next(arrivals, None)
         runner.cancel_due()
-        if not policy.has_work():
+        working = policy.has_work()
+        if working != bool(runner.ledger.queued):
+            raise runner._broken(
+                f"has_work() is {working} but {runner.queued} accepted tasks are queued"
+            )
+        if not working:
             if runner.live:
                 raise InvariantError(
                     f"policy {policy_name!r} reports no work while {len(runner.live)} requests wait"
@@ -460,6 +492,7 @@ def simulate(
         batch = policy.get_work()
         if trace is not None:
             trace.get_work([x.tid for x in batch], step=runner.step, t=runner.t)
+        runner.ledger.dispatched(batch, listing=False)
         if batch:
             empty_run = 0
             runner.run_batch(batch, cost)
