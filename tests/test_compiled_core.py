@@ -56,6 +56,36 @@ def replay_everything(traces: list[str], pure: bool) -> dict[str, object]:
     return result
 
 
+# Runs each command line in one process; prints code, stdout and stderr of each.
+RUN_ALL = """
+import json, sys
+from schedcli import CORE
+from schedcli.testing import run_cli_in_process
+out = {"core": CORE}
+for argv in json.loads(sys.argv[1]):
+    r = run_cli_in_process(argv)
+    out[" ".join(argv)] = [r.code, r.stdout.decode("latin-1"), r.stderr.decode()]
+print(json.dumps(out))
+"""
+
+
+def run_everything(commands: list[list[str]], pure: bool, cwd: Path) -> dict[str, object]:
+    env = dict(os.environ)
+    env.pop(_compiled.PURE_ENV, None)
+    if pure:
+        env[_compiled.PURE_ENV] = "1"
+    run = subprocess.run(
+        [sys.executable, "-c", RUN_ALL, json.dumps(commands)],
+        capture_output=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(run.stdout)
+    return result
+
+
 @pytest.fixture(scope="module")
 def compiled() -> None:
     if os.environ.get(_compiled.PURE_ENV):
@@ -155,3 +185,29 @@ def test_a_stale_core_says_nothing_to_a_pipe(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_version_names_the_core_in_use() -> None:
     r = run_in_process("--version")
     assert r.stdout.decode() == f"schedcli {schedcli.__version__} ({schedcli.CORE})\n"
+
+
+@pytest.mark.usefixtures("compiled")
+def test_int_valued_float_parameters_read_the_same_in_both_cores(tmp_path: Path) -> None:
+    # A float parameter given as an integer (on the command line and in a header).
+    trace = tmp_path / "t.jsonl"
+    lines = (ROOT / "traces" / "long-prompts-and-chat.jsonl").read_text().splitlines()
+    header = {"schedcli": 1, "policy": "fair", "params": {"prefill_weight": 1, "decode_weight": 3}}
+    trace.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    w = tmp_path / "w.jsonl"
+    w.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 3}\n')
+    fair = ["-p", "fair", "-P", "prefill_weight=0", "-P", "decode_weight=2"]
+    commands = [
+        ["replay", str(trace), "-f", "jsonl"],
+        ["replay", str(trace), *fair, "-f", "jsonl"],
+        ["diff", str(trace), "--b", "fair", "--b-param", "prefill_weight=0", "-f", "json"],
+        ["stats", str(trace), "-f", "json"],
+        ["simulate", str(w), *fair, "--metrics", "-", "-o", str(tmp_path / "sim.jsonl")],
+        ["explain", str(trace), "--step", "1", "-f", "json"],
+    ]
+    fast = run_everything(commands, pure=False, cwd=tmp_path)
+    slow = run_everything(commands, pure=True, cwd=tmp_path)
+    assert fast.pop("core") == "compiled"
+    slow.pop("core")
+    assert fast == slow
+    assert all(code in (0, 1) for code, _, _ in fast.values()), fast  # type: ignore[misc]

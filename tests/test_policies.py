@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +16,7 @@ from schedcli.policies import (
     PriorityScheduler,
     SjfScheduler,
 )
-from tests.helpers import dc, ids, pf
+from tests.helpers import dc, ids, pf, run_cli
 
 
 def test_every_builtin_declares_typed_params_and_states_its_rule() -> None:
@@ -212,3 +214,19 @@ def test_priority_batches_like_fcfs_when_priorities_never_decrease(
             assert ids(prio.cancel(op[1])) == ids(fcfs.cancel(op[1]))  # type: ignore[arg-type]
     while fcfs.has_work() or prio.has_work():
         assert ids(prio.get_work()) == ids(fcfs.get_work())
+
+
+def test_a_float_parameter_given_as_an_integer_is_a_float_everywhere(tmp_path: Path) -> None:
+    built = build_policy("fair", {"prefill_weight": 0, "decode_weight": "3"})
+    assert built.params()["prefill_weight"] == 0.0
+    assert type(built.params()["prefill_weight"]) is float
+    assert type(built.params()["decode_weight"]) is float
+    direct = FairScheduler(prefill_weight=0)  # the constructor normalises too
+    assert type(direct.params()["prefill_weight"]) is float
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"schedcli": 1, "policy": "fair", "params": {"prefill_weight": 0}}\n'
+        '{"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1}\n'
+    )
+    r = run_cli("diff", str(trace), "--b", "fcfs", "-f", "json")
+    assert b'"prefill_weight":0.0' in r.stdout.replace(b" ", b"")

@@ -33,7 +33,8 @@ class Param:
     choices: tuple[str, ...] = ()
 
     def check(self, value: object) -> int | float | str:
-        """The value if it has the declared type and bound; ValueError naming the rule if not."""
+        """The value in its declared type (an integer given for a ``float`` parameter comes
+        back a float, in either core); ValueError naming the rule if it does not fit."""
         if self.type is str:
             if not isinstance(value, str) or value not in self.choices:
                 raise ValueError(
@@ -49,17 +50,24 @@ class Param:
             raise ValueError(f"{self.name} must be a finite number, not {value!r}")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"{self.name} must be >= {self.minimum}, not {value!r}")
-        if self.type is int and not INT_MIN <= value <= INT_MAX:
-            raise ValueError(f"{self.name} must fit in 64 bits (at most {INT_MAX}), not {value!r}")
-        return value
+        if self.type is int:
+            if not INT_MIN <= value <= INT_MAX:
+                raise ValueError(
+                    f"{self.name} must fit in 64 bits (at most {INT_MAX}), not {value!r}"
+                )
+            return value
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError(f"{self.name} must be a finite number, not {value!r}") from None
 
 
 def check_params(declared: Sequence[Param], values: dict[str, Any]) -> None:
-    """Check each given declared parameter's type and bound (cross-parameter rules are the
-    policy's)."""
+    """Check each given declared parameter's type and bound, and put it in its declared type
+    in ``values`` (cross-parameter rules are the policy's)."""
     for p in declared:
         if p.name in values:
-            p.check(values[p.name])
+            values[p.name] = p.check(values[p.name])
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
