@@ -152,3 +152,19 @@ class WholeQueue(OnePerBatch):
         with self._lock:
             batch, self._queue = self._queue, []
             return batch
+
+
+class Greedy(OnePerBatch):
+    """A plugin whose name is registered nowhere (used by import string only)."""
+
+    name = "greedy"
+
+
+class Nameless(OnePerBatch):
+    """A plugin without a name or declared parameters."""
+
+    name = ""
+    PARAMS = ()
+
+    def __init__(self) -> None:
+        super().__init__(max_batch_tokens=64)

@@ -212,7 +212,15 @@ def replay(
     drain: DrainOption = False,
     check: Annotated[
         bool,
-        typer.Option("--check", help="Compare every batch with the trace's expect; exit 1 if not."),
+        typer.Option(
+            "--check",
+            help="Compare every batch with the trace's expect (and a recording's submit "
+            "outcomes); exit 1 if one differs.",
+        ),
+    ] = False,
+    require_all: Annotated[
+        bool,
+        typer.Option("--require-all", help="With --check: fail if any batch records no expect."),
     ] = False,
     golden: Annotated[
         str | None,
@@ -248,6 +256,7 @@ def replay(
         session=parse_id_option(session) if session is not None else None,
         drain=drain,
         check=check,
+        require_all=require_all,
         golden=golden,
         update_golden=update_golden,
         max_line_bytes=max_line_bytes,
@@ -264,6 +273,8 @@ def validate(
         str,
         typer.Argument(metavar="TRACE", help="Trace file (JSON Lines, .gz ok), or - for stdin."),
     ],
+    policy: PolicyOption = None,
+    param: ParamOption = None,
     max_line_bytes: MaxLineOption = DEFAULT_MAX_LINE_BYTES,
     max_errors: Annotated[
         int, typer.Option("--max-errors", metavar="N", help="Show at most N problems.")
@@ -275,7 +286,13 @@ def validate(
     """
     from .validate import validate_trace
 
-    problems, events = validate_trace(trace, max_line_bytes=max_line_bytes, max_errors=max_errors)
+    problems, events = validate_trace(
+        trace,
+        max_line_bytes=max_line_bytes,
+        max_errors=max_errors,
+        policy=policy,
+        params=parse_params(param),
+    )
     for p in problems:
         print(p, file=sys.stderr)
     if problems.total:

@@ -45,6 +45,7 @@ class ReplayRequest:
     session: Id | None = None
     drain: bool = False
     check: bool = False
+    require_all: bool = False
     golden: str | None = None
     update_golden: bool = False
     max_line_bytes: int = 64 * 1024 * 1024
@@ -89,6 +90,8 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
     """Replay ``req.trace``; raises CheckFailed (exit 1) when a check finds a difference."""
     if req.update_golden and not req.golden:
         raise UsageError("--update-golden needs --golden FILE")
+    if req.require_all and not req.check:
+        raise UsageError("--require-all applies to --check")
     flush_before_wait = WaitHook()  # live input: write each record out before waiting
     with ExitStack() as stack:
         opened = stack.enter_context(
@@ -183,6 +186,28 @@ def _reasons_at(req: ReplayRequest, step: int) -> list[tuple[Task, str, str]] | 
     return explain_step(req.trace, step, req.policy, req.params).left
 
 
+def _check_coverage(req: ReplayRequest, name: str, engine: Replayer, err: Console) -> None:
+    """What ``--check`` compared, said; nothing compared is bad input, and a batch left
+    unchecked fails ``--require-all``."""
+    if engine.checked == 0 and engine.outcomes_checked == 0:
+        raise InputError(
+            name,
+            None,
+            "nothing to check: no get_work in this trace records an expect "
+            "(record one, or drop --check)",
+        )
+    total = engine.get_work_events
+    said = f"checked {engine.checked} of {total} batches"
+    if engine.outcomes_checked:
+        said += f" and {engine.outcomes_checked} submit outcomes"
+    err.print(f"{name}: {said}", soft_wrap=True, highlight=False)
+    if req.require_all and engine.checked < total:
+        raise CheckFailed(
+            f"{name}: {total - engine.checked} of {total} batches record no expect "
+            "(--require-all)"
+        )
+
+
 def _discard(record: Record) -> None:
     pass
 
@@ -228,13 +253,8 @@ def _finish(
             o for o, v in (("--steps", req.steps), ("--session", req.session)) if v is not None
         )
         err.print(f"note: {what} selected nothing: no record of this replay matches")
-    if req.check and engine.checked == 0:
-        raise InputError(
-            opened.name,
-            None,
-            "nothing to check: no get_work in this trace records an expect "
-            "(record one, or drop --check)",
-        )
+    if req.check:
+        _check_coverage(req, opened.name, engine, err)
     golden = sinks.golden
     if golden is not None:
         golden.finish()

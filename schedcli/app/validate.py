@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from ..engine.clock import StepClock
 from ..engine.run import choose_policy
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import open_trace
@@ -23,9 +26,18 @@ class Problems(list[str]):
 
 
 def validate_trace(
-    path: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_errors: int = 20
+    path: str,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_errors: int = 20,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> tuple[Problems, int]:
-    """The problems (the first ``max_errors`` kept, all counted) and the valid events."""
+    """The problems (the first ``max_errors`` kept, all counted) and the valid events.
+
+    What ``replay`` refuses, this reports: the same reader, the header's policy (or
+    ``policy``) built as replay builds it, and the same step-mode rules (``StepClock``).
+    """
     problems = Problems(max_errors)
     name = display_name(path)
 
@@ -35,14 +47,20 @@ def validate_trace(
     events = 0
     try:
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
-            if reader.header is not None:
+            line = reader.header.line if reader.header is not None else None
+            try:
+                choose_policy(reader.header, name, policy, params or {}, note=lambda _: None)
+            except InputError as e:
+                problems.append(str(e))
+            except UsageError as e:
+                problems.append(f"{name}:{line}: {e}" if line else f"{name}: {e}")
+            clock = StepClock(name)
+            for event in reader:
                 try:
-                    choose_policy(reader.header, name, None, {}, note=lambda _: None)
+                    clock.check(event)
                 except InputError as e:
                     problems.append(str(e))
-                except UsageError as e:
-                    problems.append(f"{name}:{reader.header.line}: {e}")
-            for _ in reader:
+                    continue
                 events += 1
     except InputError as e:
         # Problems past which nothing more can be read: a corrupt gzip stream, an

@@ -74,6 +74,14 @@ class StepClock:
             return current, step
         return None
 
+    def check(self, event: Event) -> None:
+        """Apply ``event`` to the clock as a replay does (``Replayer.feed``), for a reader
+        that checks the mode rules without replaying (``validate``)."""
+        if event.op == "get_work":
+            self.get_work_step(event)
+        elif event.step is not None or self.current is None:
+            self.advance(event)
+
     @property
     def final_step(self) -> int:
         """Stepped and plain: the step the last events belong to (0 if none)."""

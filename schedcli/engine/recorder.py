@@ -23,6 +23,7 @@ from ..formats.output import atomic_output
 from ..formats.writer import LineBuffer, TraceWriter, task_record
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task
+from ..policies.registry import policy_reference
 from .flight import Window
 
 Record = dict[str, Any]
@@ -222,10 +223,11 @@ class RecordingScheduler(Scheduler):
         inner = self.inner
         cls: Any = type(inner)  # any class: mypyc would read its attributes as a policy's
         meta: dict[str, Any] = {"recorded_by": "schedcli.record.RecordingScheduler"}
+        policy = policy_reference(cls)  # what a replay resolves to this class
         if inner.PARAMS:
-            return inner.name or None, inner.params(), meta
+            return policy, inner.params(), meta
         meta["class"] = f"{cls.__module__}:{cls.__qualname__}"
-        return inner.name or None, None, meta
+        return policy, None, meta
 
     def _now(self) -> float:
         return round(time.monotonic() - self._start, 9)

@@ -50,6 +50,29 @@ class ExpectMismatch(CheckFailed):
         )
 
 
+class OutcomeMismatch(CheckFailed):
+    """A submit the recording accepted and the replay rejected, or the other way round."""
+
+    def __init__(self, trace: str, line: int, recorded: str | None, replayed: str | None) -> None:
+        self.line = line
+        self.recorded = recorded
+        self.replayed = replayed
+        if recorded is not None:
+            what = f"the recording rejected this submit ({recorded}); the replay accepted it"
+        else:
+            what = f"the recording accepted this submit; the replay rejected it ({replayed})"
+        super().__init__(f"{trace}:{line}: {what}")
+
+
+def recorded_rejection(meta: object) -> str | None:
+    """Why a recorder marked a submit rejected (``meta.rejected``), or None."""
+    if type(meta) is dict:
+        reason = meta.get("rejected")
+        if reason is not None:
+            return str(reason)
+    return None
+
+
 class PolicyCrashed(UsageError):
     """The policy raised instead of answering (a broken plugin, usually)."""
 
@@ -125,8 +148,12 @@ class Replayer(_Located):
         observer: Observer | None = None,
         warn: Callable[[str], None] | None = None,
         on_left: Callable[[int, list[tuple[Task, str, str]] | None], None] | None = None,
+        recorded_outcomes: bool = False,
     ) -> None:
+        """``recorded_outcomes``: the trace is a recording that marks every rejected submit
+        (``meta.rejected``), so under ``check`` an unmarked submit must be accepted."""
         self.policy = policy
+        self.recorded_outcomes = recorded_outcomes
         # Why tasks were left behind, after every batch: asked of the policy only when
         # someone listens, since collecting reasons costs the policy a pass over its queue.
         self.on_left = on_left
@@ -150,6 +177,8 @@ class Replayer(_Located):
         self._line = 0
         self._next_step = 0
         self.checked = 0  # batches compared with a recorded expect
+        self.get_work_events = 0  # get_work events read (explicit mode)
+        self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
         self.two_output_batches = 0
 
     @property
@@ -181,13 +210,15 @@ class Replayer(_Located):
     # --- one call each ------------------------------------------------------------------
 
     def submit(self, event: Event) -> None:
-        self._submit(event.tasks or [], event.line)
+        self._submit(event.tasks or [], event.line, event.meta)
 
-    def _submit(self, tasks: list[Task], line: int) -> None:
+    def _submit(self, tasks: list[Task], line: int, meta: object = None) -> None:
         try:
             reason = self.policy.try_submit(tasks)
         except Exception as e:
             raise self._crash("submit", e) from e
+        if self.check:
+            self._check_outcome(line, meta, reason)
         totals = self.totals
         if reason is None:
             self.ledger.accept(tasks)
@@ -207,6 +238,15 @@ class Replayer(_Located):
                 "reason": str(reason),
             }
         )
+
+    def _check_outcome(self, line: int, meta: object, reason: str | None) -> None:
+        recorded = recorded_rejection(meta)
+        if recorded is None and not self.recorded_outcomes:
+            return  # this trace does not say whether the submit was accepted
+        self.outcomes_checked += 1
+        if (recorded is None) != (reason is None):
+            replayed = None if reason is None else str(reason)
+            raise OutcomeMismatch(self.clock.trace_name, line, recorded, replayed)
 
     def cancel(self, event: Event) -> None:
         sid = event.sid
@@ -253,6 +293,8 @@ class Replayer(_Located):
             self.observer.dispatched(batch, step)
         if self.on_left is not None:
             self.on_left(step, self.policy.left_behind())
+        if event is not None:
+            self.get_work_events += 1
         if self.check and event is not None and event.expect is not None:
             self.checked += 1
             if not _same_ids([t.tid for t in batch], event.expect):
@@ -320,7 +362,7 @@ class Replayer(_Located):
             else:
                 self._submit(item, line)
         elif item.op == "submit" and item.step is None and self.clock.current is not None:
-            self._submit(item.tasks or [], line)
+            self._submit(item.tasks or [], line, item.meta)
         else:
             self.feed(item)
 
@@ -378,4 +420,14 @@ def _same_ids(got: list[Id], expected: list[Id]) -> bool:
     return len(got) == len(expected) and all(map(same_id, got, expected))
 
 
-__all__ = ["EXPLICIT", "PLAIN", "STEPPED", "Emit", "Observer", "Record", "Replayer", "Totals"]
+__all__ = [
+    "EXPLICIT",
+    "PLAIN",
+    "STEPPED",
+    "Emit",
+    "Observer",
+    "OutcomeMismatch",
+    "Record",
+    "Replayer",
+    "Totals",
+]

@@ -39,7 +39,10 @@ def choose_policy(
     """
     header_policy = (header.policy if header else None) or DEFAULT_POLICY
     spec = policy or header_policy
-    cls = resolve_policy(spec)
+    if policy is None and header is not None:
+        cls = _recorded_policy(header, trace_name)
+    else:
+        cls = resolve_policy(spec)
     header_params = dict(header.params) if header else {}
     merged: dict[str, object] = {}
     if header_params:
@@ -75,6 +78,30 @@ def choose_policy(
     return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
 
 
+def _recorded_policy(header: Header, trace_name: str) -> type[Scheduler]:
+    """The header's policy, which the trace was recorded under: one that does not load
+    here, or a recording's unnamed class, is bad input naming what was recorded (replaying
+    it under decode-first instead would answer another question)."""
+    meta = header.meta if isinstance(header.meta, dict) else {}
+    if header.policy is None and isinstance(meta.get("class"), str):
+        raise InputError(
+            trace_name,
+            header.line,
+            f"recorded under policy class {meta['class']}, which has no registered name; "
+            f"replay it with -p {meta['class']}",
+        )
+    spec = header.policy or DEFAULT_POLICY
+    try:
+        return resolve_policy(spec)
+    except UsageError as e:
+        raise InputError(
+            trace_name,
+            header.line,
+            f"recorded under policy {spec!r}, which does not load here ({e}); name a "
+            "policy with -p",
+        ) from None
+
+
 @dataclass
 class OpenTrace:
     """A trace ready to replay: its reader and its policy."""
@@ -105,7 +132,15 @@ class OpenTrace:
             on_step=on_step,
             observer=observer,
             on_left=on_left,
+            recorded_outcomes=self.recorded_outcomes,
         )
+
+    @property
+    def recorded_outcomes(self) -> bool:
+        """A recorder's trace marks every rejected submit (docs/recording.md)."""
+        header = self.reader.header
+        meta = header.meta if header is not None else None
+        return isinstance(meta, dict) and "recorded_by" in meta
 
     def run(self, engine: Replayer) -> Totals:
         """Replay every event of the trace through ``engine``, then finish."""

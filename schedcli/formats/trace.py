@@ -9,7 +9,7 @@ numbers are the same whichever way a trace arrives.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final
@@ -218,6 +218,7 @@ def _key_total(obj: Any) -> int:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise LineError(f"nested deeper than {MAX_DEPTH} levels")
+        inner: Iterable[Any]
         if type(value) is dict:
             total += len(value)
             inner = value.values()

@@ -134,6 +134,20 @@ def resolve_policy(spec: str) -> type[Scheduler]:
     return source.load()
 
 
+def policy_reference(cls: type) -> str:
+    """How a trace header names ``cls`` so that a replay builds the same class: its
+    registered name when that name is registered for this very class, else ``module:Class``
+    (a class without a name, or one whose name is registered for another class)."""
+    name = getattr(cls, "name", "") or ""
+    where = f"{cls.__module__}:{cls.__qualname__}"
+    if name:
+        if BUILTIN_POLICIES.get(name) is cls:
+            return name
+        if any(ep.value == where for ep in entry_points(group=ENTRY_POINT_GROUP, name=name)):
+            return name
+    return where
+
+
 def _coerce(param: Param, value: object) -> object:
     if not isinstance(value, str):
         return value

@@ -1,0 +1,191 @@
+"""Exit 0 means the answer is true: checks say what they covered, commands agree on a file."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given
+
+from schedcli import DecodeFirstScheduler, Task
+from schedcli.record import RecordingScheduler
+from tests.helpers import EXAMPLES, run_cli
+from tests.test_hostile_input import FUZZ, mutated_traces
+
+
+def _write(path: Path, lines: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+DECODE = {"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1}
+
+
+# --- validate and replay agree (row 5) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [{**DECODE, "step": 0}, {"op": "get_work"}],
+        [{"op": "get_work"}, {**DECODE, "step": 3}],
+    ],
+    ids=["step-then-get_work", "get_work-then-step"],
+)
+def test_validate_refuses_a_trace_mixing_steps_and_get_work_as_replay_does(
+    tmp_path: Path, lines: list[dict[str, object]]
+) -> None:
+    trace = _write(tmp_path / "t.jsonl", lines)
+    replayed = run_cli("replay", str(trace), "-o", str(tmp_path / "d"))
+    validated = run_cli("validate", str(trace))
+    assert replayed.returncode == validated.returncode == 2
+    refusal = replayed.stderr.decode().strip()
+    assert refusal.startswith(f"{trace}:2: ") and refusal in validated.stderr.decode()
+
+
+def _agree(path: Path) -> None:
+    replayed = run_cli("replay", str(path), "-o", str(path.with_suffix(".out")))
+    validated = run_cli("validate", str(path))
+    assert validated.returncode in (0, 2)
+    refused = replayed.returncode == 2
+    assert refused == (validated.returncode == 2), (replayed.stderr, validated.stderr)
+    if refused:  # the replay's refusal is among the problems validate lists
+        assert replayed.stderr.decode().splitlines()[0] in validated.stderr.decode()
+
+
+@FUZZ
+@given(data=mutated_traces())
+def test_validate_and_replay_agree_on_every_hostile_trace(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("agree") / "t.jsonl"
+    path.write_bytes(data)
+    _agree(path)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_validate_and_replay_agree_on_every_example(example: Path, tmp_path: Path) -> None:
+    copy = tmp_path / example.name
+    copy.write_bytes(example.read_bytes())
+    _agree(copy)
+
+
+def test_validate_takes_the_policy_replay_would_use(tmp_path: Path) -> None:
+    trace = _write(tmp_path / "t.jsonl", [{"schedcli": 1, "policy": "nope"}, DECODE])
+    assert run_cli("validate", str(trace)).returncode == 2
+    assert run_cli("validate", str(trace), "-p", "fcfs").returncode == 0
+    r = run_cli("validate", str(trace), "-p", "fcfs", "-P", "max_num_seqs=0")
+    assert r.returncode == 2 and b"max_num_seqs must be >= 1" in r.stderr
+
+
+# --- --check says what it covered (row 8) -----------------------------------------------------
+
+
+def test_check_says_how_many_batches_it_checked(tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "t.jsonl",
+        [DECODE, {"op": "get_work", "expect": [1]}, {"op": "get_work"}, {"op": "get_work"}],
+    )
+    r = run_cli("replay", str(trace), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0
+    assert f"{trace}: checked 1 of 3 batches" in r.stderr.decode()
+
+
+def test_require_all_fails_when_a_batch_records_no_expect(tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "t.jsonl", [DECODE, {"op": "get_work", "expect": [1]}, {"op": "get_work"}]
+    )
+    r = run_cli("replay", str(trace), "--check", "--require-all", "-o", str(tmp_path / "d"))
+    assert r.returncode == 1
+    assert "1 of 2 batches record no expect (--require-all)" in r.stderr.decode()
+    full = _write(tmp_path / "f.jsonl", [DECODE, {"op": "get_work", "expect": [1]}])
+    ok = run_cli("replay", str(full), "--check", "--require-all", "-o", str(tmp_path / "d"))
+    assert ok.returncode == 0
+
+
+def _recording(tmp_path: Path) -> Path:
+    """A recording whose one rejected submit a differently configured replay accepts."""
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), out)
+    rec.submit([Task(1, 10, "prefill", 9)])  # over the 4-token chunk limit: rejected
+    rec.submit([Task(2, 10, "decode", 1)])
+    rec.get_work()
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(out.getvalue())
+    return path
+
+
+def test_check_compares_a_recorded_rejection_with_the_replays_outcome(tmp_path: Path) -> None:
+    path = _recording(tmp_path)
+    same = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert same.returncode == 0, same.stderr
+    assert "checked 1 of 1 batches and 2 submit outcomes" in same.stderr.decode()
+    wider = run_cli(
+        "replay", str(path), "--check", "-P", "max_prefill_chunk_size=9",
+        "-P", "max_batch_tokens=11", "-o", str(tmp_path / "d"),
+    )  # fmt: skip
+    assert wider.returncode == 1
+    assert f"{path}:2: the recording rejected this submit" in wider.stderr.decode()
+
+
+def test_check_fails_when_the_replay_rejects_what_the_recording_accepted(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), out)
+    rec.submit([Task(1, 10, "prefill", 4)])
+    rec.get_work()
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(out.getvalue())
+    r = run_cli(
+        "replay", str(path), "--check", "-P", "max_prefill_chunk_size=2",
+        "-P", "max_batch_tokens=6", "-o", str(tmp_path / "d"),
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert f"{path}:2: the recording accepted this submit; the replay rejected it" in (
+        r.stderr.decode()
+    )
+
+
+# --- a recording names a policy its replay resolves (row 9) ---------------------------------
+
+
+@pytest.mark.parametrize("plugin", ["Greedy", "Nameless"])
+def test_a_recording_of_a_plugin_replays_under_that_plugin(tmp_path: Path, plugin: str) -> None:
+    import tests.plugin_policies as plugins
+
+    cls = getattr(plugins, plugin)
+    out = io.BytesIO()
+    rec = RecordingScheduler(cls(), out)
+    rec.submit([Task(1, 10, "decode", 1)])
+    rec.submit([Task(2, 11, "decode", 1)])
+    rec.get_work()
+    rec.get_work()
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(out.getvalue())
+    header = orjson.loads(out.getvalue().splitlines()[0])
+    assert header["policy"] == f"tests.plugin_policies:{plugin}"
+    r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_recording_under_a_policy_that_does_not_load_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "t.jsonl", [{"schedcli": 1, "policy": "greedy"}, DECODE])
+    r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert f"{path}:1: recorded under policy 'greedy', which does not load here" in (
+        r.stderr.decode()
+    )
+
+
+def test_an_old_recording_of_an_unnamed_class_is_refused_not_replayed_as_decode_first(
+    tmp_path: Path,
+) -> None:
+    header = {"schedcli": 1, "policy": None, "meta": {"class": "my.mod:Thing"}}
+    path = _write(tmp_path / "t.jsonl", [header, DECODE, {"op": "get_work", "expect": [1]}])
+    r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert "recorded under policy class my.mod:Thing" in r.stderr.decode()
+    assert "-p my.mod:Thing" in r.stderr.decode()
+    assert run_cli("validate", str(path)).returncode == 2
