@@ -188,9 +188,9 @@ def test_a_trace_is_swept_by_replaying_it(tmp_path: Path) -> None:
 
 def test_usage_errors_name_the_option(tmp_path: Path, workload: Path) -> None:
     r = run_cli("sweep", str(workload), "-p", "fcfs", "--grid", "max_decode_sequences=8")
-    assert (
-        r.returncode == 2
-        and b"--grid max_decode_sequences: 'fcfs' has no such parameter" in r.stderr
+    assert r.returncode == 2
+    assert b"--grid max_decode_sequences: no swept policy ('fcfs') has such a parameter" in (
+        r.stderr
     )
     r = run_cli("sweep", str(workload), "-p", "fcfs", "--capacity")
     assert r.returncode == 2 and b"--capacity needs --slo-ttft and --slo-tpot" in r.stderr
@@ -240,3 +240,135 @@ def test_report_draws_a_sweep_as_a_pareto_plot_and_capacity(tmp_path: Path, work
     text = page.read_text()
     assert 'id="pareto"' in text and 'id="capacity"' in text and "<svg" in text
     assert "decode-first max_batch_tokens=288" in text
+
+
+PLUGIN = """
+from schedcli import QueueScheduler, Param
+
+
+class Slow(QueueScheduler):
+    name = "slow"
+    PARAMS = (Param("max_batch_tokens", int, 544, "budget", minimum=1),)
+
+    def __init__(self, max_batch_tokens=544):
+        super().__init__(max_batch_tokens=max_batch_tokens)
+        self._queue = []
+
+    def enqueue(self, task):
+        self._queue.append(task)
+
+    def take_batch(self):
+        batch, spent, seen = [], 0, set()
+        for t in self._queue:  # each session's oldest task, if it fits
+            if t.sid in seen:
+                continue
+            seen.add(t.sid)
+            if len(batch) < PER_BATCH and spent + t.size <= self.max_batch_tokens:
+                batch.append(t)
+                spent += t.size
+        self._queue = [t for t in self._queue if t not in batch]
+        return batch
+
+    def remove_session(self, sid):
+        mine = [t for t in self._queue if t.sid == sid]
+        self._queue = [t for t in self._queue if t.sid != sid]
+        return mine
+
+    def reset(self):
+        self._queue.clear()
+
+
+PER_BATCH = %d
+"""
+
+
+def test_an_edited_plugin_is_a_cache_miss_with_new_numbers(tmp_path: Path, workload: Path) -> None:
+    plugin = tmp_path / "slowpolicy.py"
+    args = ["sweep", str(workload), "-p", "slowpolicy:Slow", "-j", "1", "--cache", "cache"]
+
+    def run(per_batch: int, out: str) -> tuple[str, dict[str, object]]:
+        plugin.write_text(PLUGIN % per_batch)
+        r = run_cli(*args, "-o", out, cwd=tmp_path, env={})
+        assert r.returncode == 0, r.stderr.decode()
+        (record,) = [orjson.loads(x) for x in (tmp_path / out).read_bytes().splitlines()]
+        return r.stderr.decode(), record["metrics"]  # type: ignore[return-value]
+
+    first, one = run(1, "a.jsonl")
+    again, same = run(1, "b.jsonl")
+    assert "1 points: 1 from the cache" in again and same == one
+    edited, other = run(8, "c.jsonl")
+    assert "1 points: 0 from the cache" in edited
+    assert other["steps"] != one["steps"]  # type: ignore[index]
+
+
+def test_the_cache_key_covers_source_params_workload_cost_and_runner(workload: Path) -> None:
+    from schedcli.engine.sweep import Plan, points
+    from schedcli.engine.simulate import CostModel
+
+    base = points(Plan([str(workload)], ["fcfs"]))[0]
+    changed = [
+        points(Plan([str(workload)], ["fcfs"], {"max_num_seqs": ["8"]}))[0],
+        points(Plan([str(workload)], ["fcfs"], {"chunk_size": ["64"]}))[0],
+        points(Plan([str(workload)], ["fcfs"], {"time_scale": ["0.5"]}))[0],
+        points(Plan([str(workload)], ["fcfs"], cost=CostModel(a=0.001)))[0],
+        points(Plan([str(workload)], ["sjf"]))[0],
+    ]
+    keys = {p.key("v") for p in [base, *changed]}
+    assert len(keys) == 6 and base.key("v") != base.key("w")
+    assert base.source is not None
+    import dataclasses
+
+    assert dataclasses.replace(base, source="edited").key("v") != base.key("v")
+    assert dataclasses.replace(base, workload_sha256="0").key("v") != base.key("v")
+    assert dataclasses.replace(base, source=None).key("v") is None  # unknown: not cached
+
+
+def test_a_grid_key_no_swept_policy_declares_is_a_usage_error_with_a_suggestion(
+    tmp_path: Path, workload: Path
+) -> None:
+    r = run_cli(
+        "sweep", str(workload), "-p", "decode-first", "-p", "fcfs",
+        "--grid", "max_batch_token=288,544", "-o", str(tmp_path / "r.jsonl"),
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert b"--grid max_batch_token: no swept policy ('decode-first', 'fcfs')" in r.stderr
+    assert b"did you mean 'max_batch_tokens'?" in r.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_grid_key_some_policies_lack_is_named_for_them(tmp_path: Path, workload: Path) -> None:
+    r = run_cli(
+        "sweep", str(workload), "-p", "decode-first", "-p", "fcfs", "-j", "1",
+        "--grid", "max_decode_sequences=8,16", "-o", str(tmp_path / "r.jsonl"),
+        "--cache", str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert r.returncode == 0
+    assert (
+        b"note: --grid max_decode_sequences applies to decode-first; fcfs has no such "
+        b"parameter and runs without it" in r.stderr
+    )
+
+
+def test_a_point_that_rejects_requests_is_marked_with_its_reasons(
+    tmp_path: Path, workload: Path
+) -> None:
+    out = tmp_path / "r.jsonl"
+    r = run_cli(
+        "sweep", str(workload), "-p", "fcfs", "-j", "1", "--grid", "chunk_size=256,512",
+        "-o", str(out), "--cache", str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.decode()
+    records = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    bad = records[1]["metrics"]
+    assert bad["rejected"] > 0 and sum(bad["rejected_by_reason"].values()) == bad["rejected"]
+    assert f"{bad['rejected']} request(s) rejected" in err
+    assert "exceeds max_prefill_chunk_size 256" in err
+    table = r.stdout.decode()
+    assert f"(of {bad['finished']})" in table  # the latencies say of how many
+    assert f"{bad['finished']} of {bad['requests']}" in table
+    html = tmp_path / "rep.html"
+    assert run_cli("report", str(out), "-o", str(html)).returncode == 0
+    page = html.read_text()
+    assert '<tr class="rejected">' in page and "chunk_size=512" in page
+    assert f"(of {bad['finished']} finished)" in page

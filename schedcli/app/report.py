@@ -341,6 +341,7 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.15em; margin-to
 .sub { color: #666; margin-top: 0; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 13px; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 12px; text-align: right; }
+tr.rejected td { color: #b8475a; }
 th:first-child, td:first-child { text-align: left; }
 figure.chart { margin: 1.5em 0; } figure.chart svg { width: 100%; height: auto; }
 figcaption { color: #555; font-size: 13px; margin-bottom: 0.4em; }

@@ -29,18 +29,38 @@ def read_sweep(path: str) -> list[dict[str, Any]]:
     return records
 
 
+def grid_values(record: dict[str, Any]) -> dict[str, Any]:
+    """What a sweep can vary for a point: its parameters and the runner's settings."""
+    values = dict(record["params"])
+    values["time_scale"] = record.get("time_scale", 1.0)
+    chunk = (record.get("metrics") or {}).get("chunk_size")
+    if chunk is not None:
+        values["chunk_size"] = chunk
+    for term, value in (record.get("cost_model") or {}).items():
+        values[f"cost_{term}"] = value
+    return values
+
+
 def _varied(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The parameters that take more than one value across the sweep."""
+    """The grid keys that take more than one value across the sweep."""
     values: dict[str, set[str]] = {}
     for r in records:
-        for k, v in r["params"].items():
+        for k, v in grid_values(r).items():
             values.setdefault(k, set()).add(repr(v))
     return [k for k, seen in values.items() if len(seen) > 1]
 
 
 def label(record: dict[str, Any], varied: Sequence[str]) -> str:
-    params = " ".join(f"{k}={record['params'][k]}" for k in varied if k in record["params"])
+    """The point as its policy and its grid values (those that vary across the sweep)."""
+    values = grid_values(record)
+    params = " ".join(f"{k}={values[k]}" for k in varied if k in values)
     return f"{record['policy']} {params}".strip()
+
+
+def rejected(record: dict[str, Any]) -> int:
+    """Requests (or groups, for a trace) the point's policy rejected."""
+    value = (record.get("metrics") or {}).get("rejected")
+    return value if isinstance(value, int) else 0
 
 
 def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -56,27 +76,40 @@ def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def sweep_figures(plt: Any, records: list[dict[str, Any]], svg: Any, figure: Any) -> list[str]:
     colors = ("#3b6ea5", "#d9822b", "#3a9e6e", "#b8475a", "#7b5ea7", "#8c7a3c")
-    by_policy: dict[str, list[tuple[float, float]]] = {}
+    varied = _varied(records)
+    by_policy: dict[str, list[tuple[float, float, dict[str, Any]]]] = {}
     for r in records:
         m = r["metrics"]
         x = m.get("throughput_output_tokens_per_s")
         y = (m.get("ttft") or {}).get("p99")
         if x is not None and y is not None:
-            by_policy.setdefault(r["policy"], []).append((x, y * 1000))
+            by_policy.setdefault(r["policy"], []).append((x, y * 1000, r))
     fig, ax = plt.subplots(figsize=(9, 4))
     for i, (policy, pts) in enumerate(by_policy.items()):
         color = colors[i % len(colors)]
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=color, label=policy, s=18)
-        front = _pareto(pts)
+        served = [(x, y) for x, y, r in pts if not rejected(r)]
+        short = [(x, y) for x, y, r in pts if rejected(r)]
+        ax.scatter([p[0] for p in served], [p[1] for p in served], color=color, label=policy, s=18)
+        if short:  # their latencies cover only the requests they did not turn away
+            ax.scatter([p[0] for p in short], [p[1] for p in short], color=color, marker="x", s=30)
+        front = _pareto(served)
         ax.plot([p[0] for p in front], [p[1] for p in front], color=color, linewidth=1)
+        for x, y, r in pts:
+            text = label(r, varied).removeprefix(policy).strip()
+            if rejected(r):
+                text = f"{text} ({rejected(r)} rejected)".strip()
+            if text:
+                ax.annotate(text, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("output tokens/s")
     ax.set_ylabel("TTFT p99 (ms)")
     ax.legend(loc="upper left", frameon=False)
     figures = [
         figure(
             "pareto",
-            "Throughput against TTFT p99, a point per configuration; the lines join each "
-            "policy's Pareto front (nothing of it has both more throughput and a lower tail).",
+            "Throughput against TTFT p99, a point per configuration, labelled with its grid "
+            "values; the lines join each policy's Pareto front (nothing of it has both more "
+            "throughput and a lower tail). A cross is a point that rejected requests: its "
+            "latencies are of the requests it finished, and it is left off the front.",
             svg(plt, fig),
         )
     ]
@@ -107,18 +140,34 @@ def sweep_summary(records: list[dict[str, Any]]) -> str:
     for r in records:
         m = r["metrics"]
         cap = (r.get("capacity") or {}).get("rate_multiplier")
+        finished = m.get("finished")
+        of = f" (of {finished} finished)" if rejected(r) and finished is not None else ""
         cells = [
             display_name(r["workload"]),
             label(r, varied),
+            "n/a" if finished is None else f"{finished} of {m.get('requests')}",
+            f"{rejected(r)} !" if rejected(r) else "0",
             number(m.get("throughput_output_tokens_per_s")),
-            number((m.get("ttft") or {}).get("p99"), 1000),
-            number((m.get("tpot") or {}).get("p99"), 1000),
+            number((m.get("ttft") or {}).get("p99"), 1000) + of,
+            number((m.get("tpot") or {}).get("p99"), 1000) + of,
             number(cap, digits=2),
         ]
-        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        mark = ' class="rejected"' if rejected(r) else ""
+        rows.append(
+            f"<tr{mark}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+        )
     head = "".join(
         f"<th>{h}</th>"
-        for h in ("workload", "configuration", "tok/s", "TTFT p99 ms", "TPOT p99 ms", "capacity")
+        for h in (
+            "workload",
+            "configuration",
+            "finished",
+            "rejected",
+            "tok/s",
+            "TTFT p99 ms",
+            "TPOT p99 ms",
+            "capacity",
+        )
     )
     return (
         f'<table id="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

@@ -11,6 +11,7 @@ import orjson
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .. import __version__
 from ..engine.simulate import CostModel
@@ -98,7 +99,9 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
     if req.jobs is not None and req.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, not {req.jobs}")
     plan = Plan(req.workloads, req.policies, parse_grid(req.grid), req.cost, req.capacity)
-    todo = points(plan)
+    todo = points(plan, note=lambda message: err.print(message, soft_wrap=True, highlight=False))
+    for policy in dict.fromkeys(p.policy for p in todo if p.source is None):
+        err.print(f"note: the source of {policy!r} cannot be read: its points are not cached")
     bar = ProgressBar(err, "sweeping", len(todo), "{task.completed} points")
     finished = [0]
 
@@ -124,6 +127,8 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
         _write(f, outcomes)
     view = err if req.output == "-" else out
     view.print(sweep_table(outcomes, list(plan.grid)))
+    for line in rejection_notes(outcomes):
+        err.print(line, soft_wrap=True, highlight=False, markup=False)
     cached = sum(o.cached for o in outcomes)
     failed = sum(o.error is not None for o in outcomes)
     err.print(f"{len(outcomes)} points: {cached} from the cache, {failed} failed")
@@ -148,23 +153,56 @@ def _run_keys(o: Outcome) -> dict[str, Any]:
 
 
 def sweep_table(outcomes: list[Outcome], grid: list[str]) -> Table:
-    """A row per point: what the grid varied, throughput, tail latencies and capacity."""
+    """A row per point: what the grid varied, how many requests finished and were
+    rejected, throughput, tail latencies (of the finished, said when some were rejected)
+    and capacity. A point that rejected requests is marked: its latencies look better for
+    the requests it never served."""
     table = Table(title="sweep", box=box.ROUNDED, title_justify="left")
-    for column in ("workload", "policy", "params", "tok/s", "TTFT p99 ms", "TPOT p99 ms"):
+    for column in ("workload", "policy", "params", "finished", "rejected", "tok/s"):
         table.add_column(column, overflow="fold")
+    table.add_column("TTFT p99 ms", overflow="fold")
+    table.add_column("TPOT p99 ms", overflow="fold")
     table.add_column("capacity (rate x)")
     for o in outcomes:
         m = (o.record or {}).get("metrics") or {}
         cap = (o.record or {}).get("capacity") or {}
         varied = {**o.point.params, **_run_keys(o)}
         changed = " ".join(f"{k}={v}" for k, v in varied.items() if k in grid)
+        rejected = m.get("rejected") or 0
+        of = f" (of {m.get('finished')})" if rejected and m.get("finished") is not None else ""
         table.add_row(
-            Path(o.point.workload).name,
-            o.point.policy,
-            changed,
+            Text(Path(o.point.workload).name),
+            Text(o.point.policy),
+            Text(changed),
+            Text(_finished(m)),
+            Text(f"{rejected} !", style="bold red") if rejected else Text("0"),
             number(m.get("throughput_output_tokens_per_s")),
-            number((m.get("ttft") or {}).get("p99"), 1000),
-            number((m.get("tpot") or {}).get("p99"), 1000),
-            "failed: " + o.error if o.error else number(cap.get("rate_multiplier"), 1, 2),
+            number((m.get("ttft") or {}).get("p99"), 1000) + of,
+            number((m.get("tpot") or {}).get("p99"), 1000) + of,
+            Text("failed: " + o.error if o.error else number(cap.get("rate_multiplier"), 1, 2)),
         )
     return table
+
+
+def _finished(metrics: dict[str, Any]) -> str:
+    finished, requests = metrics.get("finished"), metrics.get("requests")
+    if finished is None:
+        return "n/a"  # a replayed trace has batches, not requests
+    return f"{finished} of {requests}"
+
+
+def rejection_notes(outcomes: list[Outcome]) -> list[str]:
+    """One line per point that rejected requests: how many, and why."""
+    notes = []
+    for o in outcomes:
+        m = (o.record or {}).get("metrics") or {}
+        if not m.get("rejected"):
+            continue
+        reasons = m.get("rejected_by_reason") or {}
+        why = "; ".join(f"{n} x {reason}" for reason, n in reasons.items())
+        notes.append(
+            f"warning: {_label(o).strip()}: {m['rejected']} request(s) rejected"
+            + (f" ({why})" if why else "")
+            + "; its latencies are of the finished requests only"
+        )
+    return notes

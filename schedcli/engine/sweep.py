@@ -9,6 +9,8 @@ come out in the order of the points (workload, policy, grid), whatever the backe
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import hashlib
 import itertools
 import multiprocessing
@@ -25,7 +27,7 @@ import orjson
 from ..formats.source import sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
-from ..policies.registry import build_policy, resolve_policy
+from ..policies.registry import build_policy, policy_source, resolve_policy
 from .metrics import StepMetrics
 from .run import open_replay
 from .simulate import CostModel, chunk_size_for, simulate
@@ -55,12 +57,18 @@ class Point:
     time_scale: float = 1.0
     chunk_size: int | None = None
     capacity: Capacity | None = None
+    source: str | None = None  # digest of the policy's source (None: unknown, not cached)
 
-    def key(self, version: str) -> str:
-        """The cache key: what the result depends on, schedcli's version included."""
+    def key(self, version: str) -> str | None:
+        """The cache key: everything the result depends on (the workload's bytes, the
+        policy's source, its parameters, the runner's settings, schedcli's version); None
+        when the policy's source cannot be read, so the point is never cached."""
+        if self.source is None:
+            return None
         spec = {
             "workload": self.workload_sha256,
             "policy": self.policy,
+            "source": self.source,
             "params": self.params,
             "cost": self.cost,
             "time_scale": self.time_scale,
@@ -96,14 +104,19 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def points(plan: Plan) -> list[Point]:
+def points(plan: Plan, note: Callable[[str], None] | None = None) -> list[Point]:
     """Every point, in order: workload, policy, then the grid in the order given.
 
-    A grid key applies to each policy that declares it; for the others it is dropped,
-    and the points that then coincide are run once.
+    A grid key applies to each policy that declares it; for the others it is dropped (and
+    ``note`` says so), and the points that then coincide are run once. A key no swept
+    policy declares is a usage error.
     """
     if not plan.workloads or not plan.policies:
         raise UsageError("a sweep needs at least one workload and one policy (-p)")
+    classes = {policy: resolve_policy(policy) for policy in plan.policies}
+    declared = {policy: {p.name for p in cls.PARAMS} for policy, cls in classes.items()}
+    _check_grid_keys(plan.grid, declared, note)
+    sources = {policy: policy_source(cls) for policy, cls in classes.items()}
     out: list[Point] = []
     for workload in plan.workloads:
         sha = file_sha256(workload)
@@ -111,13 +124,10 @@ def points(plan: Plan) -> list[Point]:
         if kind not in ("workload", "trace"):
             raise UsageError(f"{workload}: a sweep takes workloads or traces, not a {kind}")
         for policy in plan.policies:
-            declared = {p.name for p in resolve_policy(policy).PARAMS}
-            unknown = [k for k in plan.grid if k not in declared and k not in RUN_KEYS]
-            if len(plan.policies) == 1 and unknown:
-                raise UsageError(f"--grid {unknown[0]}: {policy!r} has no such parameter")
             seen: set[bytes] = set()
             for combo in _combinations(plan.grid):
-                point = _point(plan, workload, sha, kind, policy, declared, combo)
+                point = _point(plan, workload, sha, kind, policy, declared[policy], combo)
+                point = dataclasses.replace(point, source=sources[policy])
                 marker = orjson.dumps(
                     [point.params, point.cost, point.time_scale, point.chunk_size],
                     option=orjson.OPT_SORT_KEYS,
@@ -126,6 +136,34 @@ def points(plan: Plan) -> list[Point]:
                     seen.add(marker)
                     out.append(point)
     return out
+
+
+def _check_grid_keys(
+    grid: Mapping[str, list[str]],
+    declared: Mapping[str, set[str]],
+    note: Callable[[str], None] | None,
+) -> None:
+    """A grid key names a run setting or a parameter of some swept policy."""
+    for key in grid:
+        if key in RUN_KEYS:
+            continue
+        takers = [policy for policy, names in declared.items() if key in names]
+        if not takers:
+            known = sorted(set(RUN_KEYS).union(*declared.values()))
+            hint = difflib.get_close_matches(key, known, n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            swept = ", ".join(repr(p) for p in declared)
+            raise UsageError(
+                f"--grid {key}: no swept policy ({swept}) has such a parameter{did_you_mean}"
+            )
+        others = [policy for policy in declared if policy not in takers]
+        if others and note is not None:
+            lacking = (
+                f"{others[0]} has no such parameter and runs"
+                if len(others) == 1
+                else f"{', '.join(others)} have no such parameter and run"
+            )
+            note(f"note: --grid {key} applies to {', '.join(takers)}; {lacking} without it")
 
 
 def _combinations(grid: Mapping[str, list[str]]) -> Iterator[dict[str, str]]:
@@ -198,17 +236,7 @@ def _replay_metrics(point: Point) -> dict[str, Any]:
 
 
 def _at(point: Point, path: str) -> Point:
-    return Point(
-        path,
-        point.workload_sha256,
-        point.kind,
-        point.policy,
-        point.params,
-        point.cost,
-        point.time_scale,
-        point.chunk_size,
-        point.capacity,
-    )
+    return dataclasses.replace(point, workload=path)
 
 
 def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> dict[str, Any]:
@@ -294,7 +322,10 @@ class Cache:
         self.version = version
 
     def get(self, point: Point) -> dict[str, Any] | None:
-        path = self.directory / f"{point.key(self.version)}.json"
+        key = point.key(self.version)
+        if key is None:
+            return None
+        path = self.directory / f"{key}.json"
         try:
             record: dict[str, Any] = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
@@ -303,8 +334,11 @@ class Cache:
         return record
 
     def put(self, point: Point, record: dict[str, Any]) -> None:
+        key = point.key(self.version)
+        if key is None:
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{point.key(self.version)}.json"
+        path = self.directory / f"{key}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(orjson.dumps(record))
         os.replace(tmp, path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
 import inspect
 import os
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -146,6 +148,41 @@ def policy_reference(cls: type) -> str:
         if any(ep.value == where for ep in entry_points(group=ENTRY_POINT_GROUP, name=name)):
             return name
     return where
+
+
+def policy_source(cls: type) -> str | None:
+    """A digest of the source that defines ``cls``, or None when it has no file.
+
+    A built-in's answer depends on all of schedcli (its policy, the shared queues, the
+    engine), so it is every ``.py`` file of the package; a plugin's is its module's file and
+    the modules beside it in its package (what it most likely imports). Any edit to them
+    changes the digest: a sweep's cache keys on it.
+    """
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if module is None or file is None:
+        return None
+    if cls.__module__.split(".")[0] == "schedcli":
+        root = Path(__file__).resolve().parent.parent
+        files = sorted(p for layer in _RESULT_LAYERS for p in (root / layer).rglob("*.py"))
+    else:
+        here = Path(file).resolve()
+        if here.suffix != ".py":
+            return None
+        root = here.parent
+        files = sorted(root.glob("*.py")) if module.__package__ else [here]
+    digest = hashlib.sha256()
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
+# What a simulation's or replay's numbers depend on (the app layer only shows them).
+_RESULT_LAYERS = ("model", "policies", "formats", "engine")
 
 
 def _coerce(param: Param, value: object) -> object:
