@@ -293,7 +293,7 @@ def test_an_edited_plugin_is_a_cache_miss_with_new_numbers(tmp_path: Path, workl
         (record,) = [orjson.loads(x) for x in (tmp_path / out).read_bytes().splitlines()]
         return r.stderr.decode(), record["metrics"]  # type: ignore[return-value]
 
-    first, one = run(1, "a.jsonl")
+    _, one = run(1, "a.jsonl")
     again, same = run(1, "b.jsonl")
     assert "1 points: 1 from the cache" in again and same == one
     edited, other = run(8, "c.jsonl")
@@ -302,8 +302,8 @@ def test_an_edited_plugin_is_a_cache_miss_with_new_numbers(tmp_path: Path, workl
 
 
 def test_the_cache_key_covers_source_params_workload_cost_and_runner(workload: Path) -> None:
-    from schedcli.engine.sweep import Plan, points
     from schedcli.engine.simulate import CostModel
+    from schedcli.engine.sweep import Plan, points
 
     base = points(Plan([str(workload)], ["fcfs"]))[0]
     changed = [
