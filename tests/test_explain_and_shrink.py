@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import orjson
@@ -175,3 +176,89 @@ def test_stats_names_the_worst_session_and_the_longest_wait() -> None:
         "dispatched_at_step": 2,
         "waited_steps": 2,
     }
+
+
+def test_shrink_keeps_the_failure_signature_and_the_expect_as_recorded(tmp_path: Path) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    original = {json.dumps(json.loads(x).get("expect")) for x in trace.read_text().splitlines()}
+    kept = [json.loads(x) for x in small.read_text().splitlines()]
+    expects = [e["expect"] for e in kept if "expect" in e]
+    assert expects and all(json.dumps(x) in original for x in expects)  # never edited
+    assert [] not in expects
+    assert any(len(x) > 1 for x in expects)  # the reversed batch itself, as recorded
+    assert len({e["tid"] for e in kept if "tid" in e}) >= 2
+
+
+def test_shrink_does_not_cut_to_a_repro_that_fails_for_another_reason(tmp_path: Path) -> None:
+    # The policy orders the batch wrongly; an expect-less submit + empty expect would also
+    # "fail --check", but not the same way.
+    lines = [
+        {"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1},
+        {"op": "submit", "tid": 2, "sid": 2, "kind": "decode", "size": 1},
+        {"op": "get_work", "expect": [2, 1]},
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    small = tmp_path / "s.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-p", "fcfs", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert [json.loads(x) for x in small.read_text().splitlines()] == lines
+
+
+def test_shrink_says_its_progress_on_stderr(tmp_path: Path) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small), "--max-time", "30")
+    assert r.returncode == 0
+    said = re.findall(rb"shrinking: (\d+) tried, (\d+) events", r.stderr)
+    assert said and int(said[0][1]) > 500  # the first: the trace up to its failing line
+
+
+def test_shrink_at_max_time_writes_the_smallest_failing_trace_so_far(tmp_path: Path) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small), "--max-time", "0.5")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"--max-time ran out: this is the smallest failing trace found so far" in r.stderr
+    assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
+    r = run_cli("shrink", str(trace), "--until", "check", "--max-time", "nan")
+    assert r.returncode == 2 and b"--max-time must be between 0 and" in r.stderr
+
+
+def test_shrink_interrupted_writes_the_smallest_failing_trace_so_far(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    argv = [sys.executable, "-m", "schedcli", "shrink", str(trace), "--until", "check"]
+    proc = subprocess.Popen(
+        [*argv, "-o", str(small)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"interrupted: this is the smallest failing trace found so far" in err
+    assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
+
+
+def test_sh2_a_flaky_command_is_a_clear_error_not_an_internal_one(tmp_path: Path) -> None:
+    # Fails (exit 1) on its first three calls, then passes.
+    flaky = "cmd:n=$(cat count 2>/dev/null || echo 0); echo $((n+1)) > count; [ $n -ge 3 ]"
+    r = run_cli("shrink", str(CHAT), "--until", flaky, "-o", "small.jsonl", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert b"the failure did not reproduce on the final check" in r.stderr
+    assert b"internal error" not in r.stderr
+
+
+def test_sh1_an_invalid_expect_is_located_not_an_internal_error(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"op":"submit","tid":1,"sid":1,"kind":"decode","size":1}\n'
+        '{"op":"get_work","expect":[[2]]}\n'
+    )
+    r = run_cli("shrink", str(trace), "--until", "check")
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{trace}:2: ")

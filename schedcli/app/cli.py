@@ -640,25 +640,32 @@ def shrink(
     ] = "-",
     policy: PolicyOption = None,
     param: ParamOption = None,
+    max_time: Annotated[
+        float | None,
+        typer.Option(
+            "--max-time",
+            metavar="SECONDS",
+            help="Stop after this long and write the smallest failing trace found so far.",
+        ),
+    ] = None,
+    keep_expects: Annotated[
+        bool,
+        typer.Option(
+            "--keep-expects",
+            help="Keep every kept get_work's expect (default: only the failing batch's).",
+        ),
+    ] = False,
 ) -> None:
     """Reduce a failing trace to a small one that still fails the same way: --check still
-    finds a mismatch, the policy still breaks the contract, two policies still part ways,
-    or a command still fails. Deterministic; prints the sizes and the time taken.
+    finds the same tids missing or extra, the policy still breaks the contract with the same
+    message, two policies still part ways at the same tids, or a command still exits with
+    the same code. Deterministic; prints the sizes and the time taken. On Ctrl-C or at
+    --max-time it writes the smallest failing trace found so far.
     """
-    import time
+    from .shrink import shrink_to_file
 
-    from .shrink import shrink as run_shrink
-
-    start = time.monotonic()
-    shrunk = run_shrink(trace, until, policy, parse_params(param))
-    lines = shrunk.lines()
-    with atomic_output(output) as out:
-        out.write(b"".join(line + b"\n" for line in lines))
-    took = time.monotonic() - start
-    print(
-        f"shrunk {display_name(trace)} from {shrunk.before} lines to {len(lines)} "
-        f"in {took:.1f} s ({shrunk.tests} replays)",
-        file=sys.stderr,
+    shrink_to_file(
+        trace, until, policy, parse_params(param), output, max_time, keep_expects, err_console
     )
 
 

@@ -21,6 +21,11 @@ MAX_REQUEST_TOKENS = 2**21
 small enough that simulating one request is a bounded run."""
 
 
+MAX_SECONDS = 10.0**9
+"""A duration or a point in time given in seconds (an option, a time stamp, an SLO): about
+31 years, so that any sum of a few of them stays finite and exact enough to compare."""
+
+
 class BoundError(ValueError):
     """A value outside what the formats accept; the message names the bound."""
 
