@@ -189,3 +189,122 @@ def test_an_old_recording_of_an_unnamed_class_is_refused_not_replayed_as_decode_
     assert "recorded under policy class my.mod:Thing" in r.stderr.decode()
     assert "-p my.mod:Thing" in r.stderr.decode()
     assert run_cli("validate", str(path)).returncode == 2
+
+
+# --- a dump is complete only with its end record (row 7) ------------------------------------
+
+
+def _dump(tmp_path: Path, trace: Path, name: str, *args: str) -> Path:
+    out = tmp_path / name
+    r = run_cli("replay", str(trace), "-f", "jsonl", "-o", str(out), *args)
+    assert r.returncode in (0, 3), r.stderr
+    return out
+
+
+def test_a_dump_without_its_end_record_is_incomplete_everywhere(tmp_path: Path) -> None:
+    full = _dump(tmp_path, EXAMPLES[0], "full.jsonl")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(full.read_bytes().splitlines(keepends=True)[:-1]))
+    for argv in (["stats", str(cut)], ["diff", str(full), str(cut)]):
+        r = run_cli(*argv)
+        assert r.returncode == 2, argv
+        assert f"{cut}: incomplete dump (no end record)" in r.stderr.decode()
+    r = run_cli("report", str(cut), "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 2 and b"incomplete dump (no end record)" in r.stderr
+    assert run_cli("stats", str(cut), "--allow-incomplete").returncode == 0
+    assert run_cli("diff", str(full), str(cut), "--allow-incomplete").returncode == 1
+
+
+def test_diff_and_golden_agree_on_a_dump_cut_short(tmp_path: Path) -> None:
+    full = _dump(tmp_path, EXAMPLES[0], "full.jsonl")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(full.read_bytes().splitlines(keepends=True)[:-1]))
+    diffed = run_cli("diff", str(full), str(cut), "--allow-incomplete")
+    golden = run_cli("replay", str(EXAMPLES[0]), "--golden", str(cut))
+    assert diffed.returncode == 1  # the end record differs, and diff says so
+    assert golden.returncode == 2  # a golden must be complete
+    assert b"incomplete dump (no end record)" in golden.stderr
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_diff_and_golden_give_the_same_verdict_on_every_pair(example: Path, tmp_path: Path) -> None:
+    mine = _dump(tmp_path, example, "mine.jsonl")
+    for other_policy in ("fcfs", "fair"):
+        other = _dump(tmp_path, example, f"{other_policy}.jsonl", "-p", other_policy)
+        diffed = run_cli("diff", str(other), str(mine))
+        golden = run_cli("replay", str(example), "--golden", str(other))
+        assert diffed.returncode == golden.returncode, (diffed.stdout, golden.stderr)
+
+
+def test_a_replay_that_breaks_the_contract_leaves_a_dump_marked_partial(tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "t.jsonl",
+        [{"op": "submit", "tid": i, "sid": i % 3, "kind": "decode", "size": 1} for i in range(5)],
+    )
+    out = tmp_path / "d.jsonl"
+    r = run_cli(
+        "replay", str(trace), "-p", "tests.plugin_policies:LosesTasks", "-f", "jsonl",
+        "-o", str(out),
+    )  # fmt: skip
+    assert r.returncode == 3
+    last = orjson.loads(out.read_bytes().splitlines()[-1])
+    assert last["partial"]["reason"].startswith("policy 'loses-tasks' broke the Scheduler")
+    s = run_cli("stats", str(out))
+    assert s.returncode == 2 and b"incomplete dump (partial: policy 'loses-tasks'" in s.stderr
+
+
+def test_a_dump_whose_steps_repeat_is_refused_at_its_line(tmp_path: Path) -> None:
+    full = _dump(tmp_path, EXAMPLES[0], "full.jsonl")
+    lines = full.read_bytes().splitlines(keepends=True)
+    k = next(i for i, line in enumerate(lines) if line.startswith(b'{"step":0,'))
+    golden = tmp_path / "dup.jsonl"
+    golden.write_bytes(b"".join(lines[: k + 1]) + lines[k] + b"".join(lines[k + 1 :]))
+    r = run_cli("replay", str(EXAMPLES[0]), "--golden", str(golden))
+    assert r.returncode == 2
+    message = f"{golden}:{k + 2}: step 0 after step 0: a dump's steps only increase"
+    assert message in r.stderr.decode()
+    assert b"(no batch)" not in r.stderr
+
+
+# --- the missing-golden hint and every differing record (rows 12, 13) -----------------------
+
+
+def test_the_missing_golden_hint_repeats_the_policy_and_params(tmp_path: Path) -> None:
+    golden = tmp_path / "g.jsonl"
+    r = run_cli(
+        "replay", str(EXAMPLES[0]), "-p", "fcfs", "-P", "max_num_seqs=4", "--golden", str(golden)
+    )
+    assert r.returncode == 2
+    hint = r.stderr.decode().split("run: ", 1)[1].strip()
+    assert hint == (
+        f"schedcli replay {EXAMPLES[0]} -p fcfs -P max_num_seqs=4 --golden {golden} --update-golden"
+    )
+    import shlex
+
+    assert run_cli(*shlex.split(hint)[1:]).returncode == 0
+    assert run_cli(*shlex.split(hint)[1:-1]).returncode == 0  # the golden it made passes
+
+
+def test_every_differing_record_is_shown_with_its_field_and_both_values(tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "t.jsonl",
+        [
+            {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 200},
+            {"op": "submit", "tid": 2, "sid": 2, "kind": "prefill", "size": 200},
+            {"op": "cancel", "sid": 2},
+            {"op": "get_work"},
+        ],
+    )
+    a = _dump(tmp_path, trace, "a.jsonl")
+    b = _dump(tmp_path, trace, "b.jsonl", "-P", "max_prefill_chunk_size=150")
+    r = run_cli("diff", str(a), str(b))
+    assert r.returncode == 1
+    out = r.stdout.decode()
+    assert "records that differ" in out
+    assert "submit (line 1, only in B):" in out and "submit (line 2, only in B):" in out
+    assert "cancel (line 3):" in out and "dropped: A [2]  B []" in out
+    assert "end:" in out and "rejected: A 0  B 2" in out
+    assert "{'" not in out  # no Python dicts
+    data = orjson.loads(run_cli("diff", str(a), str(b), "-f", "json").stdout)
+    kinds = [x["kind"] for x in data["records_differing"]]
+    assert kinds == ["submit", "submit", "cancel", "end"]

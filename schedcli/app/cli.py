@@ -120,6 +120,13 @@ ParamOption = Annotated[
         "--param", "-P", metavar="KEY=VALUE", help="Policy parameter KEY=VALUE (repeatable)."
     ),
 ]
+AllowIncompleteOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-incomplete",
+        help="Dumps: read one without its end record (cut short, or marked partial).",
+    ),
+]
 DrainOption = Annotated[
     bool, typer.Option("--drain", help="Explicit traces: keep calling get_work at the end.")
 ]
@@ -346,6 +353,7 @@ def diff(
         typer.Option("--b-param", metavar="KEY=VALUE", help="Side B parameter KEY=VALUE."),
     ] = None,
     drain: DrainOption = False,
+    allow_incomplete: AllowIncompleteOption = False,
     fmt: ViewFormatOption = ViewFormat.table,
 ) -> None:
     """Find where two schedules part ways: one trace under two configurations, or two dumps.
@@ -370,7 +378,7 @@ def diff(
     elif len(inputs) == 2:
         if a_policy or b_policy or a_param or b_param:
             raise UsageError("--a/--b and their params apply to a trace, not to two dumps")
-        result = diff_dumps(inputs[0], inputs[1])
+        result = diff_dumps(inputs[0], inputs[1], allow_incomplete=allow_incomplete)
     else:
         raise UsageError("diff takes one trace, or two dumps")
     if fmt is ViewFormat.json:
@@ -804,6 +812,7 @@ def stats(
     ] = None,
     param: ParamOption = None,
     drain: DrainOption = False,
+    allow_incomplete: AllowIncompleteOption = False,
     fmt: ViewFormatOption = ViewFormat.table,
 ) -> None:
     """Step-based metrics of a recorded trace (replayed) or of a dump: waits in steps,
@@ -815,7 +824,12 @@ def stats(
     progress = _trace_progress("measuring", input_path)
     try:
         summary, title = stats_of(
-            input_path, policy, parse_params(param), drain=drain, progress=progress
+            input_path,
+            policy,
+            parse_params(param),
+            drain=drain,
+            progress=progress,
+            allow_incomplete=allow_incomplete,
         )
     finally:
         progress.stop()
@@ -845,6 +859,7 @@ def report(
     cost_a: CostAOption = DEFAULT_COST.a,
     cost_b: CostBOption = DEFAULT_COST.b,
     cost_c: CostCOption = DEFAULT_COST.c,
+    allow_incomplete: AllowIncompleteOption = False,
 ) -> None:
     """Write one self-contained HTML report (works offline): tokens per step against the
     budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy.
@@ -854,7 +869,11 @@ def report(
     progress = _trace_progress("reporting", input_path)
     try:
         page = build_report(
-            input_path, policy or [], cost=CostModel(cost_a, cost_b, cost_c), progress=progress
+            input_path,
+            policy or [],
+            cost=CostModel(cost_a, cost_b, cost_c),
+            progress=progress,
+            allow_incomplete=allow_incomplete,
         )
     finally:
         progress.stop()

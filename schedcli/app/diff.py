@@ -6,8 +6,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from ..engine.lockstep import run_in_lockstep
 from ..engine.metrics import StepMetrics
 from ..engine.replay import Replayer
@@ -40,6 +38,55 @@ class FirstDifference:
         return ids_only_in([e["tid"] for e in self.a or ()], [e["tid"] for e in self.b or ()])
 
 
+_ABSENT = "(none)"
+# Differing records other than batches kept for showing; all of them are counted.
+RECORDS_KEPT = 1000
+
+
+@dataclass
+class RecordDifference:
+    """A record other than a batch (a rejected submit, a cancel, a clear, the end) that
+    differs between the sides: what it is, where, and each field that differs."""
+
+    kind: str
+    lines: tuple[int | None, int | None]  # its trace line on each side, if it has one
+    fields: list[tuple[str, Any, Any]]  # (field, A's value, B's value); _ABSENT if missing
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "lines": list(self.lines),
+            "fields": [{"field": f, "a": a, "b": b} for f, a, b in self.fields],
+        }
+
+
+def record_difference(a: Record | None, b: Record | None) -> RecordDifference | None:
+    """How two records at the same place differ, field by field; None if they do not."""
+    if a == b:
+        return None
+    kind = "end" if "end" in (a or b or {}) else str((a or b or {}).get("op", "record"))
+    if kind == "end":
+        a, b = (a or {}).get("end"), (b or {}).get("end")
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return RecordDifference(kind, (None, None), [("end", a or _ABSENT, b or _ABSENT)])
+    elif a is None or b is None:
+        return RecordDifference(
+            kind, (_line(a), _line(b)), [("record", a or _ABSENT, b or _ABSENT)]
+        )
+    fields = [
+        (key, a.get(key, _ABSENT), b.get(key, _ABSENT))
+        for key in dict.fromkeys([*a, *b])
+        if key != "line" and a.get(key, _ABSENT) != b.get(key, _ABSENT)
+    ]
+    lines = (None, None) if kind == "end" else (_line(a), _line(b))
+    return RecordDifference(kind, lines, fields or [("line", _line(a), _line(b))])
+
+
+def _line(record: Record | None) -> int | None:
+    line = (record or {}).get("line")
+    return line if type(line) is int else None
+
+
 @dataclass
 class DiffResult:
     labels: tuple[str, str]
@@ -49,6 +96,12 @@ class DiffResult:
     events_differing: int = 0
     first: FirstDifference | None = None
     summaries: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+    records: list[RecordDifference] = field(default_factory=list)  # the first RECORDS_KEPT
+
+    def record_differs(self, difference: RecordDifference) -> None:
+        self.events_differing += 1
+        if len(self.records) < RECORDS_KEPT:
+            self.records.append(difference)
 
     @property
     def identical(self) -> bool:
@@ -71,30 +124,37 @@ class DiffResult:
             "steps_differing": self.steps_differing,
             "events_differing": self.events_differing,
             "first_difference": first,
+            "records_differing": [r.to_json() for r in self.records],
             "a": {"label": self.labels[0], "params": self.params[0], "metrics": self.summaries[0]},
             "b": {"label": self.labels[1], "params": self.params[1], "metrics": self.summaries[1]},
         }
 
 
-class _Aligner:
-    """Pairs the two sides' batch records by step number as they arrive."""
+class Aligner:
+    """Pairs the two sides' records as they arrive: batches by step number, other records
+    in order, and the end records at the end. ``diff`` (of two replays or two dumps) and
+    ``replay --golden`` all compare through it, so they agree on every pair of dumps."""
 
     def __init__(self, result: DiffResult) -> None:
         self.result = result
         self.a: deque[Record] = deque()
         self.b: deque[Record] = deque()
-        self.events_a: deque[bytes] = deque()
-        self.events_b: deque[bytes] = deque()
+        self.events_a: deque[Record] = deque()
+        self.events_b: deque[Record] = deque()
+        self.ends: list[Record | None] = [None, None]
 
     def sink(self, side: str) -> Any:
         batches = self.a if side == "a" else self.b
         events = self.events_a if side == "a" else self.events_b
+        index = 0 if side == "a" else 1
 
         def emit(record: Record) -> None:
             if "batch" in record:
                 batches.append(record)
-            elif "end" not in record:
-                events.append(orjson.dumps(record))
+            elif "end" in record:
+                self.ends[index] = record
+            else:
+                events.append(record)
 
         return emit
 
@@ -129,9 +189,17 @@ class _Aligner:
             else:
                 b.popleft()
                 self._differ(sb, None, rb["batch"])
-        while self.events_a and self.events_b:
-            if self.events_a.popleft() != self.events_b.popleft():
-                result.events_differing += 1
+        # Other records pair by their trace line (one record a line at most): a side that
+        # is already past a line has no record of it.
+        events_a, events_b = self.events_a, self.events_b
+        while events_a and events_b:
+            la, lb = _line(events_a[0]), _line(events_b[0])
+            if la is None or lb is None or la == lb:
+                self._compare(events_a.popleft(), events_b.popleft())
+            elif la < lb:
+                self._compare(events_a.popleft(), None)
+            else:
+                self._compare(None, events_b.popleft())
         if final:
             for r in a:
                 result.steps_compared += 1
@@ -141,7 +209,18 @@ class _Aligner:
                 self._differ(r["step"], None, r["batch"])
             a.clear()
             b.clear()
-            result.events_differing += len(self.events_a) + len(self.events_b)
+            for ra in self.events_a:
+                self._compare(ra, None)
+            for rb in self.events_b:
+                self._compare(None, rb)
+            self.events_a.clear()
+            self.events_b.clear()
+            self._compare(*self.ends)
+
+    def _compare(self, a: Record | None, b: Record | None) -> None:
+        difference = record_difference(a, b)
+        if difference is not None:
+            self.result.record_differs(difference)
 
 
 def _other_fields(record: Record) -> Record:
@@ -170,7 +249,7 @@ def diff_trace(
             (config_label(ta.policy_name, full_a), config_label(label_b, full_b)),
             (full_a, full_b),
         )
-        aligner = _Aligner(result)
+        aligner = Aligner(result)
         metrics_a = StepMetrics(ta.policy.token_budget)
         metrics_b = StepMetrics(policy_b.token_budget)
         side_a = Replayer(
@@ -196,12 +275,15 @@ def diff_trace(
         return result
 
 
-def diff_dumps(path_a: str, path_b: str) -> DiffResult:
-    """Compare two dumps record by record (batches aligned by step)."""
+def diff_dumps(path_a: str, path_b: str, *, allow_incomplete: bool = False) -> DiffResult:
+    """Compare two dumps record by record (batches aligned by step, end records too)."""
     result = DiffResult((display_name(path_a), display_name(path_b)), ({}, {}))
-    aligner = _Aligner(result)
+    aligner = Aligner(result)
     metrics = (StepMetrics(waits_known=False), StepMetrics(waits_known=False))
-    streams = (read_dump(path_a), read_dump(path_b))
+    streams = (
+        read_dump(path_a, allow_incomplete=allow_incomplete),
+        read_dump(path_b, allow_incomplete=allow_incomplete),
+    )
     sinks = (aligner.sink("a"), aligner.sink("b"))
     done = [False, False]
     while not all(done):

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from ..engine.replay import Mismatch, Totals
-from ..formats.dump import Divergence, Record
+from ..formats.dump import Record
 from ..formats.interrupt import whole_write
 from ..model.task import Id, Task, id_key, ids_only_in, show_id
 
@@ -194,20 +195,6 @@ def _mismatch_table(m: Mismatch) -> Table:
     return table
 
 
-def golden_view(divergences: Sequence[Divergence], differing: int, records: int) -> Group:
-    """The first divergent dump records, one per line (unwrapped, so they can be copied)."""
-    parts: list[Text] = [
-        Text(f"{differing} of {records} dump records differ from the golden; first ones:", "bold")
-    ]
-    for d in divergences:
-        expected = d.expected.decode(errors="replace").rstrip() if d.expected else "(golden ended)"
-        got = d.got.decode(errors="replace").rstrip() if d.got else "(replay ended)"
-        parts.append(Text(f"record {d.index}:"))
-        parts.append(Text(f"  - golden: {expected}", "red"))
-        parts.append(Text(f"  + replay: {got}", "green"))
-    return Group(*parts)
-
-
 _METRIC_LABELS = (
     ("steps", "get_work calls"),
     ("steps_to_drain", "steps to drain"),
@@ -299,9 +286,49 @@ def diff_view(result: Any) -> Group:
             a_fields, b_fields = first.fields
             table.caption = f"same batch; the record differs: A {a_fields}   B {b_fields}"
         parts.append(table)
+    if result.records:
+        parts.append(records_view(result))
     if any(result.summaries):
         parts.append(metrics_comparison(["A", "B"], result.summaries))
     return Group(*parts)
+
+
+RECORDS_SHOWN = 50
+
+
+def records_view(result: Any) -> Text:
+    """Each differing record other than a batch: its kind, where, and every differing
+    field with both sides' values (as JSON, so they can be copied)."""
+    text = Text()
+    shown = result.records[:RECORDS_SHOWN]
+    text.append(f"records that differ ({result.events_differing}):\n", "bold")
+    for r in shown:
+        a_line, b_line = r.lines
+        where = ""
+        if a_line is not None and b_line is not None:
+            where = f" (line {a_line})" if a_line == b_line else f" (A line {a_line}, B {b_line})"
+        elif a_line is not None or b_line is not None:
+            where = (
+                f" (line {a_line}, only in A)" if b_line is None else f" (line {b_line}, only in B)"
+            )
+        text.append(f"  {r.kind}{where}:\n")
+        for name, a, b in r.fields:
+            text.append(f"    {name}: ")
+            text.append(f"A {_json(a)}", "red")
+            text.append("  ")
+            text.append(f"B {_json(b)}", "green")
+            text.append("\n")
+    hidden = result.events_differing - len(shown)
+    if hidden > 0:
+        text.append(f"  and {hidden} more (diff -f json lists the first {len(result.records)})\n")
+    text.rstrip()
+    return text
+
+
+def _json(value: Any) -> str:
+    if value == "(none)":
+        return "(none)"
+    return orjson.dumps(value).decode()
 
 
 def policies_table(described: Sequence[Mapping[str, Any]]) -> Table:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shlex
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -14,11 +15,12 @@ from rich.console import Console
 
 from ..engine.replay import ExpectMismatch, Record, Replayer, Totals
 from ..engine.run import OpenTrace, open_replay
-from ..formats.dump import RecordFilter, StepRange, Tee
+from ..formats.dump import RecordFilter, StepRange, Tee, partial_record
+from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
 from ..formats.writer import JsonlWriter
-from ..model.errors import CheckFailed, InputError, UsageError
+from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
 from ..model.task import Id, Task
 from .console import data_console
 from .golden import GoldenComparison
@@ -70,6 +72,7 @@ class _Sinks:
     filtered: RecordFilter | None
     golden: GoldenComparison | None
     timeline: PerfettoWriter | None
+    dump: JsonlWriter | None = None  # the JSONL view, which a stopped replay marks partial
 
     def on_left(self) -> Callable[[int, Left], None] | None:
         listeners = [s.left for s in (self.table, self.timeline) if s is not None]
@@ -118,8 +121,12 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
         try:
             totals = opened.run(engine)
         except ExpectMismatch as e:
+            _mark_partial(sinks, e, engine)
             progress.stop()
             err.print(mismatch_view(e.mismatch, _reasons_at(req, e.mismatch.step)))
+            raise
+        except (SchedcliError, Stopped) as e:
+            _mark_partial(sinks, e, engine)
             raise
         finally:
             progress.stop()
@@ -135,6 +142,7 @@ def _sinks(
 ) -> _Sinks:
     """Where the records go: the view (filtered), the golden, the timeline."""
     fmt = req.view_format()
+    dump: JsonlWriter | None = None
     console: Console | None = None
     table: TableView | None = None
     emitters: list[Callable[[Record], None]] = []
@@ -148,7 +156,7 @@ def _sinks(
             console = _table_console(stack, out, req.output)
             view = table = TableView(console, opened.policy.token_budget)
         else:
-            view = JsonlWriter(out)
+            view = dump = JsonlWriter(out)
         if req.steps is not None or req.session is not None:
             view = filtered = RecordFilter(
                 view, steps=req.steps, session=req.session, upcoming_step=upcoming_step
@@ -160,7 +168,7 @@ def _sinks(
     if req.golden and req.update_golden:
         emitters.append(JsonlWriter(stack.enter_context(atomic_output(req.golden))))
     elif req.golden:
-        golden = _golden(req.trace, req.golden, opened.policy_name)
+        golden = _golden(req, req.golden, opened.policy_name)
         emitters.append(golden)
     timeline: PerfettoWriter | None = None
     if req.perfetto:
@@ -173,7 +181,19 @@ def _sinks(
     emit = emitters[0] if len(emitters) == 1 else Tee(*emitters)
     if not emitters:
         emit = _discard
-    return _Sinks(emit, console, table, filtered, golden, timeline)
+    return _Sinks(emit, console, table, filtered, golden, timeline, dump)
+
+
+def _mark_partial(sinks: _Sinks, e: BaseException, engine: Replayer) -> None:
+    """A replay that stopped before its end leaves a dump that says so, as its last
+    record, instead of one a reader might take for the whole schedule."""
+    if sinks.dump is None:
+        return
+    if isinstance(e, Stopped):
+        reason = "interrupted" if e.exit_code == 130 else "terminated"
+    else:
+        reason = str(e)
+    sinks.dump(partial_record(reason, engine.totals.steps))
 
 
 def _reasons_at(req: ReplayRequest, step: int) -> list[tuple[Task, str, str]] | None:
@@ -220,14 +240,28 @@ def _table_console(stack: ExitStack, out: Any, output: str | None) -> Console:
     return data_console()
 
 
-def _golden(trace: str, golden: str, label: str) -> GoldenComparison:
+def update_command(req: ReplayRequest) -> str:
+    """The command line that writes this replay's golden: everything that shapes the dump
+    (trace, policy, parameters, --drain), then ``--golden G --update-golden``."""
+    words = ["schedcli", "replay", req.trace]
+    if req.policy is not None:
+        words += ["-p", req.policy]
+    for key, value in (req.params or {}).items():
+        words += ["-P", f"{key}={value}"]
+    if req.drain:
+        words.append("--drain")
+    words += ["--golden", str(req.golden), "--update-golden"]
+    return shlex.join(words)
+
+
+def _golden(req: ReplayRequest, golden: str, label: str) -> GoldenComparison:
     try:
         with open(golden, "rb"):
             pass
     except FileNotFoundError:
         raise UsageError(
             f"{golden}: no such golden file; to create it from this replay, run: "
-            f"schedcli replay {trace} --golden {golden} --update-golden"
+            f"{update_command(req)}"
         ) from None
     except OSError as e:
         raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
@@ -265,9 +299,6 @@ def _finish(
                 only_golden, _ = first.moved()
                 if only_golden:
                     err.print(why_left("the replay", _reasons_at(req, first.step), only_golden))
-            if golden.golden_end != golden.replay_end:
-                err.print(f"end record differs\n  golden: {golden.golden_end}")
-                err.print(f"  replay: {golden.replay_end}")
             raise CheckFailed(f"{opened.name}: dump differs from golden {req.golden}")
     elif req.golden:
         err.print(f"updated golden {req.golden}")

@@ -161,10 +161,10 @@ def _from_trace(
     return runs
 
 
-def _from_dump(path: str) -> list[Run]:
+def _from_dump(path: str, allow_incomplete: bool) -> list[Run]:
     run = Run(display_name(path), None)
     metrics = StepMetrics(waits_known=False)
-    for record in read_dump(path):
+    for record in read_dump(path, allow_incomplete=allow_incomplete):
         if "batch" in record:
             tasks = batch_tasks(record)
             decode = sum(1 for t in tasks if t.kind is DECODE)
@@ -412,6 +412,7 @@ def build_report(
     *,
     cost: CostModel | None = None,
     progress: TraceProgress | None = None,
+    allow_incomplete: bool = False,
 ) -> str:
     """The report's HTML for a trace, a dump, a workload or sweep results."""
     kind = sniff_kind(path)
@@ -426,7 +427,7 @@ def build_report(
         runs = _from_trace(path, parsed, progress)
         x_label = "step"
     elif kind == "dump":
-        runs = _from_dump(path)
+        runs = _from_dump(path, allow_incomplete)
         x_label = "step"
     else:
         runs = _from_workload(path, parsed, cost or CostModel())

@@ -13,11 +13,11 @@ from ..model.errors import UsageError
 from .progress import TraceProgress
 
 
-def _dump_stats(path: str) -> dict[str, Any]:
+def _dump_stats(path: str, allow_incomplete: bool) -> dict[str, Any]:
     metrics = StepMetrics(waits_known=False)
     rejected = 0
     queued: int | None = None
-    for record in read_dump(path):
+    for record in read_dump(path, allow_incomplete=allow_incomplete):
         if "batch" in record:
             metrics.dispatched(batch_tasks(record), record["step"])
         elif record.get("op") == "submit" and record.get("accepted") is False:
@@ -40,6 +40,7 @@ def stats_of(
     *,
     drain: bool = False,
     progress: TraceProgress | None = None,
+    allow_incomplete: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """Metrics of ``path`` and a title saying what they are of."""
     if path != "-" and sniff_kind(path) == "dump":
@@ -47,7 +48,7 @@ def stats_of(
             raise UsageError(
                 "a dump is one schedule already: --policy, --param and --drain apply to traces"
             )
-        return _dump_stats(path), f"{display_name(path)} (dump)"
+        return _dump_stats(path, allow_incomplete), f"{display_name(path)} (dump)"
     with open_replay(path, policy=policy, params=params) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
         on_step = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -121,45 +121,6 @@ class RecordFilter:
         return record
 
 
-@dataclass
-class Divergence:
-    index: int  # 1-based record number
-    expected: bytes | None  # None: the golden ended first
-    got: bytes | None  # None: the replay ended first
-
-
-class GoldenCheck:
-    """Compares each dump line with the golden file's, streaming both."""
-
-    def __init__(self, golden: IO[bytes], keep: int = 3) -> None:
-        self._golden = golden
-        self.keep = keep
-        self.records = 0
-        self.differing = 0
-        self.divergences: list[Divergence] = []
-
-    def _note(self, d: Divergence) -> None:
-        self.differing += 1
-        if len(self.divergences) < self.keep:
-            self.divergences.append(d)
-
-    def __call__(self, record: Record) -> None:
-        got = encode(record)
-        self.records += 1
-        expected = self._golden.readline()
-        if expected.rstrip(b"\r\n") != got[:-1]:
-            self._note(Divergence(self.records, expected or None, got))
-
-    def finish(self) -> None:
-        for line in iter(self._golden.readline, b""):
-            self.records += 1
-            self._note(Divergence(self.records, line, None))
-
-    @property
-    def same(self) -> bool:
-        return self.differing == 0
-
-
 def _id_ok(value: object) -> bool:
     return type(value) is str or (type(value) is int and INT_MIN <= value <= INT_MAX)
 
@@ -177,12 +138,31 @@ def _entry_ok(e: object) -> bool:
     )
 
 
-def read_dump(path: str) -> Iterator[Record]:
-    """A dump's records, streamed; a record that cannot be read is ``FILE:LINE: message``."""
+class IncompleteDump(InputError):
+    """A dump without its ``end`` record: cut short, or marked ``partial`` by a replay
+    that stopped (exit 3, 130, 143)."""
+
+
+def read_dump(path: str, *, allow_incomplete: bool = False) -> Iterator[Record]:
+    """A dump's records, streamed; a record that cannot be read is ``FILE:LINE: message``.
+
+    A dump is complete only with its ``end`` record, last. Without it, the records are all
+    yielded and then ``IncompleteDump`` is raised, unless ``allow_incomplete``.
+    """
     name = display_name(path)
     first = True
+    last_step: int | None = None
+    ended: int | None = None  # the line of the end (or partial) record
+    partial: Record | None = None
     with open_binary(path, name) as stream:
         for lineno, raw, _ in numbered_lines(stream, name):
+            if ended is not None:
+                raise InputError(
+                    name,
+                    lineno,
+                    f"a record after the {'partial' if partial else 'end'} record "
+                    f"at line {ended}: it must be the last",
+                )
             if first:
                 first = False
                 wrong_file = not_a("dump", raw)
@@ -212,7 +192,39 @@ def read_dump(path: str) -> Iterator[Record]:
                 depth_within(record, "the record")
             except BoundError as e:
                 raise InputError(name, lineno, str(e)) from None
+            if "batch" in record:
+                step = record["step"]
+                if last_step is not None and step <= last_step:
+                    raise InputError(
+                        name,
+                        lineno,
+                        f"step {step} after step {last_step}: a dump's steps only increase",
+                    )
+                last_step = step
+            elif "end" in record or "partial" in record:
+                ended = lineno
+                if "partial" in record:
+                    partial = record
+                    continue  # a marker, not a record of the schedule
             yield record
+    if (ended is None or partial is not None) and not allow_incomplete:
+        why = "no end record"
+        if partial is not None:
+            why = f"partial: {_reason(partial)}"
+        raise IncompleteDump(
+            name, None, f"incomplete dump ({why}); --allow-incomplete reads it anyway"
+        )
+
+
+def _reason(partial: Record) -> str:
+    body = partial.get("partial")
+    reason = body.get("reason") if isinstance(body, dict) else None
+    return str(reason) if reason else "the replay stopped before its end"
+
+
+def partial_record(reason: str, steps: int) -> Record:
+    """The last record of a dump whose replay stopped early (exit 3, 130, 143)."""
+    return {"partial": {"reason": reason, "steps": steps}}
 
 
 def batch_tasks(record: Record) -> list[Task]:
