@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import orjson
@@ -92,3 +93,73 @@ def test_a_recording_without_times_cannot_be_fitted(tmp_path: Path) -> None:
     r = run_cli("fit", str(rec))
     assert r.returncode == 2
     assert r.stderr.decode().startswith(f"{rec}:2: get_work has no time: record with clock=True")
+
+
+def _noisy_without_a_token_term(path: Path, steps: int = 400, seed: int = 3) -> None:
+    """Step time does not depend on tokens at all; noise makes plain least squares give
+    the token term a small negative coefficient."""
+    rng = random.Random(seed)
+    t, tid = 0.0, 0
+    with path.open("wb") as f:
+        w = TraceWriter(f)
+        w.header("decode-first", None, None)
+        for _ in range(steps):
+            batch = []
+            for _ in range(rng.randint(1, 30)):
+                tid += 1
+                batch.append(Task(tid, tid, "decode", 1))
+            for task in batch:
+                w.submit([task], t=t)
+            w.get_work([x.tid for x in batch], t=t)
+            t += 0.010 * rng.gauss(1.0, 0.15)
+
+
+def test_fit_never_writes_a_negative_coefficient_and_says_which_terms_are_zero(
+    tmp_path: Path,
+) -> None:
+    from schedcli.engine.fit import _least_squares
+
+    # Plain least squares on this data would make b negative; the fit keeps it at 0.
+    rows = [[1.0, float(n), float(n)] for n in (1, 2, 3, 4, 5, 6)]
+    y = [0.010, 0.009, 0.0105, 0.0085, 0.010, 0.0088]
+    beta = _least_squares(rows, y, "x")
+    assert all(v >= 0 for v in beta)
+    rec, cost = tmp_path / "rec.jsonl", tmp_path / "cost.json"
+    _noisy_without_a_token_term(rec)
+    r = run_cli("fit", str(rec), "-o", str(cost), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    model = orjson.loads(cost.read_bytes())
+    assert all(model[term] >= 0 for term in ("a", "b", "c"))
+    zero = model["fit"]["zero_terms"]
+    assert zero and all(model[term] == 0.0 for term in zero)
+    assert any(
+        "the best fit with every term >= 0 leaves it out" in n for n in model["fit"]["notes"]
+    )
+    table = run_cli("fit", str(rec)).stdout.decode()
+    assert f"{zero[0]} is 0: the best fit with every term >= 0 leaves it out" in table
+    w = tmp_path / "w.jsonl"
+    w.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 30, "output_tokens": 4}\n')
+    assert run_cli("simulate", str(w), "--cost", str(cost)).returncode == 0
+
+
+def test_a_cost_model_simulate_refuses_is_named(tmp_path: Path) -> None:
+    cost, w = tmp_path / "cost.json", tmp_path / "w.jsonl"
+    cost.write_text('{"a": 0.001, "b": -2.6e-8, "c": 0.0001}')
+    w.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 30, "output_tokens": 4}\n')
+    r = run_cli("simulate", str(w), "--cost", str(cost))
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{cost}: cost model b must be a finite number >= 0")
+
+
+@pytest.mark.parametrize("times", ["alternating", "huge"])
+def test_fit1_infinite_or_huge_step_times_are_located(tmp_path: Path, times: str) -> None:
+    rec = tmp_path / "rec.jsonl"
+    lines = []
+    for k in range(40):
+        t = (1.7e308 if k % 2 else -1.7e308) if times == "alternating" else k * 1e300
+        lines.append(f'{{"op": "submit", "tid": {k}, "sid": {k}, "kind": "decode", "size": 1}}')
+        lines.append(f'{{"op": "get_work", "expect": [{k}], "t": {t}}}')
+    rec.write_text("\n".join(lines) + "\n")
+    r = run_cli("fit", str(rec))
+    assert r.returncode == 2, r.stderr
+    assert re.match(rf"{re.escape(str(rec))}:\d+: t ", r.stderr.decode())

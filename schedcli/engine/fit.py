@@ -16,6 +16,7 @@ from typing import Any
 
 from ..formats.trace import open_trace
 from ..model.errors import InputError
+from ..model.limits import MAX_SECONDS
 from ..model.task import DECODE, Id, Task, id_key
 
 HOLDOUT_EVERY = 5
@@ -57,6 +58,8 @@ class Fit:
                 "outliers": self.outliers,
                 "mape": self.mape,
                 "r2": self.r2,
+                "zero_terms": [t for t in self.terms if self.coefficients[t] == 0.0],
+                "notes": self.notes,
             },
         }
 
@@ -87,7 +90,7 @@ def read_steps(paths: Sequence[str]) -> tuple[list[Step], int]:
                 step = _step(event.expect or [], queued)
                 if last is not None:
                     prev_t, prev = last
-                    prev.seconds = event.t - prev_t
+                    prev.seconds = _gap(prev_t, event.t, reader.name, event.line)
                     if prev.tokens == 0:
                         idle += 1
                     else:
@@ -96,6 +99,15 @@ def read_steps(paths: Sequence[str]) -> tuple[list[Step], int]:
         if not clocked:
             raise InputError(path, None, "no get_work with a time: nothing to fit")
     return steps, idle
+
+
+def _gap(before: float, now: float, name: str, line: int) -> float:
+    """Seconds between two get_work calls: finite, not negative, within MAX_SECONDS."""
+    if not (math.isfinite(before) and math.isfinite(now)) or not 0 <= now <= MAX_SECONDS:
+        raise InputError(name, line, f"t must be between 0 and {MAX_SECONDS:g} seconds, not {now}")
+    if now < before:
+        raise InputError(name, line, f"t goes back in time, from {before} to {now}")
+    return now - before
 
 
 def _step(expect: list[Id], queued: dict[tuple[type, Id], Task]) -> Step:
@@ -128,11 +140,19 @@ def fit_steps(steps: Sequence[Step], idle: int = 0, name: str = "the recording")
     spread = _median([abs(r - _median(residuals)) for r in residuals]) or 1e-12
     keep = [i for i, r in zip(train, residuals, strict=True) if r <= OUTLIER_MADS * spread]
     outliers = len(train) - len(keep)
+    if len(keep) < len(terms):
+        raise InputError(name, None, f"only {len(keep)} steps are not outliers: too few to fit")
     beta = _least_squares([rows[i] for i in keep], [steps[i].seconds for i in keep], name)
     explained = [i for i in test if steps[i].seconds - _dot(beta, rows[i]) <= OUTLIER_MADS * spread]
     outliers += len(test) - len(explained)
     mape, r2 = _quality(beta, [rows[i] for i in explained], [steps[i].seconds for i in explained])
     notes = [] if with_context else ["no context term: some task in a batch had no position"]
+    notes += [
+        f"{term} is 0: the best fit with every term >= 0 leaves it out (alone it would be "
+        "negative, which no step time can be)"
+        for term, value in zip(terms, beta, strict=True)
+        if value == 0.0
+    ]
     return Fit(
         terms,
         dict(zip(terms, beta, strict=True)),
@@ -171,29 +191,60 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _least_squares(rows: Sequence[Sequence[float]], y: Sequence[float], name: str) -> list[float]:
-    """Ordinary least squares by the normal equations, columns scaled for conditioning."""
+    """Non-negative least squares: the coefficients >= 0 that fit best.
+
+    With at most four terms, exactly: the optimum is the ordinary least-squares solution on
+    some subset of the terms (the others 0), so every subset is solved and the best of the
+    non-negative solutions kept. Columns are scaled for conditioning.
+    """
     k = len(rows[0])
     scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(k)]
     xtx = [[0.0] * k for _ in range(k)]
     xty = [0.0] * k
+    yy = 0.0
     for r, target in zip(rows, y, strict=True):
         z = [r[j] / scale[j] for j in range(k)]
+        yy += target * target
         for i in range(k):
             xty[i] += z[i] * target
             for j in range(k):
                 xtx[i][j] += z[i] * z[j]
-    solution = _solve(xtx, xty, name)
-    return [solution[j] / scale[j] for j in range(k)]
+    best: tuple[float, list[float]] | None = None
+    for subset in _subsets(k):
+        try:
+            part = _solve([[xtx[i][j] for j in subset] for i in subset], [xty[i] for i in subset])
+        except ZeroDivisionError:
+            continue  # these terms cannot be told apart: another subset covers the fit
+        if any(x < 0 for x in part):
+            continue
+        beta = [0.0] * k
+        for i, x in zip(subset, part, strict=True):
+            beta[i] = x
+        # Residual sum of squares from the normal equations: y'y - 2 b'X'y + b'X'X b.
+        rss = yy - 2 * _dot(beta, xty) + sum(
+            beta[i] * xtx[i][j] * beta[j] for i in range(k) for j in range(k)
+        )
+        if best is None or rss < best[0] - 1e-12 * max(yy, 1e-300):
+            best = (rss, beta)
+    if best is None or not all(math.isfinite(x) for x in best[1]):
+        raise InputError(name, None, "the steps do not vary enough to tell the terms apart")
+    return [best[1][j] / scale[j] for j in range(k)]
 
 
-def _solve(m: list[list[float]], v: list[float], name: str) -> list[float]:
-    """Gaussian elimination with partial pivoting; a singular system is an input error."""
+def _subsets(k: int) -> list[list[int]]:
+    """Every non-empty subset of range(k), the larger first (ties go to more terms)."""
+    subsets = [[j for j in range(k) if mask >> j & 1] for mask in range(1, 1 << k)]
+    return sorted(subsets, key=lambda s: (-len(s), s))
+
+
+def _solve(m: list[list[float]], v: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting; ZeroDivisionError when singular."""
     k = len(v)
     a = [[*row, v[i]] for i, row in enumerate(m)]
     for col in range(k):
         pivot = max(range(col, k), key=lambda r: abs(a[r][col]))
-        if abs(a[pivot][col]) < 1e-12:
-            raise InputError(name, None, "the steps do not vary enough to tell the terms apart")
+        if not abs(a[pivot][col]) >= 1e-12:
+            raise ZeroDivisionError("singular")
         a[col], a[pivot] = a[pivot], a[col]
         for r in range(col + 1, k):
             factor = a[r][col] / a[col][col]

@@ -69,7 +69,10 @@ class CostModel:
         for key, value in terms.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InputError(name, None, f"{key} must be a number, not {value!r}")
-        return cls(**{k: float(v) for k, v in terms.items()})
+        try:
+            return cls(**{k: float(v) for k, v in terms.items()})
+        except (UsageError, OverflowError) as e:
+            raise InputError(name, None, str(e)) from None
 
 
 class _Live:
