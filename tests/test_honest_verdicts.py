@@ -308,3 +308,116 @@ def test_every_differing_record_is_shown_with_its_field_and_both_values(tmp_path
     data = orjson.loads(run_cli("diff", str(a), str(b), "-f", "json").stdout)
     kinds = [x["kind"] for x in data["records_differing"]]
     assert kinds == ["submit", "submit", "cancel", "end"]
+
+
+# --- outputs of a run that stops are kept and marked partial (row 15) -----------------------
+
+ONE_REQUEST = '{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 3}\n'
+
+
+def test_simulate_stopped_by_a_contract_break_keeps_its_trace_marked_partial(
+    tmp_path: Path,
+) -> None:
+    workload, trace = tmp_path / "w.jsonl", tmp_path / "t.jsonl"
+    workload.write_text(ONE_REQUEST)
+    plugin = "tests.plugin_policies:NewestFirst"
+    r = run_cli("simulate", str(workload), "-p", plugin, "--chunk-size", "16", "-o", str(trace))
+    assert r.returncode == 3
+    assert f"note: the run so far is in {trace} (the trace marked partial)" in r.stderr.decode()
+    lines = [orjson.loads(x) for x in trace.read_bytes().splitlines()]
+    assert lines[0]["policy"] == plugin  # a reference the replay resolves
+    assert "broke the Scheduler contract" in lines[-1]["partial"]["reason"]
+    assert run_cli("replay", str(trace), "-o", str(tmp_path / "d")).returncode == 3
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "contract", "-o", str(small))
+    assert r.returncode == 0, r.stderr
+    assert run_cli("validate", str(trace)).returncode == 2  # partial: said, not passed
+    assert run_cli("validate", str(trace), "--allow-incomplete").returncode == 0
+
+
+def test_a_partial_trace_is_refused_after_its_events_unless_allowed(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1}\n'
+        '{"op": "get_work", "expect": [1]}\n'
+        '{"partial": {"reason": "terminated"}}\n'
+    )
+    dump = tmp_path / "d.jsonl"
+    r = run_cli("replay", str(trace), "-f", "jsonl", "-o", str(dump))
+    assert r.returncode == 2
+    assert f"{trace}:3: partial trace (terminated)" in r.stderr.decode()
+    assert orjson.loads(dump.read_bytes().splitlines()[-1])["partial"]  # and so is its dump
+    for argv in (["stats", str(trace)], ["diff", str(trace), "--b", "fcfs"]):
+        assert run_cli(*argv).returncode == 2, argv
+    ok = run_cli("replay", str(trace), "--check", "--allow-incomplete", "-o", str(dump))
+    assert ok.returncode == 0, ok.stderr
+    trace.write_text(trace.read_text() + '{"op": "get_work"}\n')
+    r = run_cli("validate", str(trace), "--allow-incomplete")
+    assert r.returncode == 2 and b":4: a line after the partial marker at line 3" in r.stderr
+
+
+def test_simulate_terminated_keeps_whole_lines_and_a_partial_marker(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    workload, trace = tmp_path / "w.jsonl", tmp_path / "t.jsonl"
+    workload.write_text(
+        "".join(
+            json.dumps({"sid": i, "arrival": i * 0.001, "prompt_tokens": 900, "output_tokens": 900})
+            + "\n"
+            for i in range(3000)
+        )
+    )
+    argv = [sys.executable, "-m", "schedcli", "simulate", str(workload), "-o", str(trace)]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    lines = trace.read_bytes().splitlines()
+    assert len(lines) > 2
+    assert orjson.loads(lines[-1]) == {"partial": {"reason": "terminated"}}
+    r = run_cli("replay", str(trace), "--check", "--allow-incomplete", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_crash_dump_ends_with_the_raising_call_and_names_its_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Faulty(DecodeFirstScheduler):
+        def get_work(self) -> list[Task]:
+            raise RuntimeError("boom")
+
+    target = tmp_path / "prod.jsonl"
+    rec = RecordingScheduler(Faulty(10, 2, 4), target, ring=10)
+    rec.submit([Task(1, 10, "decode", 1)])
+    with pytest.raises(RuntimeError, match="boom"):
+        rec.get_work()
+    crash = tmp_path / "prod.jsonl.crash-1.jsonl"
+    assert f"the last 1 calls are in {crash}" in capsys.readouterr().err
+    lines = [orjson.loads(x) for x in crash.read_text().splitlines()]
+    assert lines[-2] == {"op": "get_work", "meta": {"raised": "RuntimeError: boom"}}
+    assert lines[-1] == {
+        "partial": {"reason": "the scheduler raised in get_work: RuntimeError: boom"}
+    }
+    # The class was local (no reference resolves it); under decode-first, which does not
+    # raise, the dump replays to its end.
+    r = run_cli(
+        "replay", str(crash), "-p", "decode-first", "--allow-incomplete", "-o", str(tmp_path / "d")
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_file_recording_records_the_call_that_raised() -> None:
+    class Faulty(DecodeFirstScheduler):
+        def cancel(self, sid: object) -> list[Task]:  # type: ignore[override]
+            raise ValueError("no")
+
+    out = io.BytesIO()
+    rec = RecordingScheduler(Faulty(10, 2, 4), out)
+    with pytest.raises(ValueError):
+        rec.cancel(7)
+    last = orjson.loads(out.getvalue().splitlines()[-1])
+    assert last == {"op": "cancel", "sid": 7, "meta": {"raised": "ValueError: no"}}

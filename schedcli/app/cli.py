@@ -124,7 +124,7 @@ AllowIncompleteOption = Annotated[
     bool,
     typer.Option(
         "--allow-incomplete",
-        help="Dumps: read one without its end record (cut short, or marked partial).",
+        help="Read a dump without its end record, or a trace marked partial, anyway.",
     ),
 ]
 DrainOption = Annotated[
@@ -247,6 +247,7 @@ def replay(
             help="Keep reading FILE as it grows (like tail -f) until Ctrl-C.",
         ),
     ] = False,
+    allow_incomplete: AllowIncompleteOption = False,
 ) -> None:
     """Replay a trace through a policy and show or dump every batch.
 
@@ -269,6 +270,7 @@ def replay(
         max_line_bytes=max_line_bytes,
         perfetto=perfetto,
         follow=follow,
+        allow_incomplete=allow_incomplete,
     )
     quiet = request.view_format() is OutputFormat.table and output is None
     run_replay(request, err_console, _trace_progress("replaying", trace, not quiet))
@@ -286,6 +288,7 @@ def validate(
     max_errors: Annotated[
         int, typer.Option("--max-errors", metavar="N", help="Show at most N problems.")
     ] = 20,
+    allow_incomplete: AllowIncompleteOption = False,
 ) -> None:
     """Check a trace against format v1 and report its problems, not only the first.
 
@@ -299,6 +302,7 @@ def validate(
         max_errors=max_errors,
         policy=policy,
         params=parse_params(param),
+        allow_incomplete=allow_incomplete,
     )
     for p in problems:
         print(p, file=sys.stderr)
@@ -372,6 +376,7 @@ def diff(
                 Config(b_policy, dict(parse_params(b_param))),
                 drain=drain,
                 progress=progress,
+                allow_incomplete=allow_incomplete,
             )
         finally:
             progress.stop()

@@ -235,9 +235,16 @@ def diff_trace(
     drain: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     progress: TraceProgress | None = None,
+    allow_incomplete: bool = False,
 ) -> DiffResult:
     """Replay one trace under two configurations in lockstep and compare every step."""
-    with open_replay(path, policy=a.policy, params=a.params, max_line_bytes=max_line_bytes) as ta:
+    with open_replay(
+        path,
+        policy=a.policy,
+        params=a.params,
+        max_line_bytes=max_line_bytes,
+        allow_incomplete=allow_incomplete,
+    ) as ta:
         if progress is not None:
             progress.position = ta.reader.position
         name = display_name(path)
@@ -269,7 +276,7 @@ def diff_trace(
             drain=drain,
             observer=metrics_b,
         )
-        run_in_lockstep(ta.reader.runs(), side_a, side_b, aligner.settle)
+        run_in_lockstep(ta.reader.runs(), side_a, side_b, aligner.settle, ta.check_complete)
         aligner.settle(final=True)
         result.summaries = (metrics_a.summary(), metrics_b.summary())
         return result

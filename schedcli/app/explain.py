@@ -139,7 +139,9 @@ def _replay(
     target_step: int | None,
     wanted: Any,
 ) -> _Watcher:
-    with open_replay(path, policy=policy, params=params, note=lambda _: None) as opened:
+    with open_replay(
+            path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
+        ) as opened:
         holder: list[Replayer] = []
         watcher = _Watcher(lambda: holder[0].current_line, target_step, wanted)
         watcher.policy = opened.policy_name

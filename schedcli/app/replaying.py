@@ -53,6 +53,7 @@ class ReplayRequest:
     max_line_bytes: int = 64 * 1024 * 1024
     perfetto: str | None = None
     follow: bool = False
+    allow_incomplete: bool = False
 
     def view_format(self) -> OutputFormat | None:
         """The view on stdout or -o: asked for, else none beside --golden, else by terminal."""
@@ -105,6 +106,7 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
                 max_line_bytes=req.max_line_bytes,
                 on_wait=flush_before_wait,
                 follow=req.follow,
+                allow_incomplete=req.allow_incomplete,
             )
         )
         sinks = _sinks(stack, req, opened, flush_before_wait, lambda: engine.upcoming_step)

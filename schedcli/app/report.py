@@ -127,11 +127,14 @@ def _from_trace(
     path: str,
     configs: Sequence[tuple[str, dict[str, str]]],
     progress: TraceProgress | None = None,
+    allow_incomplete: bool = False,
 ) -> list[Run]:
     runs = []
     chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
     for spec, params in chosen:
-        with open_replay(path, policy=spec, params=params) as opened:
+        with open_replay(
+            path, policy=spec, params=params, allow_incomplete=allow_incomplete
+        ) as opened:
             run = Run(config_label(opened.policy_name, opened.params), opened.policy.token_budget)
             metrics = StepMetrics(run.budget)
             decoded = [0]  # decode tokens (one a task) dispatched before this batch
@@ -424,7 +427,7 @@ def build_report(
     if kind == "dump" and parsed:
         raise UsageError("a dump is one schedule already: --policy applies to traces and workloads")
     if kind == "trace":
-        runs = _from_trace(path, parsed, progress)
+        runs = _from_trace(path, parsed, progress, allow_incomplete)
         x_label = "step"
     elif kind == "dump":
         runs = _from_dump(path, allow_incomplete)

@@ -10,14 +10,16 @@ import orjson
 from rich.console import Console
 
 from ..engine.ledger import Record
+from ..engine.replay import PolicyCrashed
 from ..engine.simulate import CostModel, SimResult, chunk_size_for
 from ..engine.simulate import simulate as run_simulation
+from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
 from ..formats.workload import read_workload
 from ..formats.writer import TraceWriter
-from ..model.errors import UsageError
+from ..model.errors import InvariantError, SchedcliError, UsageError
 from ..model.task import Task
-from ..policies.registry import build_policy
+from ..policies.registry import build_policy, policy_reference
 from .perfetto import PerfettoWriter
 from .progress import ProgressBar
 from .render import simulation_tables
@@ -64,7 +66,8 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
         trace: TraceWriter | None = None
         if req.output is not None:
             trace = TraceWriter(stack.enter_context(atomic_output(req.output)))
-            trace.header(label, declared, _trace_meta(req, size))
+            # The policy as a replay resolves it (a plugin's module:Class).
+            trace.header(policy_reference(type(built)), declared, _trace_meta(req, size))
         timeline: PerfettoWriter | None = None
         if req.perfetto:
             timeline = PerfettoWriter(
@@ -73,6 +76,7 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
                 budget=built.token_budget,
             )
         progress = _progress(req.workload, err)
+        stopped: SchedcliError | Stopped | None = None
         try:
             result = run_simulation(
                 read_workload(req.workload),
@@ -87,10 +91,25 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
                 on_progress=lambda requests, t: progress.update(requests, t=t),
                 on_batch=_timeline_feeder(timeline) if timeline is not None else None,
             )
+        except (InvariantError, PolicyCrashed, Stopped) as e:
+            # What was written is the run up to here: kept, and marked as such.
+            stopped = e
+            if trace is not None:
+                trace.partial(_stop_reason(e))
         finally:
             progress.stop()
         if timeline is not None:
             timeline.close()
+    if stopped is not None:
+        kept = [name for name in (req.output, req.perfetto) if name not in (None, "-")]
+        if kept:
+            err.print(
+                f"note: the run so far is in {' and '.join(str(k) for k in kept)} "
+                "(the trace marked partial)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        raise stopped
     summary = result.summary()
     if req.metrics:
         with atomic_output(req.metrics) as f:
@@ -102,6 +121,12 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
         view.print(simulation_tables(summary))
     _note_rejections(result, err)
     return result
+
+
+def _stop_reason(e: BaseException) -> str:
+    if isinstance(e, Stopped):
+        return "interrupted" if e.exit_code == 130 else "terminated"
+    return str(e)
 
 
 def _trace_meta(req: SimulateRequest, size: int) -> Record:

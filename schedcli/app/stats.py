@@ -49,7 +49,9 @@ def stats_of(
                 "a dump is one schedule already: --policy, --param and --drain apply to traces"
             )
         return _dump_stats(path, allow_incomplete), f"{display_name(path)} (dump)"
-    with open_replay(path, policy=policy, params=params) as opened:
+    with open_replay(
+        path, policy=policy, params=params, allow_incomplete=allow_incomplete
+    ) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
         on_step = None
         if progress is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..engine.clock import StepClock
-from ..engine.run import choose_policy
+from ..engine.run import choose_policy, incomplete_trace
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import open_trace
 from ..model.errors import InputError, UsageError
@@ -32,6 +32,7 @@ def validate_trace(
     max_errors: int = 20,
     policy: str | None = None,
     params: Mapping[str, object] | None = None,
+    allow_incomplete: bool = False,
 ) -> tuple[Problems, int]:
     """The problems (the first ``max_errors`` kept, all counted) and the valid events.
 
@@ -62,6 +63,10 @@ def validate_trace(
                     problems.append(str(e))
                     continue
                 events += 1
+            if reader.partial is not None and not allow_incomplete:
+                problems.append(
+                    str(InputError(name, reader.partial[0], incomplete_trace(reader.partial[1])))
+                )
     except InputError as e:
         # Problems past which nothing more can be read: a corrupt gzip stream, an
         # unreadable file, a line too long to hold.

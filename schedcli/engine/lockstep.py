@@ -13,7 +13,9 @@ def clone(event: Event) -> Event:
     if not event.tasks:
         return event
     tasks = [t.copy() for t in event.tasks]
-    return Event(event.op, event.line, event.step, event.t, tasks=tasks, expect=event.expect)
+    return Event(
+        event.op, event.line, event.step, event.t, tasks=tasks, expect=event.expect, meta=event.meta
+    )
 
 
 def twin(item: Line) -> Line:
@@ -24,11 +26,15 @@ def twin(item: Line) -> Line:
 
 
 def run_in_lockstep(
-    runs: Iterable[Run], a: Replayer, b: Replayer, after_each: Callable[[], None]
+    runs: Iterable[Run],
+    a: Replayer,
+    b: Replayer,
+    after_each: Callable[[], None],
+    before_close: Callable[[], None] | None = None,
 ) -> None:
-    """Feed every line to ``a`` and a copy of it to ``b``, then close both; ``after_each``
-    runs after each run of lines, so what both sides emitted is compared as it comes and
-    held no longer than a read's worth of lines."""
+    """Feed every line to ``a`` and a copy of it to ``b``, then (after ``before_close``,
+    which may refuse) close both; ``after_each`` runs after each run of lines, so what both
+    sides emitted is compared as it comes and held no longer than a read's worth of lines."""
     with few_collections():
         for line, items in runs:
             for item in items:
@@ -37,5 +43,7 @@ def run_in_lockstep(
                 b.apply(copy, line)
                 line += 1
             after_each()
+    if before_close is not None:
+        before_close()
     a.close()
     b.close()

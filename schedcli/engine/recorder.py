@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -90,8 +91,8 @@ class RecordingScheduler(Scheduler):
         try:
             try:
                 reason = self.inner.try_submit(group)
-            except Exception:
-                self._crashed()
+            except Exception as e:
+                self._crashed({"op": "submit", "tasks": [_task_record(t) for t in group]}, e)
                 raise
             # Outputs as settled by the inner scheduler, so the replay sees what it saw.
             records = [_task_record(t) for t in group]
@@ -117,8 +118,8 @@ class RecordingScheduler(Scheduler):
         try:
             try:
                 batch = self.inner.get_work()
-            except Exception:
-                self._crashed()
+            except Exception as e:
+                self._crashed({"op": "get_work"}, e)
                 raise
             expect = [t.tid for t in batch]
             if self._clock:
@@ -135,7 +136,7 @@ class RecordingScheduler(Scheduler):
 
     def cancel(self, sid: Id) -> list[Task]:
         with self._lock:
-            dropped: list[Task] = self._call(self.inner.cancel, sid)
+            dropped: list[Task] = self._call({"op": "cancel", "sid": sid}, self.inner.cancel, sid)
             event: Record = {"op": "cancel"}
             self._stamp(event)
             event["sid"] = sid
@@ -144,7 +145,7 @@ class RecordingScheduler(Scheduler):
 
     def clear(self) -> list[Task]:
         with self._lock:
-            dropped: list[Task] = self._call(self.inner.clear)
+            dropped: list[Task] = self._call({"op": "clear"}, self.inner.clear)
             event: Record = {"op": "clear"}
             self._stamp(event)
             self._emit(event, removed=[t.tid for t in dropped])
@@ -236,17 +237,33 @@ class RecordingScheduler(Scheduler):
         if self._clock:
             event["t"] = self._now()
 
-    def _call(self, method: Any, *args: Any) -> Any:
+    def _call(self, event: Record, method: Any, *args: Any) -> Any:
         try:
             return method(*args)
-        except Exception:
-            self._crashed()
+        except Exception as e:
+            self._crashed(event, e)
             raise
 
-    def _crashed(self) -> None:
-        """An exception escapes the inner scheduler: keep the window, next to the target."""
-        if self._window is not None and self._target is not None:
-            self._dump(f"{self._crash_base()}.crash-{next(self._crashes)}.jsonl")
+    def _crashed(self, call: Record, e: Exception) -> None:
+        """An exception escapes the inner scheduler: the call that raised is recorded, with
+        the exception's text in its ``meta.raised``, so a replay makes the same call. In
+        ring mode the window is dumped next to the target, ending in that call and a
+        partial marker, and the path is said on stderr."""
+        raised = f"{type(e).__name__}: {e}"
+        self._stamp(call)
+        call["meta"] = {"raised": raised}
+        if self._writer is not None:
+            self._writer.event.write(call)
+            return
+        if self._window is None or self._target is None:
+            return
+        path = f"{self._crash_base()}.crash-{next(self._crashes)}.jsonl"
+        self._dump(path, call, f"the scheduler raised in {call['op']}: {raised}")
+        print(
+            f"schedcli: the scheduler raised in {call['op']} ({raised}); the last "
+            f"{len(self._window.events)} calls are in {path}",
+            file=sys.stderr,
+        )
 
     def _crash_base(self) -> str:
         target = self._target
@@ -265,7 +282,9 @@ class RecordingScheduler(Scheduler):
             assert self._window is not None
             self._window.add(event, accepted, removed or [])
 
-    def _dump(self, path: str) -> None:
+    def _dump(self, path: str, raising: Record | None = None, why: str = "") -> None:
+        """The window as a trace; after a crash, ending in the call that raised and a
+        partial marker that says why."""
         assert self._window is not None, "dump() is for a recorder made with ring=N"
         with atomic_output(path) as out:
             writer = TraceWriter(out)
@@ -273,6 +292,9 @@ class RecordingScheduler(Scheduler):
             writer.header(policy, params, {**meta, "flight_recorder": self._window.size})
             for event in self._window.replayable():
                 writer.event(event)
+            if raising is not None:
+                writer.event(raising)
+                writer.partial(why)
 
 
 def _task_record(t: Task) -> Record:

@@ -366,13 +366,15 @@ class Replayer(_Located):
         else:
             self.feed(item)
 
-    def run(self, runs: Iterable[Run]) -> Totals:
-        """Replay every line, then close."""
+    def run(self, runs: Iterable[Run], before_close: Callable[[], None] | None = None) -> Totals:
+        """Replay every line, then (after ``before_close``, which may refuse) close."""
         with few_collections():
             for line, items in runs:
                 for item in items:
                     self.apply(item, line)
                     line += 1
+        if before_close is not None:
+            before_close()
         return self.close()
 
     def close(self) -> Totals:

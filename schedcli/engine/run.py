@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
-from ..formats.trace import Header, TraceReader, open_trace
+from ..formats.trace import Header, TraceReader, open_trace, partial_reason
 from ..model.errors import InputError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import Task
@@ -111,6 +111,7 @@ class OpenTrace:
     policy_name: str
     params: dict[str, object]
     name: str
+    allow_incomplete: bool = False
 
     def replayer(
         self,
@@ -143,8 +144,22 @@ class OpenTrace:
         return isinstance(meta, dict) and "recorded_by" in meta
 
     def run(self, engine: Replayer) -> Totals:
-        """Replay every event of the trace through ``engine``, then finish."""
-        return engine.run(self.reader.runs())
+        """Replay every event of the trace through ``engine``, then finish. A trace marked
+        partial is refused after its last event (before the end record), unless
+        ``allow_incomplete``."""
+        return engine.run(self.reader.runs(), self.check_complete)
+
+    def check_complete(self) -> None:
+        partial = self.reader.partial
+        if partial is not None and not self.allow_incomplete:
+            raise InputError(self.name, partial[0], incomplete_trace(partial[1]))
+
+
+def incomplete_trace(marker: dict[str, object]) -> str:
+    return (
+        f"partial trace ({partial_reason(marker)}): its writer stopped before the end; "
+        "--allow-incomplete replays it anyway"
+    )
 
 
 @contextmanager
@@ -157,6 +172,7 @@ def open_replay(
     note: Callable[[str], None] = _stderr_note,
     on_wait: Callable[[], None] | None = None,
     follow: bool = False,
+    allow_incomplete: bool = False,
 ) -> Iterator[OpenTrace]:
     """The trace opened for one pass, its policy built. ``on_wait`` runs before reading
     from a pipe (or a ``follow``ed file) would wait: flush outputs there."""
@@ -165,4 +181,4 @@ def open_replay(
         path, name=name, max_line_bytes=max_line_bytes, on_wait=on_wait, follow=follow
     ) as reader:
         built, label, used = choose_policy(reader.header, name, policy, params or {}, note)
-        yield OpenTrace(reader, built, label, used, name)
+        yield OpenTrace(reader, built, label, used, name, allow_incomplete)

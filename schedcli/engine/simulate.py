@@ -24,7 +24,7 @@ from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
 from .ledger import Ledger
 from .metrics import jain_index, percentile
-from .replay import WARNINGS_SHOWN
+from .replay import WARNINGS_SHOWN, PolicyCrashed
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,18 @@ class _Runner:
             f"(simulated time {self.t:.6f} s): {message}"
         )
 
+    def crashed(self, call: str, e: Exception) -> PolicyCrashed:
+        return PolicyCrashed(
+            f"policy {self.policy_name!r} raised in {call} at step {self.step} "
+            f"(simulated time {self.t:.6f} s): {type(e).__name__}: {e}"
+        )
+
+    def try_submit(self, tasks: list[Task]) -> str | None:
+        try:
+            return self.policy.try_submit(tasks)
+        except Exception as e:
+            raise self.crashed("submit", e) from e
+
     def _two_outputs(self, message: str) -> None:
         self.two_output_batches += 1
         if self.two_output_batches <= WARNINGS_SHOWN:
@@ -316,7 +328,7 @@ class _Runner:
         result.requests += 1
         live = _Live(req, self.step)
         tasks = self._window(live)
-        reason = self.policy.try_submit(tasks)
+        reason = self.try_submit(tasks)
         if self.trace is not None:
             # The workload's meta rides on the submit, carried through.
             self.trace.submit(tasks, t=self.t, inline=False, meta=req.meta)
@@ -331,7 +343,7 @@ class _Runner:
 
     def _submit_window(self, req: _Live) -> None:
         tasks = self._window(req)
-        reason = self.policy.try_submit(tasks)
+        reason = self.try_submit(tasks)
         if self.trace is not None:
             self.trace.submit(tasks, t=self.t, inline=False)
         if reason is not None:
@@ -346,7 +358,11 @@ class _Runner:
             victim = self.live.pop(sid, None)
             if victim is None:
                 continue  # finished in time
-            self.ledger.cancelled(sid, self.policy.cancel(sid))
+            try:
+                dropped = self.policy.cancel(sid)
+            except Exception as e:
+                raise self.crashed("cancel", e) from e
+            self.ledger.cancelled(sid, dropped)
             if self.trace is not None:
                 self.trace.cancel(sid, t=self.t)
             victim.cancelled = True
@@ -436,7 +452,7 @@ class _Runner:
         tid = self.next_tid
         self.next_tid += 1
         task = Task(tid, req.sid, DECODE, 1, produce_output=True)
-        reason = self.policy.try_submit([task])
+        reason = self.try_submit([task])
         if self.trace is not None:
             self.trace.submit([task], t=self.t)
         if reason is not None:
@@ -478,7 +494,10 @@ def simulate(
             runner.admit(pending)
             pending = next(arrivals, None)
         runner.cancel_due()
-        working = policy.has_work()
+        try:
+            working = policy.has_work()
+        except Exception as e:
+            raise runner.crashed("has_work", e) from e
         if working != bool(runner.ledger.queued):
             raise runner._broken(
                 f"has_work() is {working} but {runner.queued} accepted tasks are queued"
@@ -492,7 +511,10 @@ def simulate(
                 break
             runner.t = pending.arrival
             continue
-        batch = policy.get_work()
+        try:
+            batch = policy.get_work()
+        except Exception as e:
+            raise runner.crashed("get_work", e) from e
         if trace is not None:
             trace.get_work([x.tid for x in batch], step=runner.step, t=runner.t)
         runner.ledger.dispatched(batch, listing=False)

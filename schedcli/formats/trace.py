@@ -153,6 +153,25 @@ def to_event(s: schema.EventStruct, line: int) -> Event:
     return Event("clear", line, s.step, s.t)
 
 
+def partial_marker(raw: bytes) -> dict[str, Any] | None:
+    """What a ``{"partial": {...}}`` line says, or None for any other line."""
+    if not raw.lstrip().startswith(b'{"partial"'):
+        return None
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is dict and len(obj) == 1 and type(obj.get("partial")) is dict:
+        marker: dict[str, Any] = obj["partial"]
+        return marker
+    return None
+
+
+def partial_reason(marker: dict[str, Any]) -> str:
+    reason = marker.get("reason")
+    return str(reason) if reason else "the writer stopped before its end"
+
+
 # --- explaining a refused line --------------------------------------------------------
 
 
@@ -446,6 +465,8 @@ class TraceReader:
         self._last_step = 0
         self._last_step_line = 0
         self._seen_event = False
+        # The marker a writer that stopped early left as its last line: (line, what it says).
+        self.partial: tuple[int, dict[str, Any]] | None = None
         self._read_header()
 
     def _fail(self, line: int | None, message: str) -> None:
@@ -489,11 +510,22 @@ class TraceReader:
         self._last_step_line = event.line
         return None
 
+    def _after_partial(self, line: int) -> None:
+        assert self.partial is not None
+        self._fail(line, f"a line after the partial marker at line {self.partial[0]}")
+
     def _line_by_line(self, lines: list[tuple[int, bytes, bool]]) -> Iterator[Run]:
         for lineno, raw, complete in lines:
+            if self.partial is not None:
+                self._after_partial(lineno)
+                continue
             try:
                 event = decode_event(raw, complete, lineno)
             except LineError as e:
+                marker = partial_marker(raw)
+                if marker is not None:
+                    self.partial = (lineno, marker)
+                    continue
                 if not self._seen_event:
                     wrong_file = not_a("trace", raw)
                     if wrong_file is not None:  # one useful line, not one per line of it
@@ -531,6 +563,9 @@ class TraceReader:
         yield from self._line_by_line(lines)
         limit = self._max_line_bytes
         for first_line, body, complete, newlines in self._chunks:
+            if self.partial is not None:
+                self._after_partial(first_line)
+                continue
             decoded = None
             if complete and self._seen_event and len(body) <= limit:
                 decoded = decode_chunk(first_line, body, newlines)

@@ -6,8 +6,7 @@ schedcli writes is one every schedcli command reads back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import IO, Any, Final
 
 import orjson
@@ -146,9 +145,7 @@ class TraceWriter:
     def clear(self, *, t: float | None = None) -> None:
         self._line({"op": "clear", **({"t": t} if t is not None else {})})
 
-
-@contextmanager
-def trace_writer(out: IO[bytes]) -> Iterator[TraceWriter]:
-    writer = TraceWriter(out)
-    yield writer
-    out.flush()
+    def partial(self, reason: str, **details: Any) -> None:
+        """The last line of a trace whose writer stopped before its end (a contract break,
+        a signal, a scheduler that raised): readers then know it is not the whole run."""
+        self._line({"partial": {"reason": reason, **details}})
