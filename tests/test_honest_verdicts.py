@@ -421,3 +421,78 @@ def test_a_file_recording_records_the_call_that_raised() -> None:
         rec.cancel(7)
     last = orjson.loads(out.getvalue().splitlines()[-1])
     assert last == {"op": "cancel", "sid": 7, "meta": {"raised": "ValueError: no"}}
+
+
+# --- messages that said the wrong thing ---------------------------------------------------
+
+
+def test_a_size_written_as_a_float_is_called_that_not_out_of_range(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 4.0}\n')
+    r = run_cli("replay", str(trace), "-o", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert "size must be an integer, not a number written with a decimal point" in (
+        r.stderr.decode()
+    )
+    trace.write_text('{"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1e30}\n')
+    r = run_cli("replay", str(trace), "-o", str(tmp_path / "d"))
+    assert b"size is beyond the 64-bit integer range" in r.stderr
+
+
+@pytest.mark.parametrize("data", [b"[1, 2, 3]\n", b"\x7fELF\x02\x01,\x00\x00,\x01\n"])
+def test_a_json_array_or_a_binary_is_not_called_a_csv_trace(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(data)
+    for argv in (["replay", str(path)], ["convert", "auto", str(path)], ["stats", str(path)]):
+        r = run_cli(*argv)
+        assert r.returncode == 2
+        assert b"CSV" not in r.stderr, argv
+
+
+def test_a_null_sid_says_null_not_missing(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"op": "submit", "tid": 1, "sid": null, "kind": "decode", "size": 1}\n')
+    r = run_cli("replay", str(trace), "-o", str(tmp_path / "d"))
+    assert r.stderr.decode().strip() == f"{trace}:1: sid must be an integer or a string, not null"
+
+
+def test_explain_on_an_empty_trace_says_it_has_no_steps(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    r = run_cli("explain", str(trace), "--step", "3")
+    assert r.returncode == 2
+    assert r.stderr.decode().strip() == f"{trace}: there is no step 3: the replay has no steps"
+
+
+def test_convert_with_a_window_does_not_undercount_what_it_left_out(tmp_path: Path) -> None:
+    from tests.helpers import REAL
+
+    azure = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+    r = run_cli(
+        "convert", "azure", str(azure), "--start", "10", "--duration", "5",
+        "-o", str(tmp_path / "w.jsonl"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    said = r.stderr.decode()
+    assert "outside the window" not in said  # the rows after the window were never read
+    assert "before the window (--start)" in said
+    assert "stopped at the window's end (line" in said and "rest not read" in said
+
+
+def test_simulate_notes_rejections_once_per_reason_not_per_chunk_size(tmp_path: Path) -> None:
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(
+        "".join(
+            json.dumps(
+                {"sid": i, "arrival": i * 0.01, "prompt_tokens": 300 + i, "output_tokens": 2}
+            )
+            + "\n"
+            for i in range(5)
+        )
+    )
+    r = run_cli("simulate", str(workload), "-p", "fcfs", "--chunk-size", "1000")
+    assert r.returncode == 0
+    note = r.stderr.decode()
+    assert "5 of 5 requests were rejected" in note
+    assert "  5: prefill chunk of N tokens exceeds max_prefill_chunk_size 256" in note
+    assert note.count("exceeds") == 1

@@ -164,8 +164,12 @@ def explain_step(
         raise InputError(
             path,
             None,
-            f"there is no step {step}: the replay has {watcher.steps} steps (0 to "
-            f"{watcher.steps - 1})",
+            f"there is no step {step}: "
+            + (
+                f"the replay has {watcher.steps} steps (0 to {watcher.steps - 1})"
+                if watcher.steps
+                else "the replay has no steps"
+            ),
         )
     return watcher.view
 

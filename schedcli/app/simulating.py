@@ -23,6 +23,7 @@ from ..policies.registry import build_policy, policy_reference
 from .perfetto import PerfettoWriter
 from .progress import ProgressBar
 from .render import simulation_tables
+from .sweep_report import group_reasons
 
 
 @dataclass
@@ -143,8 +144,8 @@ def _note_rejections(result: SimResult, err: Console) -> None:
     if not result.rejected:
         return
     err.print(f"note: {result.rejected} of {result.requests} requests were rejected by the policy:")
-    for reason, count in result.rejected_by_reason.items():
-        err.print(f"  {count}: {reason}")
+    for reason, count in group_reasons(result.rejected_by_reason):
+        err.print(f"  {count}: {reason}", highlight=False, soft_wrap=True)
 
 
 def _timeline_feeder(timeline: PerfettoWriter) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -172,6 +173,30 @@ def sweep_summary(records: list[dict[str, Any]]) -> str:
     return (
         f'<table id="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def group_reasons(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """Rejection reasons that differ only in numbers, as one line each: a number that is the
+    same in every reason of the group is kept, one that varies (a chunk's size) is ``N``.
+    So a note says "prefill chunk of N tokens exceeds max_prefill_chunk_size 256" once, not
+    once per chunk size."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for reason, n in counts.items():
+        groups.setdefault(_NUMBER.sub("N", reason), []).append((reason, n))
+    lines = []
+    for template, members in groups.items():
+        numbers = [_NUMBER.findall(reason) for reason, _ in members]
+        parts = template.split("N")
+        out = [parts[0]]
+        for i, part in enumerate(parts[1:]):
+            values = {found[i] for found in numbers}
+            out.append(values.pop() if len(values) == 1 else "N")
+            out.append(part)
+        lines.append(("".join(out), sum(n for _, n in members)))
+    return lines
 
 
 def number(value: Any, scale: float = 1.0, digits: int = 1) -> str:

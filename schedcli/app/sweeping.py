@@ -19,7 +19,7 @@ from ..engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
 from ..formats.output import atomic_output
 from ..model.errors import UsageError
 from .progress import ProgressBar
-from .sweep_report import number
+from .sweep_report import group_reasons, number
 
 DEFAULT_CACHE = ".schedcli-cache/sweep"
 
@@ -199,7 +199,7 @@ def rejection_notes(outcomes: list[Outcome]) -> list[str]:
         if not m.get("rejected"):
             continue
         reasons = m.get("rejected_by_reason") or {}
-        why = "; ".join(f"{n} x {reason}" for reason, n in reasons.items())
+        why = "; ".join(f"{n} x {reason}" for reason, n in group_reasons(reasons))
         notes.append(
             f"warning: {_label(o).strip()}: {m['rejected']} request(s) rejected"
             + (f" ({why})" if why else "")

@@ -54,7 +54,9 @@ class ConvertReport:
     written: int = 0
     skipped_bad: int = 0
     dropped_failed: int = 0
-    outside_window: int = 0
+    before_window: int = 0  # requests that arrived before --start
+    window_end_line: int | None = None  # where reading stopped: the first row past the window
+    limit_line: int | None = None  # where reading stopped: --limit reached
     prompt_tokens: int = 0
     output_tokens: int = 0
     first_bad: list[str] = field(default_factory=list)
@@ -421,10 +423,11 @@ def _write_rows(
         if origin is None:
             origin = t
         rel = t - origin
-        if rel < options.start or (window_end is not None and rel >= window_end):
-            report.outside_window += 1
-            if window_end is not None and rel >= window_end:
-                break
+        if window_end is not None and rel >= window_end:
+            report.window_end_line = row.line  # sorted: every later row is past it too
+            break
+        if rel < options.start:
+            report.before_window += 1
             continue
         arrival = round((rel - options.start) * options.time_scale, 9)
         if arrival < last:
@@ -447,6 +450,7 @@ def _write_rows(
         report.prompt_tokens += row.prompt
         report.output_tokens += row.output
         if options.limit is not None and report.written >= options.limit:
+            report.limit_line = row.line
             break
     if report.skipped_bad:
         warn(f"skipped {report.skipped_bad} bad row(s); first: {'; '.join(report.first_bad)}")
@@ -460,6 +464,10 @@ def to_text(report: ConvertReport) -> str:
         f"{report.written} requests ({report.format}): {report.prompt_tokens} prompt tokens, "
         f"{report.output_tokens} output tokens"
     )
-    if report.outside_window:
-        buf.write(f"; {report.outside_window} outside the window")
+    if report.before_window:
+        buf.write(f"; {report.before_window} before the window (--start)")
+    if report.window_end_line is not None:
+        buf.write(f"; stopped at the window's end (line {report.window_end_line}), rest not read")
+    elif report.limit_line is not None:
+        buf.write(f"; stopped at --limit (line {report.limit_line}), rest not read")
     return buf.getvalue()

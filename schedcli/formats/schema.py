@@ -111,12 +111,22 @@ def json_type(value: object) -> str:
     if isinstance(value, int):
         return "an integer"
     if isinstance(value, float):
-        return "a number with a fraction" if not value.is_integer() else "an out-of-range number"
+        if not value.is_integer():
+            return "a number with a fraction"
+        if _beyond_int64(value):
+            return "an out-of-range number"
+        return f"a number written with a decimal point or exponent ({value!r})"
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
         return "an array"
     return "an object"
+
+
+def _beyond_int64(value: float) -> bool:
+    """A whole number read as a float: an integer too large for 64 bits (orjson reads one
+    as a float), rather than one written as ``4.0`` or ``4e0``."""
+    return not INT_MIN <= value <= INT_MAX
 
 
 def unknown_field(name: str, allowed: list[str], what: str) -> str:
@@ -173,16 +183,14 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
             return None
         kinds = {type(_unwrap(m)[0]) for m in members}
         if kinds == {mi.IntType, mi.StrType}:
-            if type(value) is int or (isinstance(value, float) and value.is_integer()):
+            if type(value) is int or (isinstance(value, float) and _beyond_int64(value)):
                 return f"{name} is beyond the 64-bit integer range"
-            if value is None:
-                return f"{name} is missing"
             return f"{name} must be an integer or a string, not {json_type(value)}"
         return problems[0]
     noun = extra.get("noun")
     if isinstance(t, mi.IntType):
         if type(value) is not int:
-            if isinstance(value, float) and value.is_integer():
+            if isinstance(value, float) and _beyond_int64(value):
                 return f"{name} is beyond the 64-bit integer range"
             return f"{name} must be an integer, not {json_type(value)}"
         if not INT_MIN <= value <= INT_MAX:

@@ -297,12 +297,23 @@ TAKEN_BY = {
 }
 
 
+def _csv_like(line: bytes) -> bool:
+    """A header or row of comma-separated text: not JSON (an array, a number), not binary."""
+    if b"," not in line or line[:1] in (b"[", b"{", b'"'):
+        return False
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return text.isprintable() or all(c.isprintable() or c == "\t" for c in text)
+
+
 def kind_of_line(raw: bytes) -> str | None:
     """``trace``, ``dump``, ``workload``, ``sweep`` or ``csv`` by the look of a first line;
     None if unsure."""
     stripped = raw.strip()
     if not stripped.startswith(b"{"):
-        return "csv" if b"," in stripped and b"{" not in stripped else None
+        return "csv" if _csv_like(stripped) else None
     try:
         first = orjson.loads(stripped)
     except orjson.JSONDecodeError:

@@ -325,7 +325,17 @@ def decode_event(raw: bytes, complete: bool, line: int) -> Event:
         _key_total(obj)
         raise LineError(explain_event(obj)) from None
     check_duplicate_keys(raw, _expected_keys(s))
-    return to_event(s, line)
+    try:
+        return to_event(s, line)
+    except LineError:
+        if type(s) is Submit and s.tasks is None:
+            # A task field given as null reads as missing: say which, and why.
+            obj = decode_object(raw, complete)
+            fields = {k: v for k, v in obj.items() if k in schema.TASK_FIELDS}
+            problem = schema.explain(fields, schema.TaskFields, "submit")
+            if problem is not None:
+                raise LineError(problem) from None
+        raise
 
 
 def _json_message(e: orjson.JSONDecodeError, raw: bytes) -> str:
