@@ -126,7 +126,7 @@ def json_type(value: object) -> str:
 def _beyond_int64(value: float) -> bool:
     """A whole number read as a float: an integer too large for 64 bits (orjson reads one
     as a float), rather than one written as ``4.0`` or ``4e0``."""
-    return not INT_MIN <= value <= INT_MAX
+    return abs(value) >= 2**63  # a float this large stands for no exact 64-bit integer
 
 
 def unknown_field(name: str, allowed: list[str], what: str) -> str:
