@@ -35,6 +35,7 @@ from ..formats.interrupt import Stopped, guard
 from ..formats.output import atomic_output
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.errors import InputError, SchedcliError, UsageError
+from ..model.limits import OPTIONS, BoundError
 from ..policies.registry import plugin_imported
 from .console import data_console, stderr_console
 from .progress import TraceProgress
@@ -69,8 +70,19 @@ class PipeClosed(BaseException):
     """The reader of stdout went away (``| head``): stop quietly."""
 
 
-# Counts that must be positive, checked here so help shows no validator's ranges.
-_AT_LEAST_ONE = ("max_line_bytes", "max_errors", "limit", "chunk_size")
+def check_numbers(kwargs: dict[str, Any]) -> None:
+    """Every numeric option against its bound in ``limits.OPTIONS`` (the one table), so no
+    nan, infinity or runaway value gets further than the command line."""
+    for key, value in kwargs.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            option = "--" + key.replace("_", "-")
+            bound = OPTIONS.get(option)
+            if bound is None:
+                raise AssertionError(f"{option} has no bound in limits.OPTIONS")
+            try:
+                bound.check(option, value)
+            except BoundError as e:
+                raise UsageError(str(e)) from None
 
 
 def command(fn: F) -> F:
@@ -78,10 +90,7 @@ def command(fn: F) -> F:
 
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        for name in _AT_LEAST_ONE:
-            value = kwargs.get(name)
-            if value is not None and value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be >= 1, not {value}")
+        check_numbers(kwargs)
         try:
             return fn(*args, **kwargs)
         except BrokenPipeError:

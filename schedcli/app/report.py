@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import io
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -237,7 +238,10 @@ def _pyplot() -> Iterator[Any]:
         "grid.alpha": 0.3,
         "figure.dpi": 96,
     }
-    with matplotlib.rc_context(style):
+    # Nothing a library warns of while drawing reaches the user: the page says what it
+    # could not draw (an empty chart, a missing metric) in its own words.
+    with matplotlib.rc_context(style), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         yield plt
 
 

@@ -7,9 +7,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import orjson
 
 from ..formats.source import display_name, numbered_lines, open_binary
+from ..formats.sweep_schema import SweepRecord, record_decoder, refusal
 from ..model.errors import InputError
 
 
@@ -22,8 +24,14 @@ def read_sweep(path: str) -> list[dict[str, Any]]:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError as e:
                 raise InputError(name, lineno, f"not valid JSON: {e}") from None
-            if type(record) is not dict or not {"policy", "params", "metrics"} <= record.keys():
-                raise InputError(name, lineno, "a sweep record has policy, params and metrics")
+            if type(record) is not dict:
+                raise InputError(name, lineno, "a sweep record is a JSON object")
+            try:
+                record_decoder.decode(raw)  # the declared shape: what the report reads
+            except msgspec.ValidationError as e:
+                raise InputError(
+                    name, lineno, refusal(e, SweepRecord, "field", json=True)
+                ) from None
             records.append(record)
     if not records:
         raise InputError(name, None, "no sweep records: nothing to draw")
@@ -103,7 +111,16 @@ def sweep_figures(plt: Any, records: list[dict[str, Any]], svg: Any, figure: Any
                 ax.annotate(text, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("output tokens/s")
     ax.set_ylabel("TTFT p99 (ms)")
-    ax.legend(loc="upper left", frameon=False)
+    if by_policy:
+        ax.legend(loc="upper left", frameon=False)
+    else:
+        ax.text(
+            0.5,
+            0.5,
+            "no point has both a throughput and a TTFT p99",
+            ha="center",
+            transform=ax.transAxes,
+        )
     figures = [
         figure(
             "pareto",
@@ -154,9 +171,7 @@ def sweep_summary(records: list[dict[str, Any]]) -> str:
             number(cap, digits=2),
         ]
         mark = ' class="rejected"' if rejected(r) else ""
-        rows.append(
-            f"<tr{mark}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
-        )
+        rows.append(f"<tr{mark}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(
         f"<th>{h}</th>"
         for h in (

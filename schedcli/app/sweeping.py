@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import orjson
 from rich import box
 from rich.console import Console
@@ -17,7 +18,9 @@ from .. import __version__
 from ..engine.simulate import CostModel
 from ..engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
 from ..formats.output import atomic_output
+from ..formats.sweep_schema import SweepSpec, refusal
 from ..model.errors import UsageError
+from ..model.limits import OPTIONS, BoundError
 from .progress import ProgressBar
 from .sweep_report import group_reasons, number
 
@@ -67,30 +70,58 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
 
 
 def load_spec(path: str, req: SweepRequest) -> SweepRequest:
-    """``--spec sweep.toml``: the same settings as the options, in a file (docs/sweeps.md)."""
+    """``--spec sweep.toml``: the same settings as the options, in a file (docs/sweeps.md).
+
+    Its shape is ``SweepSpec``'s; its numbers have the bounds of the options they stand for
+    (``jobs`` as --jobs, ``[cost] a`` as --cost-a, ...). A refusal names the file and key.
+    """
     try:
         with open(path, "rb") as f:
-            spec = tomllib.load(f)
+            data = tomllib.load(f)
     except OSError as e:
         raise UsageError(f"{path}: cannot read: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: not valid TOML: {e}") from None
-    known = {"workloads", "policies", "grid", "backend", "jobs", "address", "cost", "capacity"}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise UsageError(f"{path}: unknown key {unknown[0]!r}; expected {', '.join(sorted(known))}")
-    req.workloads += [str(w) for w in spec.get("workloads", [])]
-    req.policies += [str(p) for p in spec.get("policies", [])]
-    for key, values in spec.get("grid", {}).items():
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 (byte {e.start}), as TOML must be") from None
+    try:
+        spec = msgspec.convert(data, SweepSpec)
+    except msgspec.ValidationError as e:
+        raise UsageError(f"{path}: {refusal(e, SweepSpec)}") from None
+
+    def bounded(option: str, key: str, value: float | None) -> Any:
+        if value is None:
+            return None
+        try:
+            return OPTIONS[option].check(f"{path}: {key}", value)
+        except BoundError as e:
+            raise UsageError(str(e)) from None
+
+    req.workloads += spec.workloads
+    req.policies += spec.policies
+    for key, values in spec.grid.items():
         listed = values if isinstance(values, list) else [values]
+        if not listed:
+            raise UsageError(f"{path}: key grid.{key} lists no values")
         req.grid.append(f"{key}={','.join(str(v) for v in listed)}")
-    req.backend = str(spec.get("backend", req.backend))
-    req.jobs = spec.get("jobs", req.jobs)
-    req.address = spec.get("address", req.address)
-    if "cost" in spec:
-        req.cost = CostModel(**{k: float(v) for k, v in spec["cost"].items()})
-    if "capacity" in spec:
-        req.capacity = Capacity(**spec["capacity"])
+    req.backend = spec.backend or req.backend
+    req.jobs = bounded("--jobs", "jobs", spec.jobs) or req.jobs
+    req.address = spec.address if spec.address is not None else req.address
+    if spec.cost is not None:
+        given = {
+            term: bounded(f"--cost-{term}", f"cost.{term}", getattr(spec.cost, term))
+            for term in ("a", "b", "c")
+        }
+        req.cost = CostModel(
+            **{**req.cost.as_dict(), **{k: v for k, v in given.items() if v is not None}}
+        )
+    if spec.capacity is not None:
+        cap = spec.capacity
+        req.capacity = Capacity(
+            bounded("--slo-ttft", "capacity.slo_ttft", cap.slo_ttft),
+            bounded("--slo-tpot", "capacity.slo_tpot", cap.slo_tpot),
+            bounded("--goodput", "capacity.goodput", cap.goodput),
+        )
     return req
 
 

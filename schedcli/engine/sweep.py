@@ -27,6 +27,7 @@ import orjson
 from ..formats.source import sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
+from ..model.limits import OPTIONS, BoundError
 from ..policies.registry import build_policy, policy_source, resolve_policy
 from .metrics import StepMetrics
 from .run import open_replay
@@ -183,16 +184,22 @@ def _point(
 ) -> Point:
     params = {k: v for k, v in combo.items() if k in declared}
     built = build_policy(policy, params)  # checks the values, and fills in the defaults
+    run = {key: _run_value(key, text) for key, text in combo.items() if key in RUN_KEYS}
     cost = plan.cost.as_dict()
     for key in ("cost_a", "cost_b", "cost_c"):
-        if key in combo:
-            cost[key[-1]] = float(combo[key])
-    CostModel(**cost)  # refuses a negative or non-finite term
-    chunk = int(combo["chunk_size"]) if "chunk_size" in combo else None
-    scale = float(combo.get("time_scale", 1.0))
-    if not scale > 0:
-        raise UsageError(f"--grid time_scale={combo['time_scale']}: must be > 0")
+        if key in run:
+            cost[key[-1]] = run[key]
+    chunk = run.get("chunk_size")
+    scale = run.get("time_scale", 1.0)
     return Point(workload, sha, kind, policy, built.params(), cost, scale, chunk, plan.capacity)
+
+
+def _run_value(key: str, text: str) -> Any:
+    """A --grid value of a run setting, with the bound of the option it stands for."""
+    try:
+        return OPTIONS["--" + key.replace("_", "-")].parse(f"--grid {key}", text)
+    except BoundError as e:
+        raise UsageError(str(e)) from None
 
 
 # --- one point (runs in a worker process) -----------------------------------------------

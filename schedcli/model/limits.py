@@ -6,6 +6,8 @@ so no value that one reader takes can crash another command later.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 INT_MIN = -(2**63)
@@ -51,3 +53,75 @@ def depth_within(value: Any, name: str = "meta") -> None:
             raise BoundError(f"{name} is nested deeper than {MAX_DEPTH} levels")
         inner = item.values() if type(item) is dict else item
         stack.extend((v, depth + 1) for v in inner if type(v) is dict or type(v) is list)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What one numeric setting accepts: a finite number (an integer if ``integer``) from
+    ``low`` (excluded if ``low_open``) to ``high``."""
+
+    low: float
+    high: float
+    integer: bool = False
+    low_open: bool = False
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        low, high = _show(self.low), _show(self.high)
+        if self.low_open:
+            return f"{kind} > {low} and <= {high}"
+        return f"{kind} from {low} to {high}"
+
+    def check(self, name: str, value: object) -> Any:
+        """``value`` if it is within the bound; BoundError naming ``name`` and the bound."""
+        ok_type = isinstance(value, int) if self.integer else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok_type:
+            raise BoundError(f"{name} must be {self.describe()}, not {value!r}")
+        assert isinstance(value, int | float)
+        if not math.isfinite(value):
+            raise BoundError(f"{name} must be {self.describe()}, not {value!r}")
+        below = value <= self.low if self.low_open else value < self.low
+        if below or value > self.high:
+            raise BoundError(f"{name} must be {self.describe()}, not {value!r}")
+        return value
+
+    def parse(self, name: str, text: str) -> Any:
+        """A value given as text (a --grid value): parsed as the bound's type, then checked."""
+        try:
+            value: int | float = int(text) if self.integer else float(text)
+        except ValueError:
+            raise BoundError(f"{name} must be {self.describe()}, not {text!r}") from None
+        return self.check(name, value)
+
+
+def _show(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+_POSITIVE_SECONDS = Bound(0, MAX_SECONDS, low_open=True)
+_SECONDS = Bound(0, MAX_SECONDS)
+
+OPTIONS: dict[str, Bound] = {
+    "--max-line-bytes": Bound(1, 2**31, integer=True),
+    "--max-errors": Bound(1, 10**6, integer=True),
+    "--cost-a": _SECONDS,
+    "--cost-b": _SECONDS,
+    "--cost-c": _SECONDS,
+    "--limit": Bound(1, INT_MAX, integer=True),
+    "--start": _SECONDS,
+    "--duration": _POSITIVE_SECONDS,
+    "--time-scale": Bound(1e-6, 1e6),
+    "--seed": Bound(0, INT_MAX, integer=True),
+    "--rate": Bound(1e-6, 1e9),
+    "--cv": Bound(0.01, 100),
+    "--chunk-size": Bound(1, MAX_REQUEST_TOKENS, integer=True),
+    "--slo-ttft": _POSITIVE_SECONDS,
+    "--slo-tpot": _POSITIVE_SECONDS,
+    "--goodput": Bound(0, 1, low_open=True),
+    "--step": Bound(0, INT_MAX, integer=True),
+    "--max-time": _POSITIVE_SECONDS,
+    "--jobs": Bound(1, 1024, integer=True),
+}
+"""Every numeric command-line option, and the sweep settings named like them (a spec's
+``jobs``, ``[cost] a``, ``[capacity] slo_ttft``, a ``--grid time_scale``): one table, so no
+number reaches a simulation unchecked (a test fails for an option missing from it)."""
