@@ -11,6 +11,10 @@ import os
 import tempfile
 from collections.abc import Callable
 
+from schedcli import Scheduler, Task
+from schedcli.policies import FcfsScheduler
+from schedcli.policies.registry import build_policy
+from schedcli.record import RecordingScheduler
 from schedcli.testing import run_cli_in_process
 
 Target = Callable[[bytes], None]
@@ -88,3 +92,232 @@ TARGETS: dict[str, Target] = {
     "convert-simulate": convert_simulate,
     "diff": diff,
 }
+
+
+# --- the second campaign's surfaces ---------------------------------------------------------
+
+WORKLOAD = b'{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 3}\n'
+NUMBERS = ("0", "1", "-1", "0.5", "1e-320", "1e200", "nan", "inf", "-inf", "x", "2.5", "1e9")
+
+
+def _pick(data: bytes, i: int, choices: tuple[str, ...]) -> str:
+    return choices[data[i % len(data)] % len(choices)] if data else choices[0]
+
+
+def sweep_spec(data: bytes) -> None:
+    """The input as a sweep spec (after a valid head), and its first line as a --grid."""
+
+    def body(path: str, tmp: str) -> None:
+        workload = os.path.join(tmp, "w.jsonl")
+        with open(workload, "wb") as f:
+            f.write(WORKLOAD)
+        spec = os.path.join(tmp, "s.toml")
+        with open(spec, "wb") as f:
+            f.write(f'workloads = ["{workload}"]\npolicies = ["fcfs"]\n'.encode() + data)
+        cache = os.path.join(tmp, "cache")
+        code, err = run("sweep", "--spec", spec, "-j", "1", "--cache", cache, "-o", os.devnull)
+        expect(code, err, (0, 2), "sweep --spec")
+        grid = data.split(b"\n", 1)[0].decode("utf-8", "replace")[:60] or "time_scale=1"
+        code, err = run("sweep", workload, "-p", "fcfs", "--grid", grid, "-j", "1",
+                        "--cache", cache, "-o", os.devnull)  # fmt: skip
+        expect(code, err, (0, 2), f"sweep --grid {grid!r}")
+
+    _with_file(data, ".toml", body)
+
+
+def convert_options(data: bytes) -> None:
+    """Numeric options picked by the input's first bytes; the input itself as the file."""
+    options = [
+        "--rate", _pick(data, 0, NUMBERS), "--cv", _pick(data, 1, NUMBERS),
+        "--start", _pick(data, 2, NUMBERS), "--time-scale", _pick(data, 3, NUMBERS),
+        "--limit", _pick(data, 4, ("1", "0", "-3", "x", "100")),
+    ]  # fmt: skip
+    if data and data[0] % 3 == 0:
+        options += ["--duration", _pick(data, 5, NUMBERS)]
+
+    def body(path: str, tmp: str) -> None:
+        workload = os.path.join(tmp, "w.jsonl")
+        for fmt in ("lengths", "azure", "auto"):
+            chosen = options if fmt == "lengths" else options[2:]
+            code, err = run("convert", fmt, path, *chosen, "-o", workload)
+            expect(code, err, (0, 2), f"convert {fmt} {' '.join(chosen)}")
+            if code == 0:
+                code, err = run("simulate", workload, "-f", "json", "-o", os.devnull,
+                                "--slo-ttft", _pick(data, 6, NUMBERS))  # fmt: skip
+                expect(code, err, (0, 2), "simulate")
+
+    _with_file(data, ".csv", body)
+
+
+def shrink(data: bytes) -> None:
+    """The input as a trace, shrunk under one --until kind (picked by its length)."""
+    until = ("check", "contract", "diff:fcfs", "cmd:grep -q get_work {}")[len(data) % 4]
+
+    def body(path: str, tmp: str) -> None:
+        out = os.path.join(tmp, "small.jsonl")
+        code, err = run("shrink", path, "--until", until, "--max-time", "3", "-o", out)
+        expect(code, err, (0, 2), f"shrink --until {until}")
+
+    _with_file(data, ".jsonl", body)
+
+
+def fit_cost(data: bytes) -> None:
+    """The input as a recording to fit, and as a cost model for simulate."""
+
+    def body(path: str, tmp: str) -> None:
+        workload, cost = os.path.join(tmp, "w.jsonl"), os.path.join(tmp, "cost.json")
+        with open(workload, "wb") as f:
+            f.write(WORKLOAD)
+        code, err = run("fit", path, "-o", cost)
+        expect(code, err, (0, 2), "fit")
+        if code == 0:  # every model fit writes, simulate takes
+            code, err = run("simulate", workload, "--cost", cost, "-f", "json")
+            expect(code, err, (0,), "simulate --cost (a fitted model)")
+        code, err = run("simulate", workload, "--cost", path, "-f", "json")
+        expect(code, err, (0, 2), "simulate --cost (the input)")
+
+    _with_file(data, ".jsonl", body)
+
+
+def report_sweep(data: bytes) -> None:
+    def body(path: str, tmp: str) -> None:
+        code, err = run("report", path, "-o", os.path.join(tmp, "r.html"))
+        expect(code, err, (0, 2), "report")
+        if "Warning" in err:
+            raise AssertionError(f"report let a library warning through:\n{err}")
+
+    _with_file(data, ".jsonl", body)
+
+
+TARGETS["sweep-spec"] = sweep_spec
+TARGETS["convert-options"] = convert_options
+TARGETS["shrink"] = shrink
+TARGETS["fit-cost"] = fit_cost
+TARGETS["report-sweep"] = report_sweep
+
+
+# --- the Python recorder: random calls from two threads, then replay --check ---------------
+
+
+class RaisesOnNth(FcfsScheduler):
+    """fcfs that raises on its seventh get_work: a broken plugin, for the recorder target.
+    Nameless, so a recording names it ``fuzz_targets:RaisesOnNth`` and its replay loads it."""
+
+    name = ""
+    calls = 0
+
+    def get_work(self) -> list[Task]:
+        type(self).calls += 1
+        if type(self).calls == 7:
+            raise RuntimeError("the seventh get_work fails")
+        return super().get_work()
+
+
+def recorder(data: bytes) -> None:
+    import threading
+
+    raising = data[:1] == b"!"
+    inner: Scheduler
+    if raising:
+        RaisesOnNth.calls = 0
+        inner = RaisesOnNth(max_prefill_chunk_size=64)
+    else:
+        policy = POLICIES[len(data) % len(POLICIES)]
+        inner = build_policy(policy, {"max_prefill_chunk_size": 64})
+    tids = iter(range(1, 1 << 30))
+    lock = threading.Lock()
+
+    def program(rec: RecordingScheduler, part: bytes) -> None:
+        for b in part:
+            op, sid = b % 8, (b >> 3) % 5
+            try:
+                if op < 4:
+                    with lock:
+                        tid = next(tids)
+                    rec.submit([Task(tid, sid, "decode", 1)])
+                elif op == 4:
+                    with lock:
+                        first, second = next(tids), next(tids)
+                    size = 1 + (b >> 3)
+                    rec.submit([Task(first, sid, "prefill", size), Task(second, sid, "prefill", 3)])
+                elif op == 5:
+                    rec.cancel(sid)
+                elif op == 6 or sid:
+                    rec.get_work()
+                else:
+                    rec.clear()
+            except RuntimeError:
+                return
+
+    with tempfile.TemporaryDirectory(prefix="schedcli-fuzz-") as tmp:
+        path = os.path.join(tmp, "rec.jsonl")
+        with RecordingScheduler(inner, path) as rec:
+            half = len(data) // 2
+            threads = [
+                threading.Thread(target=program, args=(rec, part))
+                for part in (data[:half], data[half:])
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            try:
+                while rec.has_work():
+                    rec.get_work()
+            except RuntimeError:
+                pass
+        code, err = run("replay", path, "--check", "-o", os.devnull)
+        if raising:  # the replay makes the same calls: the plugin raises at the same one
+            expect(code, err, (0, 2), "replay --check of a recording whose policy raised")
+            if code == 2 and "raised in get_work" not in err and "nothing to check" not in err:
+                raise AssertionError(f"replay of a raising recording: {err}")
+        else:
+            expect(code, err, (0, 2), "replay --check of a recording")
+            if code == 2 and "nothing to check" not in err:
+                raise AssertionError(f"a recording did not replay: {err}")
+
+
+# --- compiled against pure Python: the same bytes out -----------------------------------------
+
+
+def _cli(args: list[str], pure: bool) -> tuple[int, bytes, bytes]:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDCLI_PURE_PYTHON"}
+    if pure:
+        env["SCHEDCLI_PURE_PYTHON"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "schedcli", *args], capture_output=True, env=env, timeout=30
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+_compiled_checked = False
+
+
+def compiled_pure(data: bytes) -> None:
+    """The input as a trace: replay (dump), stats and diff, compiled and pure, byte for byte."""
+    global _compiled_checked
+    if not _compiled_checked:
+        _, out, _ = _cli(["--version"], pure=False)
+        if b"(compiled)" not in out:
+            raise SystemExit("compiled-pure needs the compiled core: pip install -e . first")
+        _compiled_checked = True
+    policy = POLICIES[len(data) % len(POLICIES)]
+
+    def body(path: str, tmp: str) -> None:
+        for args in (
+            ["replay", path, "-p", policy, "-f", "jsonl", "--drain"],
+            ["stats", path, "-p", policy, "-f", "json"],
+            ["diff", path, "--b", "fair", "--b-param", "prefill_weight=0", "-f", "json"],
+        ):
+            compiled, pure = _cli(args, pure=False), _cli(args, pure=True)
+            if compiled != pure:
+                raise AssertionError(f"compiled and pure differ on {args}:\n{compiled}\n{pure}")
+
+    _with_file(data, ".jsonl", body)
+
+
+TARGETS["recorder"] = recorder
+TARGETS["compiled-pure"] = compiled_pure

@@ -4,7 +4,7 @@
     python fuzz/run.py replay -max_total_time=30          # what CI runs, per target
     python fuzz/run.py diff -max_total_time=3600 -jobs=2  # longer, on both cores
 
-TARGET is replay, validate, convert-simulate or diff. The seed corpus is every file
+TARGET is one of fuzz_targets.TARGETS (docs/fuzzing.md lists them). The seed corpus is every file
 under traces/ (traces and golden dumps) plus a CSV and a workload; new inputs the fuzzer
 finds go to fuzz/corpus/TARGET/ (not committed). A crash is written as crash-* in the
 current directory and ends the run with a non-zero exit. Defaults: 10 s per input at
@@ -31,6 +31,21 @@ SEEDS = {
     "workload.jsonl": (
         b'{"sid": 1, "arrival": 0, "prompt_tokens": 20, "output_tokens": 3}\n'
         b'{"sid": 2, "arrival": 0.5, "prompt_tokens": 300, "output_tokens": 2, "cancel_after": 1}\n'
+    ),
+    "spec.toml": (
+        b"time_scale=0.5,1\njobs = 1\n[grid]\nmax_num_seqs = [4, 16]\n"
+        b"[cost]\na = 0.005\n[capacity]\nslo_ttft = 0.5\nslo_tpot = 0.05\n"
+    ),
+    "sweep.jsonl": (
+        b'{"workload":"w.jsonl","policy":"fcfs","params":{"max_num_seqs":4},'
+        b'"cost_model":{"a":0.005,"b":2e-05,"c":0.0001},"metrics":{"requests":2,"finished":1,'
+        b'"rejected":1,"rejected_by_reason":{"too big":1},"throughput_output_tokens_per_s":9.5,'
+        b'"ttft":{"p99":0.2},"tpot":{"p99":0.01},"chunk_size":256},"capacity":{"rate_multiplier":2}}\n'
+    ),
+    "clocked.jsonl": b"".join(
+        b'{"op":"submit","tid":%d,"sid":%d,"kind":"decode","size":1}\n'
+        b'{"op":"get_work","expect":[%d],"t":%f}\n' % (i, i, i, 0.01 * i + 0.001 * (i % 3))
+        for i in range(12)
     ),
 }
 
