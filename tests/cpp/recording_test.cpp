@@ -1,7 +1,14 @@
 // Drives schedcli's C++ recorder: a small test policy (FirstFree, mirrored in Python by
 // tests/plugin_policies.py:FirstFree), producers on several threads, one consumer.
 //   recording_test OUT.jsonl [calls-for-timing]
+//   recording_test --tokens OUT.jsonl
 // Writes the recording to OUT.jsonl, then prints the cost per call, bare and recorded.
+// --tokens records a three-chunk prompt whose chunks share one backing vector, and a
+// decode with no tokens at all, with record_tokens(true).
+//
+// Builds against either shape of the interface (tests/cpp/seed, tests/cpp/later): no
+// member is marked override, so max_prefill_chunk_size() overrides where the interface
+// declares it and is a plain member where it does not.
 
 #include <schedcli/recording_scheduler.h>
 
@@ -12,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -23,7 +31,7 @@ namespace b = ::executorch::extension::llm::batching;
 // up to 8 tasks. Admission: size >= 1, a decode of size 1, a tid not already queued.
 class FirstFree : public b::Scheduler {
  public:
-  bool submit(std::vector<b::Task> tasks) override {
+  bool submit(std::vector<b::Task> tasks) {
     std::lock_guard<std::mutex> g(mutex_);
     std::unordered_set<b::TaskId> seen;
     for (const b::Task& t : tasks) {
@@ -40,11 +48,11 @@ class FirstFree : public b::Scheduler {
     }
     return true;
   }
-  bool has_work() const override {
+  bool has_work() const {
     std::lock_guard<std::mutex> g(mutex_);
     return !queue_.empty();
   }
-  std::vector<b::Task> get_work() override {
+  std::vector<b::Task> get_work() {
     std::lock_guard<std::mutex> g(mutex_);
     std::vector<b::Task> batch;
     std::unordered_set<b::SessionId> sessions;
@@ -60,7 +68,7 @@ class FirstFree : public b::Scheduler {
     queue_.swap(rest);
     return batch;
   }
-  std::vector<b::Task> cancel(b::SessionId sid) override {
+  std::vector<b::Task> cancel(b::SessionId sid) {
     std::lock_guard<std::mutex> g(mutex_);
     std::vector<b::Task> dropped;
     std::deque<b::Task> rest;
@@ -76,14 +84,14 @@ class FirstFree : public b::Scheduler {
     queue_.swap(rest);
     return dropped;
   }
-  std::vector<b::Task> clear() override {
+  std::vector<b::Task> clear() {
     std::lock_guard<std::mutex> g(mutex_);
     std::vector<b::Task> dropped(queue_.begin(), queue_.end());
     queue_.clear();
     queued_.clear();
     return dropped;
   }
-  std::size_t max_prefill_chunk_size() const override {
+  std::size_t max_prefill_chunk_size() const {
     return 64;
   }
 
@@ -154,9 +162,49 @@ static double per_call_ns(b::Scheduler& s, int calls) {
   return took.count() / calls;
 }
 
+// A prompt of 40 tokens in one backing vector at position 100, as three chunks (16, 16,
+// 8) that each name their slice by offset; then a decode that carries no tokens.
+static int record_tokens(const char* out) {
+  auto rec = schedcli::RecordingScheduler::create(
+      std::make_unique<FirstFree>(), out, "first-free", nullptr);
+  if (rec == nullptr) {
+    return 1;
+  }
+  rec->record_tokens(true);
+  auto backing = std::make_shared<std::vector<b::Token>>();
+  for (int i = 0; i < 40; ++i) {
+    backing->push_back(1000 + i);
+  }
+  std::vector<b::Task> prompt;
+  const std::size_t offsets[] = {0, 16, 32};
+  const std::size_t sizes[] = {16, 16, 8};
+  for (int c = 0; c < 3; ++c) {
+    b::Task t = make(c + 1, 7, false, sizes[c]);
+    t.input.tokens = backing;
+    t.input.offset = offsets[c];
+    t.input.position = 100;
+    t.input.produce_output = c == 2;
+    prompt.push_back(std::move(t));
+  }
+  rec->record_time(true);
+  rec->submit(std::move(prompt));
+  for (int step = 0; step < 3; ++step) {
+    rec->get_work();  // FirstFree takes one task of a session per batch
+  }
+  b::Task decode = make(4, 7, true, 1);
+  decode.input.position = 140;
+  rec->submit({std::move(decode)});  // tokens: nullptr
+  rec->get_work();
+  rec->flush();
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--tokens") {
+    return record_tokens(argv[2]);
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s OUT.jsonl [calls]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s OUT.jsonl [calls] | --tokens OUT.jsonl\n", argv[0]);
     return 2;
   }
   {

@@ -8,8 +8,14 @@
 // into a memory buffer and written with one fwrite per kBufferBytes (the step loop does
 // no I/O but once per megabyte). Memory is bounded by that buffer.
 //
-// Recorded per task: tid, sid, kind, size, position, produce_output. Token ids are never
-// recorded (they are user data) unless record_tokens(true) asks.
+// Recorded per task: tid, sid, kind, size, position (the chunk's own start, position +
+// offset), produce_output. Token ids are never recorded (they are user data) unless
+// record_tokens(true) asks; then each task's slice tokens[offset : offset + size] of its
+// backing vector.
+//
+// Builds against both shapes of ExecuTorch's interface: the five calls of the seed
+// (32-bit TaskId), and the later one that adds max_prefill_chunk_size() (64-bit TaskId).
+// Which one is detected at compile time; ids are written at their declared width.
 
 #pragma once
 
@@ -21,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,7 +37,39 @@ namespace schedcli {
 
 namespace batching = ::executorch::extension::llm::batching;
 
-class RecordingScheduler : public batching::Scheduler {
+namespace detail {
+
+// Whether the interface S declares max_prefill_chunk_size() (the later shape does).
+template <class S, class = void>
+struct declares_chunk_limit : std::false_type {};
+template <class S>
+struct declares_chunk_limit<S, std::void_t<decltype(&S::max_prefill_chunk_size)>>
+    : std::true_type {};
+
+// The wrapped scheduler, and, where the interface declares it, max_prefill_chunk_size()
+// forwarded to it: a recorder is then as concrete as the scheduler it wraps.
+template <class S, bool = declares_chunk_limit<S>::value>
+class Wrapping : public S {
+ protected:
+  explicit Wrapping(std::unique_ptr<S> inner) : inner_(std::move(inner)) {}
+  std::unique_ptr<S> inner_;
+};
+
+template <class S>
+class Wrapping<S, true> : public S {
+ public:
+  std::size_t max_prefill_chunk_size() const override {
+    return inner_->max_prefill_chunk_size();
+  }
+
+ protected:
+  explicit Wrapping(std::unique_ptr<S> inner) : inner_(std::move(inner)) {}
+  std::unique_ptr<S> inner_;
+};
+
+}  // namespace detail
+
+class RecordingScheduler : public detail::Wrapping<batching::Scheduler> {
  public:
   static constexpr std::size_t kBufferBytes = 1 << 20;
 
@@ -141,13 +180,9 @@ class RecordingScheduler : public batching::Scheduler {
     return dropped;
   }
 
-  std::size_t max_prefill_chunk_size() const override {
-    return inner_->max_prefill_chunk_size();
-  }
-
  private:
   RecordingScheduler(std::unique_ptr<batching::Scheduler> inner, std::FILE* file)
-      : inner_(std::move(inner)), file_(file), start_(std::chrono::steady_clock::now()) {
+      : Wrapping(std::move(inner)), file_(file), start_(std::chrono::steady_clock::now()) {
     buffer_.reserve(kBufferBytes + 4096);
   }
 
@@ -193,44 +228,49 @@ class RecordingScheduler : public batching::Scheduler {
   }
 
   void task_(std::string& out, const batching::Task& t) {
+    const batching::Input& in = t.input;
     out += "{\"tid\":";
     int_(out, t.tid);
     out += ",\"sid\":";
-    int_(out, t.input.sid);
+    int_(out, in.sid);
     out += t.is_decode ? ",\"kind\":\"decode\",\"size\":" : ",\"kind\":\"prefill\",\"size\":";
-    uint_(out, t.input.size);
-    if (t.input.position >= 0) {
+    int_(out, in.size);
+    if (in.position >= 0) {
+      // position is the base of the whole backing vector; the chunk starts offset past it.
       out += ",\"position\":";
-      int_(out, t.input.position);
+      int_(out, static_cast<std::int64_t>(in.position) + static_cast<std::int64_t>(in.offset));
     }
-    out += t.input.produce_output ? ",\"produce_output\":true" : ",\"produce_output\":false";
-    if (record_tokens_) {
+    out += in.produce_output ? ",\"produce_output\":true" : ",\"produce_output\":false";
+    if (record_tokens_ && in.tokens != nullptr) {
+      const auto& backing = *in.tokens;
       out += ",\"tokens\":[";
-      const std::size_t end = t.input.offset + t.input.size;
-      for (std::size_t i = t.input.offset; i < end && i < t.input.tokens.size(); ++i) {
-        if (i != t.input.offset) {
+      const std::size_t end = in.offset + in.size;
+      for (std::size_t i = in.offset; i < end && i < backing.size(); ++i) {
+        if (i != in.offset) {
           out += ',';
         }
-        uint_(out, t.input.tokens[i]);
+        int_(out, backing[i]);
       }
       out += ']';
     }
     out += '}';
   }
 
-  void int_(std::int64_t v) {
+  template <class Int>
+  void int_(Int v) {
     int_(buffer_, v);
   }
 
-  static void int_(std::string& out, std::int64_t v) {
+  // An integer at its declared width and signedness (a 32- or 64-bit TaskId, a size_t).
+  template <class Int>
+  static void int_(std::string& out, Int v) {
+    static_assert(std::is_integral<Int>::value, "ids, sizes and tokens are integers");
     char text[24];
-    std::snprintf(text, sizeof(text), "%" PRId64, v);
-    out += text;
-  }
-
-  static void uint_(std::string& out, std::uint64_t v) {
-    char text[24];
-    std::snprintf(text, sizeof(text), "%" PRIu64, v);
+    if (std::is_signed<Int>::value) {
+      std::snprintf(text, sizeof(text), "%" PRId64, static_cast<std::int64_t>(v));
+    } else {
+      std::snprintf(text, sizeof(text), "%" PRIu64, static_cast<std::uint64_t>(v));
+    }
     out += text;
   }
 
@@ -254,7 +294,6 @@ class RecordingScheduler : public batching::Scheduler {
   }
 
   mutable std::mutex mutex_;
-  std::unique_ptr<batching::Scheduler> inner_;
   std::FILE* file_;
   std::chrono::steady_clock::time_point start_;
   std::string buffer_;

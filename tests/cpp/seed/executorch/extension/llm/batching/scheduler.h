@@ -1,8 +1,8 @@
-// Test-only stand-in for ExecuTorch's Scheduler interface (declarations only), written
-// for schedcli's tests so CI can build the recorder without ExecuTorch.
+// schedcli's stand-in for ExecuTorch's extension/llm/batching/scheduler.h as of
+// pytorch/executorch 4f95b1ffba54c07b9b1e1e63b5a1e3844d10430e (the seed shape), written
+// from reading it: the interface is the five calls, nothing more.
 #pragma once
 
-#include <cstddef>
 #include <vector>
 
 #include <executorch/extension/llm/batching/types.h>
@@ -20,7 +20,6 @@ class Scheduler {
   virtual std::vector<Task> get_work() = 0;
   virtual std::vector<Task> cancel(SessionId sid) = 0;
   virtual std::vector<Task> clear() = 0;
-  virtual std::size_t max_prefill_chunk_size() const = 0;
 };
 
 }  // namespace batching
