@@ -12,10 +12,10 @@ import tempfile
 from collections.abc import Callable
 
 from schedcli import Scheduler, Task
+from schedcli.app.inprocess import run_cli_in_process
 from schedcli.policies import FcfsScheduler
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
-from schedcli.testing import run_cli_in_process
 
 Target = Callable[[bytes], None]
 

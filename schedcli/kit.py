@@ -1,13 +1,18 @@
-"""What policy authors build with: the shared bookkeeping, parameter declarations, queue
-helpers and the output rule the built-in policies use (docs/plugins.md).
+"""The building blocks of the built-in policies, for policy authors (docs/plugins.md): the
+shared parameter declarations, the limits' cross-checks and the queues.
 
-    from schedcli.kit import QueueScheduler, MAX_BATCH_TOKENS, DecodeQueue
+The interface itself (Scheduler, QueueScheduler, Param, Task, Id, TaskKind,
+settle_outputs) is imported from ``schedcli``, the one front door; this module adds what
+is built on it, and names nothing ``schedcli`` names.
+
+    from schedcli import QueueScheduler
+    from schedcli.kit import MAX_BATCH_TOKENS, DecodeQueue
 """
 
 from __future__ import annotations
 
-from .model.scheduler import Param, QueueScheduler, Scheduler, check_params
-from .model.task import DECODE, PREFILL, Id, Task, TaskKind, settle_outputs
+from .model.scheduler import check_params
+from .model.task import DECODE, PREFILL
 from .policies._limits import (
     MAX_BATCH_TOKENS,
     MAX_DECODE_SEQUENCES,
@@ -35,19 +40,12 @@ __all__ = [
     "PREFILL",
     "BatchSessions",
     "DecodeQueue",
-    "Id",
     "OrderedQueue",
-    "Param",
-    "QueueScheduler",
-    "Scheduler",
-    "Task",
-    "TaskKind",
     "Why",
     "check_params",
     "chunk_fits_budget",
     "decode_reasons",
     "decodes_fit_budget",
     "decodes_leave_room",
-    "settle_outputs",
     "take_in_order",
 ]

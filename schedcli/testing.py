@@ -12,12 +12,8 @@ max_decode_sequences, max_num_seqs). schedcli's own property tests use the same 
 
 from __future__ import annotations
 
-import io
-import os
 import random
-import signal
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,48 +206,4 @@ def check_policy(
         play(model, random_ops(rng, operations, max_size=limit, tids=40, sids=8))
 
 
-@dataclass
-class CliRun:
-    """What one ``schedcli`` command did: its exit code, and its stdout and stderr bytes."""
-
-    code: int
-    stdout: bytes
-    stderr: bytes
-
-
-def run_cli_in_process(
-    args: Sequence[str], *, input: bytes = b"", columns: int | None = None
-) -> CliRun:
-    """``schedcli ARGS`` run by its own entry point in this process (far faster than a
-    subprocess): standard streams captured, stop-signal handlers and COLUMNS restored."""
-    from .app.cli import main  # the top of the layers, imported only when used
-
-    out, err = io.BytesIO(), io.BytesIO()
-    # Kept in locals: a wrapper collected after the swap back would close its buffer.
-    stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-    stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
-    stdin = io.TextIOWrapper(io.BytesIO(input), encoding="utf-8")
-    saved = sys.stdout, sys.stderr, sys.stdin
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    old_columns = os.environ.get("COLUMNS")
-    if columns is not None:
-        os.environ["COLUMNS"] = str(columns)
-    sys.stdout, sys.stderr, sys.stdin = stdout, stderr, stdin
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
-    finally:
-        sys.stdout, sys.stderr, sys.stdin = saved
-        for s, h in handlers.items():
-            signal.signal(s, h)
-        if columns is not None:
-            if old_columns is None:
-                os.environ.pop("COLUMNS", None)
-            else:
-                os.environ["COLUMNS"] = old_columns
-    run = CliRun(code, out.getvalue(), err.getvalue())
-    for wrapper in (stdout, stderr, stdin):
-        wrapper.detach()
-    return run
+__all__ = ["Model", "Op", "check_policy", "play", "random_ops"]

@@ -13,8 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from schedcli.testing import run_cli_in_process
+from schedcli.app.inprocess import run_cli_in_process
 from tests.helpers import ROOT
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    # addopts asks for -n auto (both cores); with pytest-xdist switched off (-p no:xdist)
+    # nothing would define -n, and pytest would refuse its own configuration.
+    if not pluginmanager.has_plugin("xdist") and not pluginmanager.has_plugin("xdist.plugin"):
+        # _addoption: the public one reserves lowercase short options for pytest itself.
+        parser.getgroup("xdist")._addoption(
+            "-n", "--numprocesses", dest="numprocesses", help="(xdist is off: ignored)"
+        )
 
 
 @dataclass

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from schedcli import DecodeFirstScheduler, Task
+from schedcli.app.inprocess import run_cli_in_process
 from schedcli.model.task import Id
-from schedcli.testing import run_cli_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"

@@ -28,7 +28,7 @@ EXAMPLES = sorted(str(p) for p in (ROOT / "traces").glob("*.jsonl"))
 REPLAY_ALL = """
 import json, sys
 from schedcli import CORE
-from schedcli.testing import run_cli_in_process
+from schedcli.app.inprocess import run_cli_in_process
 out = {"core": CORE}
 for trace in sys.argv[1:]:
     for policy in %r:
@@ -60,7 +60,7 @@ def replay_everything(traces: list[str], pure: bool) -> dict[str, object]:
 RUN_ALL = """
 import json, sys
 from schedcli import CORE
-from schedcli.testing import run_cli_in_process
+from schedcli.app.inprocess import run_cli_in_process
 out = {"core": CORE}
 for argv in json.loads(sys.argv[1]):
     r = run_cli_in_process(argv)

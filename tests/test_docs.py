@@ -53,3 +53,20 @@ def test_the_plugin_walkthrough_policy_replays_every_example(
     for trace in EXAMPLES:
         r = run_cli("replay", str(trace), "--policy", "shortest:Shortest", "-f", "jsonl")
         assert r.returncode == 0, (trace.name, r.stderr.decode())
+
+
+def test_the_suite_runs_in_one_process_as_the_docs_say(tmp_path: Path) -> None:
+    # addopts asks for -n auto; `pytest -p no:xdist` must still work (one process).
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "tests/test_kit.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedcli.testing import run_cli_in_process
+from schedcli.app.inprocess import run_cli_in_process
 from tests.helpers import TRACES, run_cli
 
 EXAMPLES = sorted(TRACES.glob("*.jsonl"))

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from schedcli import Scheduler, Task
-from schedcli.kit import MAX_BATCH_TOKENS, DecodeQueue, QueueScheduler, settle_outputs
+from schedcli import QueueScheduler, Scheduler, Task, settle_outputs
+from schedcli.kit import MAX_BATCH_TOKENS, DecodeQueue
 from schedcli.policies.registry import _check_class
 from schedcli.testing import check_policy
 from tests.helpers import TRACES, run_cli
@@ -95,3 +95,14 @@ def test_policies_expose_their_chunk_limit_as_a_property() -> None:
 
     assert build_policy("decode-first", {"max_prefill_chunk_size": 128}).prefill_chunk_limit == 128
     assert FiveMethods().prefill_chunk_limit is None
+
+
+def test_kit_and_schedcli_are_two_doors_to_different_rooms() -> None:
+    import schedcli
+    import schedcli.kit
+    import schedcli.testing
+
+    assert not set(schedcli.__all__) & set(schedcli.kit.__all__)
+    assert all(hasattr(schedcli.kit, name) for name in schedcli.kit.__all__)
+    assert "check_policy" in schedcli.testing.__all__
+    assert "run_cli_in_process" not in dir(schedcli.testing)

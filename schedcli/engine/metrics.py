@@ -119,12 +119,6 @@ class StepMetrics:
                 worst = (s.wait_sum / s.dispatched, sid)
         return worst[1] if worst is not None else None
 
-    def _longest(self) -> dict[str, Any] | None:
-        if self.longest_wait is None:
-            return None
-        tid, sid, step = self.longest_wait
-        return {"tid": tid, "sid": sid, "dispatched_at_step": step, "waited_steps": self.wait_max}
-
     def session_mean_waits(self) -> list[float]:
         """Each served session's mean wait in steps, in the order sessions appeared."""
         return [s.wait_sum / s.dispatched for s in self._sessions.values() if s.dispatched]

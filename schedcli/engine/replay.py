@@ -77,13 +77,6 @@ class PolicyCrashed(UsageError):
     """The policy raised instead of answering (a broken plugin, usually)."""
 
 
-def task_entry(t: Task) -> Record:
-    """A task as a batch record lists it."""
-    if t.meta is None:
-        return {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
-    return {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}
-
-
 class Observer(Protocol):
     """Sees what the engine sees, with step numbers (metrics, timelines); it hears of a
     batch before the batch's record is emitted."""

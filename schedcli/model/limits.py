@@ -32,12 +32,6 @@ class BoundError(ValueError):
     """A value outside what the formats accept; the message names the bound."""
 
 
-def within_int64(value: int, name: str) -> int:
-    if not INT_MIN <= value <= INT_MAX:
-        raise BoundError(f"{name} is beyond the 64-bit integer range")
-    return value
-
-
 def request_tokens(value: int, name: str) -> int:
     if not 1 <= value <= MAX_REQUEST_TOKENS:
         raise BoundError(f"{name} must be between 1 and {MAX_REQUEST_TOKENS:,}, not {value}")
