@@ -211,3 +211,12 @@ def test_int_valued_float_parameters_read_the_same_in_both_cores(tmp_path: Path)
     slow.pop("core")
     assert fast == slow
     assert all(code in (0, 1) for code, _, _ in fast.values()), fast  # type: ignore[misc]
+
+
+def test_every_builtin_policy_is_on_the_compile_list() -> None:
+    # A built-in left off COMPILED_MODULES would run interpreted and quietly slow down.
+    for name, cls in BUILTIN_POLICIES.items():
+        assert cls.__module__ in _compiled.COMPILED_MODULES, (name, cls.__module__)
+    # ...and so is what they call per task (the queues, the reference's bookkeeping).
+    for module in ("schedcli.policies._queues", "schedcli.policies._decode_first_reference"):
+        assert module in _compiled.COMPILED_MODULES, module

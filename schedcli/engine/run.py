@@ -9,13 +9,11 @@ from dataclasses import dataclass
 
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import Header, TraceReader, open_trace, partial_reason
-from ..model.errors import InputError, UsageError
+from ..model.errors import InputError
 from ..model.scheduler import Scheduler
 from ..model.task import Task
-from ..policies.registry import build_policy, resolve_policy
+from ..policies.registry import RecordedPolicy, policy_for_trace
 from .replay import Emit, Observer, Replayer, Totals
-
-DEFAULT_POLICY = "decode-first"
 
 
 def _stderr_note(message: str) -> None:
@@ -29,77 +27,18 @@ def choose_policy(
     params: Mapping[str, object],
     note: Callable[[str], None] = _stderr_note,
 ) -> tuple[Scheduler, str, dict[str, object]]:
-    """The policy to replay with: the command line's, else the header's, else decode-first.
-
-    The header's params apply to whichever policy is chosen, each one the policy
-    declares; the rest are named in one note (an error for the header's own policy,
-    whose header then names a parameter it does not have). A plugin that declares no parameters
-    takes them all only when it is the header's own policy. ``params`` (from the
-    command line) override them key by key.
-    """
-    header_policy = (header.policy if header else None) or DEFAULT_POLICY
-    spec = policy or header_policy
-    if policy is None and header is not None:
-        cls = _recorded_policy(header, trace_name)
-    else:
-        cls = resolve_policy(spec)
-    header_params = dict(header.params) if header else {}
-    merged: dict[str, object] = {}
-    if header_params:
-        if cls.PARAMS:
-            declared = {p.name for p in cls.PARAMS}
-            merged = {k: v for k, v in header_params.items() if k in declared}
-        elif spec == header_policy:
-            merged = header_params
-        ignored = [k for k in header_params if k not in merged]
-        if ignored and spec == header_policy:
-            assert header is not None
-            raise InputError(
-                trace_name,
-                header.line,
-                f"header param {ignored[0]!r} is not a parameter of policy {spec!r} "
-                f"(it takes {', '.join(p.name for p in cls.PARAMS)})",
-            )
-        if ignored:
-            note(
-                f"note: {cls.name or spec!r} does not take the trace header's "
-                f"{', '.join(ignored)}; not applied"
-            )
-    from_header = bool(merged)
-    merged.update(params)
-    try:
-        built = build_policy(spec, merged, cls)
-    except UsageError as e:
-        if header is not None and from_header and not params:
-            raise InputError(trace_name, header.line, str(e)) from None
-        raise
-    built.promise_serial_calls()  # the replay's own policy: only its loop calls it
-    used = built.params() if built.PARAMS else merged
-    return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
-
-
-def _recorded_policy(header: Header, trace_name: str) -> type[Scheduler]:
-    """The header's policy, which the trace was recorded under: one that does not load
-    here, or a recording's unnamed class, is bad input naming what was recorded (replaying
-    it under decode-first instead would answer another question)."""
-    meta = header.meta if isinstance(header.meta, dict) else {}
-    if header.policy is None and isinstance(meta.get("class"), str):
-        raise InputError(
-            trace_name,
-            header.line,
-            f"recorded under policy class {meta['class']}, which has no registered name; "
-            f"replay it with -p {meta['class']}",
+    """The policy to replay a trace with (``policies.registry.policy_for_trace`` decides),
+    promised serial calls: only the replay's loop calls it."""
+    recorded = None
+    if header is not None:
+        meta = header.meta if isinstance(header.meta, dict) else {}
+        cls = meta.get("class")
+        recorded = RecordedPolicy(
+            header.line, header.policy, dict(header.params), cls if isinstance(cls, str) else None
         )
-    spec = header.policy or DEFAULT_POLICY
-    try:
-        return resolve_policy(spec)
-    except UsageError as e:
-        raise InputError(
-            trace_name,
-            header.line,
-            f"recorded under policy {spec!r}, which does not load here ({e}); name a "
-            "policy with -p",
-        ) from None
+    built, label, used = policy_for_trace(recorded, trace_name, policy, params, note)
+    built.promise_serial_calls()
+    return built, label, used
 
 
 @dataclass

@@ -8,7 +8,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..model.errors import UsageError
+from ..model.errors import InputError, UsageError
 from ..model.scheduler import Param, Scheduler, check_params
 from . import BUILTIN_POLICIES
 
@@ -276,3 +276,96 @@ def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, A
 def describe_policies() -> list[dict[str, Any]]:
     """Every registered policy, built-ins first; a plugin that cannot load is an error."""
     return [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
+
+
+DEFAULT_POLICY = "decode-first"
+
+
+@dataclass(frozen=True)
+class RecordedPolicy:
+    """What a trace's header says it was recorded under (line 1, usually)."""
+
+    line: int
+    policy: str | None
+    params: dict[str, object]
+    recorded_class: str | None = None  # meta.class: an older recording's nameless class
+
+
+def policy_for_trace(
+    recorded: RecordedPolicy | None,
+    trace_name: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    note: Callable[[str], None],
+) -> tuple[Scheduler, str, dict[str, object]]:
+    """The policy a trace replays under, built: the command line's (``policy``), else the
+    header's, else decode-first; and its label and the parameters that were applied.
+
+    The header's params apply to whichever policy is chosen, each one the policy declares;
+    the rest are named in one ``note`` (an error for the header's own policy, whose header
+    then names a parameter it does not have). A plugin that declares no parameters takes
+    them all only when it is the header's own policy. ``params`` (the command line's)
+    override them key by key. Without ``policy``, a recorded policy that does not load, or a
+    nameless recorded class, is bad input naming what was recorded.
+    """
+    header_policy = (recorded.policy if recorded else None) or DEFAULT_POLICY
+    spec = policy or header_policy
+    if policy is None and recorded is not None:
+        cls = _recorded_class(recorded, trace_name)
+    else:
+        cls = resolve_policy(spec)
+    header_params = dict(recorded.params) if recorded else {}
+    merged: dict[str, object] = {}
+    if header_params:
+        if cls.PARAMS:
+            declared = {p.name for p in cls.PARAMS}
+            merged = {k: v for k, v in header_params.items() if k in declared}
+        elif spec == header_policy:
+            merged = header_params
+        ignored = [k for k in header_params if k not in merged]
+        if ignored and spec == header_policy:
+            assert recorded is not None
+            raise InputError(
+                trace_name,
+                recorded.line,
+                f"header param {ignored[0]!r} is not a parameter of policy {spec!r} "
+                f"(it takes {', '.join(p.name for p in cls.PARAMS)})",
+            )
+        if ignored:
+            note(
+                f"note: {cls.name or spec!r} does not take the trace header's "
+                f"{', '.join(ignored)}; not applied"
+            )
+    from_header = bool(merged)
+    merged.update(params)
+    try:
+        built = build_policy(spec, merged, cls)
+    except UsageError as e:
+        if recorded is not None and from_header and not params:
+            raise InputError(trace_name, recorded.line, str(e)) from None
+        raise
+    used = built.params() if built.PARAMS else merged
+    return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
+
+
+def _recorded_class(recorded: RecordedPolicy, trace_name: str) -> type[Scheduler]:
+    """The header's policy: one that does not load here, or a recording's unnamed class,
+    is bad input naming what was recorded (replaying it under decode-first instead would
+    answer another question)."""
+    if recorded.policy is None and recorded.recorded_class is not None:
+        raise InputError(
+            trace_name,
+            recorded.line,
+            f"recorded under policy class {recorded.recorded_class}, which has no registered "
+            f"name; replay it with -p {recorded.recorded_class}",
+        )
+    spec = recorded.policy or DEFAULT_POLICY
+    try:
+        return resolve_policy(spec)
+    except UsageError as e:
+        raise InputError(
+            trace_name,
+            recorded.line,
+            f"recorded under policy {spec!r}, which does not load here ({e}); name a "
+            "policy with -p",
+        ) from None
