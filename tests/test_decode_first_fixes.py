@@ -7,7 +7,9 @@ an independent statement of the rule in docs/policies.md written with plain list
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +23,12 @@ def out(tid: Id, sid: Id, size: int, produce: bool) -> Task:
 
 
 def both_modes(b: int, d: int, c: int) -> list[DecodeFirstScheduler]:
-    return [DecodeFirstScheduler(b, d, c), DecodeFirstScheduler(b, d, c, compat="reference")]
+    return [
+        DecodeFirstScheduler(b, d, c),
+        DecodeFirstScheduler.create(
+            max_batch_tokens=b, max_decode_sequences=d, max_prefill_chunk_size=c, compat="reference"
+        ),
+    ]
 
 
 # --- the issue's reproducers --------------------------------------------------------
@@ -79,7 +86,9 @@ def test_a_reused_tid_in_another_session_is_never_confused_with_a_cancelled_deco
 
 
 def test_reference_mode_releases_by_tid_like_the_reference() -> None:
-    s = DecodeFirstScheduler(8, 2, 3, compat="reference")
+    s = DecodeFirstScheduler.create(
+        max_batch_tokens=8, max_decode_sequences=2, max_prefill_chunk_size=3, compat="reference"
+    )
     stale = dc(1, 10)
     s.submit([stale])
     assert s.cancel(10) == [stale]
@@ -94,7 +103,9 @@ def test_reference_mode_releases_by_tid_like_the_reference() -> None:
 
 def test_reference_mode_dispatches_a_resubmitted_tid_after_a_second_cancel() -> None:
     """The spec's Fix 1 sequence: the reference returns the stale entry, then the new task."""
-    s = DecodeFirstScheduler(8, 2, 3, compat="reference")
+    s = DecodeFirstScheduler.create(
+        max_batch_tokens=8, max_decode_sequences=2, max_prefill_chunk_size=3, compat="reference"
+    )
     s.submit([dc(7, 10)])
     s.cancel(10)
     again = dc(7, 10)
@@ -104,7 +115,9 @@ def test_reference_mode_dispatches_a_resubmitted_tid_after_a_second_cancel() -> 
 
 
 def test_reference_mode_clear_returns_queued_tasks_in_submission_order() -> None:
-    s = DecodeFirstScheduler(8, 2, 3, compat="reference")
+    s = DecodeFirstScheduler.create(
+        max_batch_tokens=8, max_decode_sequences=2, max_prefill_chunk_size=3, compat="reference"
+    )
     s.submit([pf(3, 30, 2)])
     s.submit([dc(1, 10)])
     s.submit([pf(2, 20, 2)])
@@ -114,7 +127,7 @@ def test_reference_mode_clear_returns_queued_tasks_in_submission_order() -> None
 
 def test_compat_is_a_declared_parameter_with_two_values() -> None:
     assert DecodeFirstScheduler().params()["compat"] == "fixed"
-    assert DecodeFirstScheduler(compat="reference").one_output_per_session is False
+    assert DecodeFirstScheduler.create(compat="reference").one_output_per_session is False
     assert DecodeFirstScheduler().one_output_per_session is True
     try:
         DecodeFirstScheduler(compat="exact")
@@ -274,7 +287,9 @@ def test_fixed_mode_matches_the_rule_on_random_traffic(case: tuple) -> None:
 @given(traffic(reuse_tids=False))
 def test_reference_mode_matches_the_rule_without_fix_2_on_random_traffic(case: tuple) -> None:
     (b, d, c), ops = case
-    policy = DecodeFirstScheduler(b, d, c, compat="reference")
+    policy = DecodeFirstScheduler.create(
+        max_batch_tokens=b, max_decode_sequences=d, max_prefill_chunk_size=c, compat="reference"
+    )
     play_both(policy, RuleModel(b, d, c, fixed=False), ops)
 
 
@@ -285,7 +300,9 @@ def test_fixed_batches_equal_the_references_until_it_owes_a_session_two_outputs(
 ) -> None:
     (b, d, c), ops = case
     fixed = DecodeFirstScheduler(b, d, c)
-    reference = DecodeFirstScheduler(b, d, c, compat="reference")
+    reference = DecodeFirstScheduler.create(
+        max_batch_tokens=b, max_decode_sequences=d, max_prefill_chunk_size=c, compat="reference"
+    )
     for op, arg in ops:
         if op == "submit":
             for s in (fixed, reference):
@@ -302,3 +319,38 @@ def test_fixed_batches_equal_the_references_until_it_owes_a_session_two_outputs(
         if len(outputs) != len(set(outputs)):
             return  # the reference broke the promise here; the fix must differ from now on
         assert ids(fixed.get_work()) == ids(got)
+
+
+def test_compat_reference_is_a_factory_choice_and_records_as_decode_first(tmp_path: Path) -> None:
+    import io
+
+    import orjson
+
+    from schedcli import build_policy
+    from schedcli.policies._decode_first_reference import ReferenceDecodeFirst
+    from schedcli.record import RecordingScheduler
+    from tests.helpers import run_cli
+
+    built = build_policy(
+        "decode-first",
+        {
+            "compat": "reference",
+            "max_batch_tokens": 8,
+            "max_decode_sequences": 2,
+            "max_prefill_chunk_size": 3,
+        },
+    )
+    assert type(built) is ReferenceDecodeFirst
+    assert type(build_policy("decode-first", {})) is DecodeFirstScheduler
+    with pytest.raises(ValueError, match=r"build it with DecodeFirstScheduler\.create"):
+        DecodeFirstScheduler(compat="reference")
+    out = io.BytesIO()
+    rec = RecordingScheduler(built, out)
+    rec.submit([pf(1, 10, 2), pf(2, 10, 2)])
+    rec.get_work()
+    header = orjson.loads(out.getvalue().splitlines()[0])
+    assert header["policy"] == "decode-first" and header["params"]["compat"] == "reference"
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(out.getvalue())
+    r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr

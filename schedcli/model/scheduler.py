@@ -177,6 +177,17 @@ class Scheduler(ABC):
         """The values of the declared parameters this instance was built with."""
         return {p.name: getattr(self, p.name) for p in self.PARAMS}
 
+    @classmethod
+    def create(cls, **params: Any) -> Scheduler:
+        """The scheduler these parameters ask for: an instance of this class, unless the
+        policy builds another for some of them (decode-first's ``compat=reference``).
+        ``build_policy`` builds through it."""
+        return cls(**params)
+
+    VARIANTS: ClassVar[tuple[type[Scheduler], ...]] = ()
+    """Other classes ``create`` may build under this policy's name (a recording of one
+    names this policy, with the parameters that pick it)."""
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class QueueScheduler(Scheduler):

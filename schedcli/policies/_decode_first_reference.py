@@ -15,12 +15,38 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
+from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
+from ..model.scheduler import Param, Scheduler
 from ..model.task import DECODE, Id, Task, settle_outputs, show_id
+from ._limits import MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE
+
+FIXED: Final = "fixed"
+REFERENCE: Final = "reference"
+
+COMPAT = Param(
+    "compat",
+    str,
+    FIXED,
+    "fixed: the reference plus its two fixes; reference: batch for batch as the C++ runner",
+    choices=(FIXED, REFERENCE),
+)
 
 
-class ReferenceDecodeFirst:
-    """The reference's state and algorithm behind the five calls of the interface."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ReferenceDecodeFirst(Scheduler):
+    """The reference's state and algorithm behind the five calls of the interface.
+
+    What ``decode-first`` with ``compat=reference`` builds (``DecodeFirstScheduler.create``):
+    registered under decode-first's name and parameters, so a recording of it names
+    decode-first with ``compat: reference`` and replays as it.
+    """
+
+    name = "decode-first"
+    PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE, COMPAT)
+    compat = REFERENCE
 
     def __init__(self, budget: int, decode_cap: int, chunk_limit: int) -> None:
         self._lock = threading.Lock()
@@ -51,6 +77,26 @@ class ReferenceDecodeFirst:
             if any(u.tid == t.tid for u in group[:i]):
                 return f"tid {show_id(t.tid)} appears twice in the group"
         return None
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.budget
+
+    @property
+    def prefill_chunk_limit(self) -> int | None:
+        return self.chunk_limit
+
+    @property
+    def one_output_per_session(self) -> bool:
+        return False  # the reference's flaw, kept: the engine reports it as a warning
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "max_batch_tokens": self.budget,
+            "max_decode_sequences": self.decode_cap,
+            "max_prefill_chunk_size": self.chunk_limit,
+            "compat": "reference",
+        }
 
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         with self._lock:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
-from typing import Final
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from ..model.scheduler import Param, QueueScheduler
+from ..model.scheduler import QueueScheduler, Scheduler, check_params
 from ..model.task import DECODE, Id, Task, show_id
-from ._decode_first_reference import ReferenceDecodeFirst
+from ._decode_first_reference import COMPAT, FIXED, REFERENCE, ReferenceDecodeFirst
 from ._limits import (
     MAX_BATCH_TOKENS,
     MAX_DECODE_SEQUENCES,
@@ -18,17 +17,6 @@ from ._limits import (
     decodes_leave_room,
 )
 from ._queues import DecodeQueue, chunk_reasons, decode_reasons
-
-FIXED: Final = "fixed"
-REFERENCE: Final = "reference"
-
-COMPAT = Param(
-    "compat",
-    str,
-    FIXED,
-    "fixed: the reference plus its two fixes; reference: batch for batch as the C++ runner",
-    choices=(FIXED, REFERENCE),
-)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -43,6 +31,7 @@ class DecodeFirstScheduler(QueueScheduler):
 
     name = "decode-first"
     PARAMS = (MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE, COMPAT)
+    VARIANTS = (ReferenceDecodeFirst,)
     max_batch_tokens: int
     max_decode_sequences: int
     max_prefill_chunk_size: int
@@ -83,38 +72,24 @@ class DecodeFirstScheduler(QueueScheduler):
         # Explaining: the reason a session's front chunk was passed over in this batch,
         # and every queued task's reason after it (by object id).
         self._why: dict[Id, tuple[str, str]] = {}
-        # compat=reference: the reference's own bookkeeping replaces the shared one, call
-        # for call.
-        self._reference = ReferenceDecodeFirst(b, d, c) if compat == REFERENCE else None
+        if compat == REFERENCE:
+            raise ValueError(
+                "compat=reference is the reference's own class: build it with "
+                "DecodeFirstScheduler.create(..., compat='reference') or build_policy"
+            )
 
-    @property
-    def one_output_per_session(self) -> bool:
-        return self._reference is None
-
-    def try_submit(self, tasks: Iterable[Task]) -> str | None:
-        if self._reference is not None:
-            return self._reference.try_submit(tasks)
-        return super().try_submit(tasks)
-
-    def has_work(self) -> bool:
-        if self._reference is not None:
-            return self._reference.has_work()
-        return super().has_work()
-
-    def get_work(self) -> list[Task]:
-        if self._reference is not None:
-            return self._reference.get_work()
-        return super().get_work()
-
-    def cancel(self, sid: Id) -> list[Task]:
-        if self._reference is not None:
-            return self._reference.cancel(sid)
-        return super().cancel(sid)
-
-    def clear(self) -> list[Task]:
-        if self._reference is not None:
-            return self._reference.clear()
-        return super().clear()
+    @classmethod
+    def create(cls, **params: Any) -> Scheduler:
+        """The policy for these parameters: the reference's own bookkeeping, call for call,
+        under ``compat=reference``; else this class."""
+        if params.get("compat") == REFERENCE:
+            check_params(cls.PARAMS, params)  # the same checks as the fixed policy's
+            b = params.get("max_batch_tokens", MAX_BATCH_TOKENS.default)
+            d = params.get("max_decode_sequences", MAX_DECODE_SEQUENCES.default)
+            c = params.get("max_prefill_chunk_size", MAX_PREFILL_CHUNK_SIZE.default)
+            cls(b, d, c)  # refuses the same limits
+            return ReferenceDecodeFirst(b, d, c)
+        return cls(**params)
 
     # --- compat=fixed ---------------------------------------------------------
 

@@ -143,7 +143,8 @@ def policy_reference(cls: type) -> str:
     name = getattr(cls, "name", "") or ""
     where = f"{cls.__module__}:{cls.__qualname__}"
     if name:
-        if BUILTIN_POLICIES.get(name) is cls:
+        builtin = BUILTIN_POLICIES.get(name)
+        if builtin is cls or (builtin is not None and cls in builtin.VARIANTS):
             return name
         if any(ep.value == where for ep in entry_points(group=ENTRY_POINT_GROUP, name=name)):
             return name
@@ -240,7 +241,7 @@ def build_policy(
     try:
         # Types first: a compiled constructor would refuse a wrong type in its own words.
         check_params(cls.PARAMS, kwargs)
-        return cls(**kwargs)
+        return cls.create(**kwargs)
     except (ValueError, TypeError) as e:
         raise UsageError(f"policy {label!r}: {e}") from e
     except Exception as e:
