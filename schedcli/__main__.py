@@ -1,3 +1,3 @@
-from .app.cli import run
+from .app.entry import run
 
 run()

@@ -1,4 +1,4 @@
-"""The in-process CLI fixture: most CLI tests run ``schedcli.app.cli.main`` in this process.
+"""The in-process CLI fixture: most CLI tests run ``schedcli.app.entry.main`` in this process.
 
 Subprocesses (``tests.helpers.run_cli``) are for what needs a real process: signals,
 pipes, and the installed console script.

@@ -165,7 +165,7 @@ class Terminal(io.StringIO):
 
 
 def test_a_stale_core_is_a_warning_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from schedcli.app import cli
+    from schedcli.app import entry as cli
 
     monkeypatch.setattr(cli, "CORE_IS_STALE", True)
     terminal = Terminal()
@@ -175,7 +175,7 @@ def test_a_stale_core_is_a_warning_on_a_terminal(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_stale_core_says_nothing_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
-    from schedcli.app import cli
+    from schedcli.app import entry as cli
 
     monkeypatch.setattr(cli, "CORE_IS_STALE", True)
     r = run_in_process("policies")

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import IO
+import sys
+from collections.abc import Callable
+from typing import IO, Any
 
+import orjson
 from rich.console import Console
+
+
+class PipeClosed(BaseException):
+    """The reader of stdout went away (``| head``): stop quietly."""
 
 
 class DataConsole(Console):
@@ -24,3 +31,18 @@ def data_console(file: IO[str] | None = None, width: int | None = None) -> Conso
 
 def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+def show(
+    fmt: str,
+    data: Any,
+    view: Callable[[Any], Any],
+    as_json: Callable[[Any], Any] | None = None,
+) -> None:
+    """What a command found, on stdout: JSON (``fmt`` json; ``as_json`` shapes it) or a
+    rich view for people. The one json-or-table branch of every command."""
+    if fmt == "json":
+        shaped = as_json(data) if as_json is not None else data
+        sys.stdout.buffer.write(orjson.dumps(shaped, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        data_console().print(view(data))

@@ -12,9 +12,12 @@ from ..engine.replay import Replayer
 from ..engine.run import choose_policy, open_replay
 from ..formats.dump import Record, batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
+from ..model.errors import UsageError
 from ..model.task import ids_only_in
 from ..policies.registry import config_label
-from .progress import TraceProgress
+from .console import data_console, show
+from .progress import TraceProgress, trace_progress
+from .render import diff_view, why_left
 
 
 @dataclass
@@ -310,3 +313,48 @@ def diff_dumps(path_a: str, path_b: str, *, allow_incomplete: bool = False) -> D
     aligner.settle(final=True)
     result.summaries = (metrics[0].summary(), metrics[1].summary())
     return result
+
+
+def run_diff(
+    inputs: list[str],
+    a: Config,
+    b: Config,
+    *,
+    drain: bool = False,
+    allow_incomplete: bool = False,
+    fmt: str = "table",
+) -> bool:
+    """``schedcli diff``: one trace under two configurations, or two dumps; the result on
+    stdout, with each side's reasons at the first difference. Whether they are the same."""
+    if len(inputs) == 1:
+        progress = trace_progress("comparing", inputs[0])
+        try:
+            result = diff_trace(
+                inputs[0], a, b, drain=drain, progress=progress, allow_incomplete=allow_incomplete
+            )
+        finally:
+            progress.stop()
+    elif len(inputs) == 2:
+        if a.policy or b.policy or a.params or b.params:
+            raise UsageError("--a/--b and their params apply to a trace, not to two dumps")
+        result = diff_dumps(inputs[0], inputs[1], allow_incomplete=allow_incomplete)
+    else:
+        raise UsageError("diff takes one trace, or two dumps")
+    show(fmt, result, diff_view, DiffResult.to_json)
+    if fmt != "json" and len(inputs) == 1 and inputs[0] != "-" and result.first is not None:
+        _print_reasons(inputs[0], result, a, b)
+    return result.identical
+
+
+def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None:
+    """Each side's reasons at the first differing step (a replay is deterministic)."""
+    from .explain import explain_step
+
+    first = result.first
+    assert first is not None
+    only_a, only_b = first.moved()
+    console = data_console()
+    for label, side, tids in (("A", a, only_b), ("B", b, only_a)):
+        if tids:
+            view = explain_step(trace, first.step, side.policy, side.params)
+            console.print(why_left(label, view.left, tids))

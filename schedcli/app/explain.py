@@ -140,8 +140,8 @@ def _replay(
     wanted: Any,
 ) -> _Watcher:
     with open_replay(
-            path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
-        ) as opened:
+        path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
+    ) as opened:
         holder: list[Replayer] = []
         watcher = _Watcher(lambda: holder[0].current_line, target_step, wanted)
         watcher.policy = opened.policy_name
@@ -195,3 +195,30 @@ def explain_lives(
     if not watcher.lives:
         raise InputError(path, None, f"no accepted submit in this trace holds {what}")
     return list(watcher.lives.values())
+
+
+def explain_command(
+    path: str,
+    *,
+    step: int | None,
+    task: str | None,
+    session: str | None,
+    policy: str | None,
+    params: Mapping[str, object],
+    fmt: str,
+) -> None:
+    """``schedcli explain``: exactly one of a step, a task's life or a session's, shown."""
+    from ..formats.dump import parse_id_option
+    from .console import show
+    from .render import lives_view, step_view
+
+    given = [v for v in (step, task, session) if v is not None]
+    if len(given) != 1:
+        raise UsageError("explain one thing: give exactly one of --step, --task, --session")
+    if step is not None:
+        show(fmt, explain_step(path, step, policy, params), step_view, StepView.to_json)
+        return
+    tid = parse_id_option(task) if task is not None else None
+    sid = parse_id_option(session) if session is not None else None
+    lives = explain_lives(path, tid=tid, sid=sid, policy=policy, params=params)
+    show(fmt, lives, lives_view, lambda found: [life.to_json() for life in found])

@@ -25,7 +25,7 @@ def run_cli_in_process(
 ) -> CliRun:
     """``schedcli ARGS`` run by its own entry point in this process (far faster than a
     subprocess): standard streams captured, stop-signal handlers and COLUMNS restored."""
-    from .cli import main  # imported when used: the command line pulls in every command
+    from .entry import main  # imported when used: the command line pulls in every command
 
     out, err = io.BytesIO(), io.BytesIO()
     # Kept in locals: a wrapper collected after the swap back would close its buffer.

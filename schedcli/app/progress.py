@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -72,3 +73,11 @@ class TraceProgress:
 
     def stop(self) -> None:
         self.bar.stop()
+
+
+def trace_progress(label: str, path: str, enabled: bool = True) -> TraceProgress:
+    """A bar on stderr over ``path`` (shown only on a terminal, and only if ``enabled``)."""
+    from .console import stderr_console
+
+    console = stderr_console() if enabled else Console(file=io.StringIO())
+    return TraceProgress(console, label, path)

@@ -225,8 +225,7 @@ def _check_coverage(req: ReplayRequest, name: str, engine: Replayer, err: Consol
     err.print(f"{name}: {said}", soft_wrap=True, highlight=False)
     if req.require_all and engine.checked < total:
         raise CheckFailed(
-            f"{name}: {total - engine.checked} of {total} batches record no expect "
-            "(--require-all)"
+            f"{name}: {total - engine.checked} of {total} batches record no expect (--require-all)"
         )
 
 

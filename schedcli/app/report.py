@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import io
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -495,3 +496,27 @@ def build_report(
         f"<h2>Summary</h2>{_summary_html(runs, kind == 'workload')}{notes}"
         f"<h2>Charts</h2>{''.join(figures)}</body></html>\n"
     )
+
+
+def report_command(
+    path: str,
+    output: str,
+    configs: Sequence[str],
+    cost: CostModel,
+    *,
+    allow_incomplete: bool,
+) -> None:
+    """``schedcli report``: the page, written atomically, and its size said."""
+    from ..formats.output import atomic_output
+    from .progress import trace_progress
+
+    progress = trace_progress("reporting", path)
+    try:
+        page = build_report(
+            path, configs, cost=cost, progress=progress, allow_incomplete=allow_incomplete
+        )
+    finally:
+        progress.stop()
+    with atomic_output(output) as out:
+        out.write(page.encode())
+    print(f"wrote {output} ({len(page) // 1024} KiB)", file=sys.stderr)

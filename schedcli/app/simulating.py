@@ -173,3 +173,13 @@ def _progress(path: str, err: Console) -> ProgressBar:
     return ProgressBar(
         err, "simulating", total, "{task.completed} requests, t={task.fields[t]:.0f}s"
     )
+
+
+def cost_model_of(path: str | None, a: float, b: float, c: float) -> CostModel:
+    """--cost FILE (a fitted model) or --cost-a/-b/-c, not both."""
+    default = CostModel()
+    if path is None:
+        return CostModel(a, b, c)
+    if (a, b, c) != (default.a, default.b, default.c):
+        raise UsageError("--cost FILE is a whole model: give it or --cost-a/-b/-c, not both")
+    return CostModel.load(path)

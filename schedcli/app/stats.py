@@ -63,3 +63,27 @@ def stats_of(
         summary["rejected"] = totals.rejected
         summary["queued"] = totals.queued
         return summary, f"{opened.name} under {opened.policy_name}"
+
+
+def stats_command(
+    path: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    *,
+    drain: bool,
+    allow_incomplete: bool,
+    fmt: str,
+) -> None:
+    """``schedcli stats``: the metrics of a trace (replayed) or a dump, shown."""
+    from .console import show
+    from .progress import trace_progress
+    from .render import stats_table
+
+    progress = trace_progress("measuring", path)
+    try:
+        summary, title = stats_of(
+            path, policy, params, drain=drain, progress=progress, allow_incomplete=allow_incomplete
+        )
+    finally:
+        progress.stop()
+    show(fmt, summary, lambda data: stats_table(data, title))

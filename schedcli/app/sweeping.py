@@ -237,3 +237,19 @@ def rejection_notes(outcomes: list[Outcome]) -> list[str]:
             + "; its latencies are of the finished requests only"
         )
     return notes
+
+
+def sweep_command(
+    req: SweepRequest,
+    spec: str | None,
+    capacity: Capacity | None,
+    out: Console,
+    err: Console,
+) -> None:
+    """``schedcli sweep``: the plan (options, then a spec), run; a failed point is exit 2."""
+    if spec is not None:
+        req = load_spec(spec, req)
+    req.capacity = capacity or req.capacity
+    failed = run_sweep(req, out, err)
+    if failed:
+        raise UsageError(f"{failed} point(s) failed; the others are in {req.output}")

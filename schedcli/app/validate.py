@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from ..engine.clock import StepClock
@@ -72,3 +73,31 @@ def validate_trace(
         # unreadable file, a line too long to hold.
         problems.append(str(e))
     return problems, events
+
+
+def check_trace(
+    path: str,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_errors: int = 20,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+    allow_incomplete: bool = False,
+) -> bool:
+    """``schedcli validate``: every problem on stderr, then a count; whether it is valid."""
+    problems, events = validate_trace(
+        path,
+        max_line_bytes=max_line_bytes,
+        max_errors=max_errors,
+        policy=policy,
+        params=params,
+        allow_incomplete=allow_incomplete,
+    )
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems.total:
+        shown = "" if problems.total == len(problems) else f" (the first {len(problems)} shown)"
+        print(f"{problems.total} problem(s){shown}; {events} valid event(s)", file=sys.stderr)
+        return False
+    print(f"{display_name(path)}: valid, {events} event(s)", file=sys.stderr)
+    return True
