@@ -205,3 +205,49 @@ def test_unrecognised_source_and_missing_rate_are_clear_errors(tmp_path: Path) -
     lengths.write_text("num_prefill_tokens,num_decode_tokens\n5,6\n")
     r = run_cli("convert", "lengths", str(lengths))
     assert r.returncode == 2 and b"give --rate" in r.stderr
+
+
+def test_a_new_format_is_one_converter_record_and_one_table_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/architecture.md's recipe for an input format, followed: a module's CONVERTER,
+    one line in CONVERTERS; conversion and auto-detection then take it."""
+    import io
+    from collections.abc import Iterator
+
+    from schedcli.app.options import ConvertFormat
+    from schedcli.formats import converters
+    from schedcli.formats.convert import ConvertOptions, convert
+    from schedcli.formats.converters._common import (
+        Converter,
+        Row,
+        csv_header,
+        int_field,
+        read_csv,
+    )
+
+    def read(lines, name, options, report) -> Iterator[Row]:  # type: ignore[no-untyped-def]
+        def make(f: dict[str, str]) -> tuple[float, int, int, None]:
+            return float(f["t"]), int_field(f["p"], "in", 1), int_field(f["o"], "out", 1), None
+
+        return read_csv(lines, name, {"t": "when", "p": "in", "o": "out"}, make)
+
+    example = Converter(
+        "example", detect=lambda first: {"when", "in", "out"} <= csv_header(first), read=read
+    )
+    monkeypatch.setitem(converters.CONVERTERS, "example", example)
+    src = tmp_path / "x.csv"
+    src.write_text("when,in,out\n0.5,10,2\n1.5,20,3\n")
+    out = io.BytesIO()
+    report = convert("auto", str(src), out, ConvertOptions(), lambda _: None)
+    assert report.format == "example" and report.written == 2
+    assert out.getvalue().splitlines()[1] == (
+        b'{"sid":1,"arrival":1.0,"prompt_tokens":20,"output_tokens":3}'
+    )
+    assert [f.value for f in ConvertFormat][1:6] == [
+        "azure",
+        "mooncake",
+        "vidur",
+        "lengths",
+        "burstgpt",
+    ]

@@ -11,18 +11,15 @@ from typing import Annotated, Any
 import typer
 
 from ..engine.simulate import CostModel
+from ..formats.converters import CONVERTERS
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
 from .replaying import OutputFormat
 
-
-class ConvertFormat(StrEnum):
-    auto = "auto"
-    azure = "azure"
-    mooncake = "mooncake"
-    vidur = "vidur"
-    lengths = "lengths"
-    burstgpt = "burstgpt"
+# `convert`'s FORMAT: auto, or a name from the converter table (one line adds a format).
+ConvertFormat = StrEnum(  # type: ignore[misc]
+    "ConvertFormat", [(name, name) for name in ("auto", *CONVERTERS)]
+)
 
 
 class ViewFormat(StrEnum):

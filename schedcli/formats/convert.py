@@ -1,8 +1,8 @@
 """Public request traces to workloads (request level; see the workload format in trace-format.md).
 
-Each reader turns one source format into rows (line, arrival, prompt, output, meta);
-one pipeline then rebases time, applies the window, scale and limit, and writes.
-Everything streams: memory does not grow with the file.
+Each format's converter (``converters/``, one record each) turns its source into rows
+(line, arrival, prompt, output, meta); one pipeline then rebases time, applies the window,
+scale and limit, and writes. Everything streams: memory does not grow with the file.
 """
 
 from __future__ import annotations
@@ -11,289 +11,13 @@ import io
 import math
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import IO, Any
 
-import orjson
-
 from ..model.errors import InputError, UsageError
-from ..model.limits import INT_MAX, MAX_REQUEST_TOKENS, BoundError, depth_within
+from .converters import CONVERTERS
+from .converters._common import ConvertOptions, ConvertReport, Row
 from .source import display_name, numbered_lines, open_binary
 from .writer import JsonlWriter
-
-
-class RowError(Exception):
-    """A bad row; the pipeline adds the file and line."""
-
-
-@dataclass
-class Row:
-    line: int
-    arrival: float | None  # seconds, source clock; None for length-only sources
-    prompt: int
-    output: int
-    meta: dict[str, Any] | None = None
-
-
-@dataclass
-class ConvertOptions:
-    limit: int | None = None
-    start: float = 0.0
-    duration: float | None = None
-    time_scale: float = 1.0
-    seed: int = 0
-    rate: float | None = None
-    cv: float | None = None
-    skip_bad: bool = False
-    keep_failed: bool = False
-
-
-@dataclass
-class ConvertReport:
-    format: str
-    written: int = 0
-    skipped_bad: int = 0
-    dropped_failed: int = 0
-    before_window: int = 0  # requests that arrived before --start
-    window_end_line: int | None = None  # where reading stopped: the first row past the window
-    limit_line: int | None = None  # where reading stopped: --limit reached
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    first_bad: list[str] = field(default_factory=list)
-
-
-def _int_field(value: str, name: str, minimum: int = 0) -> int:
-    text = value.strip()
-    try:
-        n = int(text)
-    except ValueError:
-        try:
-            f = float(text)
-        except ValueError:
-            raise RowError(f"{name} is not a number: {text!r}") from None
-        if not f.is_integer():
-            raise RowError(f"{name} is not a whole number: {text!r}") from None
-        n = int(f)
-    if n < minimum:
-        raise RowError(f"{name} must be >= {minimum}, not {n}")
-    if n > MAX_REQUEST_TOKENS:
-        raise RowError(f"{name} must be at most {MAX_REQUEST_TOKENS:,} tokens, not {n}")
-    return n
-
-
-def _float_field(value: str, name: str) -> float:
-    try:
-        f = float(value.strip())
-    except ValueError:
-        raise RowError(f"{name} is not a number: {value.strip()!r}") from None
-    if not math.isfinite(f) or f < 0:
-        raise RowError(f"{name} must be a finite number >= 0, not {value.strip()}")
-    return f
-
-
-def _csv_rows(
-    lines: Iterator[tuple[int, bytes, bool]], name: str
-) -> Iterator[tuple[int, list[str]]]:
-    for lineno, raw, _ in lines:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(name, lineno, f"invalid UTF-8 at byte {e.start}") from None
-        yield lineno, text.split(",")
-
-
-def _columns(header: list[str], wanted: dict[str, str], name: str, lineno: int) -> dict[str, int]:
-    index = {h.strip(): i for i, h in enumerate(header)}
-    found = {}
-    for key, column in wanted.items():
-        if column not in index:
-            raise InputError(name, lineno, f"no {column!r} column in the header")
-        found[key] = index[column]
-    return found
-
-
-def _azure_ticks(stamp: str) -> int:
-    """'2023-11-16 18:15:46.6805900' as 100 ns ticks since an arbitrary epoch (exact)."""
-    try:
-        date, clock = stamp.strip().split(" ")
-        y, mo, d = (int(x) for x in date.split("-"))
-        hms, _, frac = clock.partition(".")
-        h, mi, s = (int(x) for x in hms.split(":"))
-    except ValueError:
-        raise RowError(
-            f"TIMESTAMP is not 'YYYY-MM-DD HH:MM:SS.fffffff': {stamp.strip()!r}"
-        ) from None
-    if not frac.isdigit() and frac:
-        raise RowError(f"TIMESTAMP fraction is not digits: {stamp.strip()!r}")
-    if not (1 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
-        raise RowError(f"TIMESTAMP is not a real date and time: {stamp.strip()!r}")
-    days = _days_from_civil(y, mo, d)
-    ticks = int((frac + "0000000")[:7]) if frac else 0
-    return ((days * 24 + h) * 60 + mi) * 60 * 10_000_000 + s * 10_000_000 + ticks
-
-
-def _days_from_civil(y: int, m: int, d: int) -> int:
-    y -= m <= 2
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-def _read_csv(
-    lines: Iterator[tuple[int, bytes, bool]],
-    name: str,
-    columns: dict[str, str],
-    make: Callable[[dict[str, str]], tuple[float | None, int, int, dict[str, Any] | None]],
-) -> Iterator[Row]:
-    """Rows of a CSV source whose header names ``columns``; ``make`` reads one row."""
-    rows = _csv_rows(lines, name)
-    first = next(rows, None)
-    if first is None:
-        return
-    cols = _columns(first[1], columns, name, first[0])
-    for lineno, fields in rows:
-        try:
-            yield Row(lineno, *make({key: fields[i] for key, i in cols.items()}))
-        except IndexError:
-            yield _bad(lineno, f"expected {len(first[1])} columns, got {len(fields)}")
-        except RowError as e:
-            yield _bad(lineno, str(e))
-
-
-def _bad(lineno: int, message: str) -> Row:
-    return Row(lineno, None, 0, 0, {"__error__": message})
-
-
-def _read_azure(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    origin: list[int] = []  # the first request's ticks: rebasing in integers stays exact
-
-    def make(f: dict[str, str]) -> tuple[float, int, int, dict[str, Any]]:
-        ticks = _azure_ticks(f["t"])
-        if not origin:
-            origin.append(ticks)
-        return (
-            (ticks - origin[0]) / 10_000_000,
-            _int_field(f["p"], "ContextTokens", 1),
-            _int_field(f["o"], "GeneratedTokens", 1),
-            {"timestamp": f["t"].strip()},
-        )
-
-    columns = {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}
-    return _read_csv(lines, name, columns, make)
-
-
-def _read_vidur(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    def make(f: dict[str, str]) -> tuple[float, int, int, None]:
-        return (
-            _float_field(f["t"], "arrived_at"),
-            _int_field(f["p"], "num_prefill_tokens", 1),
-            _int_field(f["o"], "num_decode_tokens", 1),
-            None,
-        )
-
-    columns = {"t": "arrived_at", "p": "num_prefill_tokens", "o": "num_decode_tokens"}
-    return _read_csv(lines, name, columns, make)
-
-
-def _read_lengths(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    def make(f: dict[str, str]) -> tuple[None, int, int, None]:
-        return (
-            None,
-            _int_field(f["p"], "num_prefill_tokens", 1),
-            _int_field(f["o"], "num_decode_tokens", 1),
-            None,
-        )
-
-    columns = {"p": "num_prefill_tokens", "o": "num_decode_tokens"}
-    return _read_csv(lines, name, columns, make)
-
-
-def _read_burstgpt(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    def make(f: dict[str, str]) -> tuple[float, int, int, dict[str, Any]]:
-        return (
-            _float_field(f["t"], "Timestamp"),
-            _int_field(f["p"], "Request tokens", 1),
-            _int_field(f["o"], "Response tokens", 0),  # 0: a failed request
-            {"model": f["m"].strip(), "log_type": f["k"].strip()},
-        )
-
-    columns = {
-        "t": "Timestamp",
-        "m": "Model",
-        "p": "Request tokens",
-        "o": "Response tokens",
-        "k": "Log Type",
-    }
-    return _read_csv(lines, name, columns, make)
-
-
-def _read_mooncake(lines: Iterator[tuple[int, bytes, bool]], name: str) -> Iterator[Row]:
-    for lineno, raw, _ in lines:
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            yield _bad(lineno, f"not valid JSON: {e}")
-            continue
-        if type(obj) is not dict:
-            yield _bad(lineno, "each line must be a JSON object")
-            continue
-        try:
-            ts = obj.get("timestamp")
-            if isinstance(ts, bool) or not isinstance(ts, int | float) or not 0 <= ts <= INT_MAX:
-                raise RowError(f"timestamp must be a number of milliseconds >= 0, not {ts!r}")
-            p = obj.get("input_length")
-            o = obj.get("output_length")
-            if type(p) is not int or not 1 <= p <= MAX_REQUEST_TOKENS:
-                raise RowError(
-                    f"input_length must be an integer from 1 to {MAX_REQUEST_TOKENS:,}, not {p!r}"
-                )
-            if type(o) is not int or not 1 <= o <= MAX_REQUEST_TOKENS:
-                raise RowError(
-                    f"output_length must be an integer from 1 to {MAX_REQUEST_TOKENS:,}, not {o!r}"
-                )
-            meta = {"hash_ids": obj["hash_ids"]} if "hash_ids" in obj else None
-            if meta is not None:
-                try:
-                    depth_within(meta, "hash_ids")
-                except BoundError as e:
-                    raise RowError(str(e)) from None
-            yield Row(lineno, ts / 1000.0, p, o, meta)
-        except RowError as e:
-            yield _bad(lineno, str(e))
-
-
-READERS: dict[str, Callable[[Iterator[tuple[int, bytes, bool]], str], Iterator[Row]]] = {
-    "azure": _read_azure,
-    "mooncake": _read_mooncake,
-    "vidur": _read_vidur,
-    "lengths": _read_lengths,
-    "burstgpt": _read_burstgpt,
-}
-
-
-def detect_format(first_line: bytes) -> str | None:
-    """The source format from its first line (the CSV header, or a JSON object)."""
-    text = first_line.decode("utf-8", errors="replace").strip()
-    if text.startswith("{"):
-        try:
-            obj = orjson.loads(first_line)
-        except orjson.JSONDecodeError:
-            return None
-        if isinstance(obj, dict) and {"timestamp", "input_length", "output_length"} <= obj.keys():
-            return "mooncake"
-        return None
-    columns = {c.strip() for c in text.split(",")}
-    if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= columns:
-        return "azure"
-    if {"Timestamp", "Request tokens", "Response tokens", "Log Type"} <= columns:
-        return "burstgpt"
-    if {"arrived_at", "num_prefill_tokens", "num_decode_tokens"} <= columns:
-        return "vidur"
-    if {"num_prefill_tokens", "num_decode_tokens"} <= columns:
-        return "lengths"
-    return None
 
 
 class _Arrivals:
@@ -324,8 +48,10 @@ def convert(
 ) -> ConvertReport:
     """Convert ``src`` (format ``fmt`` or ``auto``) into workload lines on ``out``."""
     name = display_name(src)
-    if fmt != "auto" and fmt not in READERS:
-        raise UsageError(f"unknown format {fmt!r}; expected auto or one of {', '.join(READERS)}")
+    if fmt != "auto" and fmt not in CONVERTERS:
+        raise UsageError(
+            f"unknown format {fmt!r}; expected auto or one of {', '.join(CONVERTERS)}"
+        )
     if options.time_scale <= 0 or not math.isfinite(options.time_scale):
         raise UsageError("--time-scale must be a positive number")
     if options.duration is not None and options.duration <= 0:
@@ -350,15 +76,17 @@ def convert(
             yield from lines
 
         report = ConvertReport(fmt)
+        converter = CONVERTERS[fmt]
+        _options_apply(fmt, converter.options, options)
         arrivals: _Arrivals | None = None
-        _options_apply(fmt, options)
-        if fmt == "lengths":
+        if "rate" in converter.options:  # a format with no arrival times of its own
             if options.rate is None or options.rate <= 0:
-                raise UsageError("format 'lengths' has no arrival times: give --rate REQ_PER_S")
+                raise UsageError(f"format {fmt!r} has no arrival times: give --rate REQ_PER_S")
             if options.cv is not None and options.cv <= 0:
                 raise UsageError("--cv must be positive")
             arrivals = _Arrivals(options.rate, options.cv, options.seed)
-        _write_rows(READERS[fmt](chained(), name), out, options, report, arrivals, name, warn)
+        rows = converter.read(chained(), name, options, report)
+        _write_rows(rows, out, options, report, arrivals, name, warn)
     if report.written == 0:
         raise InputError(
             name, None, f"no requests selected ({_selection(options)}): nothing to write"
@@ -366,18 +94,30 @@ def convert(
     return report
 
 
-def _options_apply(fmt: str, options: ConvertOptions) -> None:
-    """An option that does not apply to the format is a usage error, never ignored."""
-    if fmt != "lengths":
+def detect_format(first_line: bytes) -> str | None:
+    """The source format its first line (the CSV header, or a JSON object) says it is."""
+    for name, converter in CONVERTERS.items():
+        if converter.detect(first_line):
+            return name
+    return None
+
+
+def _options_apply(fmt: str, accepted: frozenset[str], options: ConvertOptions) -> None:
+    """A format-specific option the format does not accept is a usage error, never ignored."""
+    if "rate" not in accepted:
         given = [o for o, v in (("--rate", options.rate), ("--cv", options.cv)) if v is not None]
         if given:
+            takers = [c.name for c in CONVERTERS.values() if "rate" in c.options]
             raise UsageError(
-                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to 'lengths' "
-                "(no arrival times); "
+                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
+                f"{', '.join(repr(t) for t in takers)} (no arrival times); "
                 f"{fmt} has its own arrivals: shape them with --time-scale"
             )
-    if fmt != "burstgpt" and options.keep_failed:
-        raise UsageError(f"--keep-failed applies to burstgpt (failed requests); not to {fmt}")
+    if "keep_failed" not in accepted and options.keep_failed:
+        takers = [c.name for c in CONVERTERS.values() if "keep_failed" in c.options]
+        raise UsageError(
+            f"--keep-failed applies to {', '.join(takers)} (failed requests); not to {fmt}"
+        )
 
 
 def _selection(options: ConvertOptions) -> str:
@@ -412,12 +152,6 @@ def _write_rows(
             if len(report.first_bad) < 3:
                 report.first_bad.append(f"{name}:{row.line}: {meta['__error__']}")
             continue
-        if row.output == 0:  # a failed BurstGPT request
-            if not options.keep_failed:
-                report.dropped_failed += 1
-                continue
-            row.output = 1
-            meta = {**(meta or {}), "failed": True}
         t = arrivals.next() if arrivals is not None else row.arrival
         assert t is not None
         if origin is None:
@@ -471,3 +205,6 @@ def to_text(report: ConvertReport) -> str:
     elif report.limit_line is not None:
         buf.write(f"; stopped at --limit (line {report.limit_line}), rest not read")
     return buf.getvalue()
+
+
+__all__ = ["ConvertOptions", "ConvertReport", "convert", "detect_format", "to_text"]
