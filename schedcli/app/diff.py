@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ from ..engine.run import choose_policy, open_replay
 from ..formats.dump import Record, batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.errors import UsageError
-from ..model.task import ids_only_in
+from ..model.task import Task, ids_only_in
 from ..policies.registry import config_label
 from .console import data_console, show
 from .progress import TraceProgress, trace_progress
@@ -28,6 +29,9 @@ class Config:
     params: dict[str, object] = field(default_factory=dict)
 
 
+Left = list[tuple[Task, str, str]] | None
+
+
 @dataclass
 class FirstDifference:
     step: int
@@ -35,6 +39,10 @@ class FirstDifference:
     b: list[Record] | None
     # Same batches, other fields of the record differ (tokens, queued): those fields.
     fields: tuple[Record, Record] | None = None
+
+    # Each side's reasons for what it left out at this step, when they could be had as
+    # the step was compared (None: ask a replay of the trace, as run_diff does).
+    left: tuple[Left, Left] | None = None
 
     def moved(self) -> tuple[list[Any], list[Any]]:
         """Tids only in a, and only in b."""
@@ -145,6 +153,9 @@ class Aligner:
         self.events_a: deque[Record] = deque()
         self.events_b: deque[Record] = deque()
         self.ends: list[Record | None] = [None, None]
+        # Told the step of the first difference as soon as it is found, while the
+        # policies still stand where they left that batch (their reasons still hold).
+        self.on_first: Callable[[int], None] | None = None
 
     def sink(self, side: str) -> Any:
         batches = self.a if side == "a" else self.b
@@ -154,6 +165,8 @@ class Aligner:
         def emit(record: Record) -> None:
             if "batch" in record:
                 batches.append(record)
+                if self.a and self.b:
+                    self.settle()  # both sides have this step: compare it now
             elif "end" in record:
                 self.ends[index] = record
             else:
@@ -171,6 +184,8 @@ class Aligner:
         self.result.steps_differing += 1
         if self.result.first is None:
             self.result.first = FirstDifference(step, a, b, fields)
+            if self.on_first is not None:
+                self.on_first(step)
 
     def settle(self, final: bool = False) -> None:
         a, b, result = self.a, self.b, self.result
@@ -260,6 +275,7 @@ def diff_trace(
             (full_a, full_b),
         )
         aligner = Aligner(result)
+        ta.policy.explaining = policy_b.explaining = True  # reasons kept for when asked
         metrics_a = StepMetrics(ta.policy.token_budget)
         metrics_b = StepMetrics(policy_b.token_budget)
         side_a = Replayer(
@@ -279,10 +295,18 @@ def diff_trace(
             drain=drain,
             observer=metrics_b,
         )
+        aligner.on_first = lambda step: _reasons_now(result, step, side_a, side_b)
         run_in_lockstep(ta.reader.runs(), side_a, side_b, aligner.settle, ta.check_complete)
         aligner.settle(final=True)
         result.summaries = (metrics_a.summary(), metrics_b.summary())
         return result
+
+
+def _reasons_now(result: DiffResult, step: int, a: Replayer, b: Replayer) -> None:
+    """Both sides' reasons at the first differing step, if neither has moved past it."""
+    first = result.first
+    if first is not None and a.last_batch_step == step == b.last_batch_step:
+        first.left = (a.policy.left_behind(), b.policy.left_behind())
 
 
 def diff_dumps(path_a: str, path_b: str, *, allow_incomplete: bool = False) -> DiffResult:
@@ -341,7 +365,10 @@ def run_diff(
     else:
         raise UsageError("diff takes one trace, or two dumps")
     show(fmt, result, diff_view, DiffResult.to_json)
-    if fmt != "json" and len(inputs) == 1 and inputs[0] != "-" and result.first is not None:
+    first = result.first
+    # Reasons found as the step was compared, else from a replay to it (not from stdin).
+    readable = first is not None and (first.left is not None or inputs[0] != "-")
+    if fmt != "json" and len(inputs) == 1 and readable:
         _print_reasons(inputs[0], result, a, b)
     return result.identical
 
@@ -354,7 +381,10 @@ def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None
     assert first is not None
     only_a, only_b = first.moved()
     console = data_console()
-    for label, side, tids in (("A", a, only_b), ("B", b, only_a)):
+    for i, (label, side, tids) in enumerate((("A", a, only_b), ("B", b, only_a))):
         if tids:
-            view = explain_step(trace, first.step, side.policy, side.params)
-            console.print(why_left(label, view.left, tids))
+            if first.left is not None:
+                left = first.left[i]
+            else:  # found past the step: its reasons from a replay to it
+                left = explain_step(trace, first.step, side.policy, side.params).left
+            console.print(why_left(label, left, tids))

@@ -103,6 +103,10 @@ class _Watcher:
             if self.wanted(t):
                 self.lives[id(t)] = Life(t, line, step)
 
+    # Step mode: the policy's reasons, asked for at the target step only (a lazy policy
+    # works them out then, not at every step).
+    reasons: Any = None
+
     def dispatched(self, batch: list[Task], step: int) -> None:
         self.steps = step + 1
         self.last_batch = batch
@@ -110,6 +114,11 @@ class _Watcher:
             life = self.lives.get(id(t))
             if life is not None:
                 life.outcome, life.outcome_step = "dispatched", step
+        if self.reasons is not None:
+            if step == self.target_step:
+                self.left(step, self.reasons())
+            for t in batch:
+                self.submitted.pop(id(t), None)
 
     def dropped(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
@@ -145,7 +154,12 @@ def _replay(
         holder: list[Replayer] = []
         watcher = _Watcher(lambda: holder[0].current_line, target_step, wanted)
         watcher.policy = opened.policy_name
-        engine = opened.replayer(_discard, observer=watcher, on_left=watcher.left)
+        if target_step is not None:  # one step's reasons: asked for there, not every step
+            opened.policy.explaining = True
+            watcher.reasons = opened.policy.left_behind
+            engine = opened.replayer(_discard, observer=watcher)
+        else:
+            engine = opened.replayer(_discard, observer=watcher, on_left=watcher.left)
         holder.append(engine)
         with contextlib.suppress(_Done):
             opened.run(engine)

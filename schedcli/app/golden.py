@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from ..engine.replay import Replayer
 from ..formats.dump import Record, read_dump
+from ..model.task import Task
 from .diff import Aligner, DiffResult
 
 
@@ -16,10 +18,18 @@ class GoldenComparison:
     golden that is not a complete dump (no end record, steps out of order) is bad input.
     """
 
-    def __init__(self, golden: str, replay_label: str) -> None:
+    def __init__(
+        self, golden: str, replay_label: str, engine: Callable[[], Replayer] | None = None
+    ) -> None:
+        """``engine``: the replay being compared; its policy's reasons at the first
+        differing step are kept as the step is compared (no second replay)."""
         self.golden = golden
         self.result = DiffResult((f"golden {golden}", replay_label), ({}, {}))
         self._aligner = Aligner(self.result)
+        self.first_left: list[tuple[Task, str, str]] | None = None
+        self.first_left_known = False
+        if engine is not None:
+            self._aligner.on_first = lambda step: self._reasons_now(engine(), step)
         self._golden_sink = self._aligner.sink("a")
         self._replay_sink = self._aligner.sink("b")
         self._records: Iterator[Record] = read_dump(golden)
@@ -42,6 +52,11 @@ class GoldenComparison:
         while self._pull():
             pass
         self._aligner.settle(final=True)
+
+    def _reasons_now(self, engine: Replayer, step: int) -> None:
+        if engine.last_batch_step == step:
+            self.first_left = engine.policy.left_behind()
+            self.first_left_known = True
 
     @property
     def same(self) -> bool:

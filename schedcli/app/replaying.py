@@ -109,7 +109,9 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
                 allow_incomplete=req.allow_incomplete,
             )
         )
-        sinks = _sinks(stack, req, opened, flush_before_wait, lambda: engine.upcoming_step)
+        sinks = _sinks(stack, req, opened, flush_before_wait, lambda: engine)
+        if req.check:
+            opened.policy.explaining = True  # a mismatch's reasons, kept as it happens
         progress.position = opened.reader.position
         engine = opened.replayer(
             sinks.emit,
@@ -125,7 +127,7 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
         except ExpectMismatch as e:
             _mark_partial(sinks, e, engine)
             progress.stop()
-            err.print(mismatch_view(e.mismatch, _reasons_at(req, e.mismatch.step)))
+            err.print(mismatch_view(e.mismatch, e.mismatch.left))
             raise
         except (SchedcliError, Stopped) as e:
             _mark_partial(sinks, e, engine)
@@ -140,7 +142,7 @@ def _sinks(
     req: ReplayRequest,
     opened: OpenTrace,
     flush_before_wait: WaitHook,
-    upcoming_step: Callable[[], int],
+    engine: Callable[[], Replayer],
 ) -> _Sinks:
     """Where the records go: the view (filtered), the golden, the timeline."""
     fmt = req.view_format()
@@ -161,7 +163,10 @@ def _sinks(
             view = dump = JsonlWriter(out)
         if req.steps is not None or req.session is not None:
             view = filtered = RecordFilter(
-                view, steps=req.steps, session=req.session, upcoming_step=upcoming_step
+                view,
+                steps=req.steps,
+                session=req.session,
+                upcoming_step=lambda: engine().upcoming_step,
             )
         emitters.append(view)
     elif req.steps is not None or req.session is not None:
@@ -170,7 +175,8 @@ def _sinks(
     if req.golden and req.update_golden:
         emitters.append(JsonlWriter(stack.enter_context(atomic_output(req.golden))))
     elif req.golden:
-        golden = _golden(req, req.golden, opened.policy_name)
+        golden = _golden(req, req.golden, opened.policy_name, engine)
+        opened.policy.explaining = True  # reasons kept for the first difference
         emitters.append(golden)
     timeline: PerfettoWriter | None = None
     if req.perfetto:
@@ -255,7 +261,9 @@ def update_command(req: ReplayRequest) -> str:
     return shlex.join(words)
 
 
-def _golden(req: ReplayRequest, golden: str, label: str) -> GoldenComparison:
+def _golden(
+    req: ReplayRequest, golden: str, label: str, engine: Callable[[], Replayer]
+) -> GoldenComparison:
     try:
         with open(golden, "rb"):
             pass
@@ -266,7 +274,7 @@ def _golden(req: ReplayRequest, golden: str, label: str) -> GoldenComparison:
         ) from None
     except OSError as e:
         raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
-    return GoldenComparison(golden, f"replay under {label}")
+    return GoldenComparison(golden, f"replay under {label}", engine)
 
 
 def _finish(
@@ -299,7 +307,10 @@ def _finish(
             if first is not None:
                 only_golden, _ = first.moved()
                 if only_golden:
-                    err.print(why_left("the replay", _reasons_at(req, first.step), only_golden))
+                    left = golden.first_left
+                    if not golden.first_left_known:  # found past the step: replay to it
+                        left = _reasons_at(req, first.step)
+                    err.print(why_left("the replay", left, only_golden))
             raise CheckFailed(f"{opened.name}: dump differs from golden {req.golden}")
     elif req.golden:
         err.print(f"updated golden {req.golden}")

@@ -40,6 +40,8 @@ class Mismatch:
     expected: list[Id]
     got: list[Task]
     queued: dict[Id, Task]
+    # Why the policy left each queued task out of this batch, if it was explaining.
+    left: list[tuple[Task, str, str]] | None = None
 
 
 class ExpectMismatch(CheckFailed):
@@ -169,6 +171,9 @@ class Replayer(_Located):
         )
         self._line = 0
         self._next_step = 0
+        # The step of the last get_work while nothing has changed the queue since, so the
+        # policy's left_behind() still speaks of it; -1 once a submit, cancel or clear has.
+        self.last_batch_step = -1
         self.checked = 0  # batches compared with a recorded expect
         self.get_work_events = 0  # get_work events read (explicit mode)
         self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
@@ -206,6 +211,7 @@ class Replayer(_Located):
         self._submit(event.tasks or [], event.line, event.meta)
 
     def _submit(self, tasks: list[Task], line: int, meta: object = None) -> None:
+        self.last_batch_step = -1
         try:
             reason = self.policy.try_submit(tasks)
         except Exception as e:
@@ -244,6 +250,7 @@ class Replayer(_Located):
     def cancel(self, event: Event) -> None:
         sid = event.sid
         assert sid is not None  # the reader never builds a cancel without one
+        self.last_batch_step = -1
         try:
             dropped = self.policy.cancel(sid)
         except Exception as e:
@@ -257,6 +264,7 @@ class Replayer(_Located):
         )
 
     def clear(self, event: Event) -> None:
+        self.last_batch_step = -1
         try:
             dropped = self.policy.clear()
         except Exception as e:
@@ -282,6 +290,7 @@ class Replayer(_Located):
         if tokens > totals.peak_tokens:
             totals.peak_tokens = tokens
         self._next_step = step + 1
+        self.last_batch_step = step
         if self.observer is not None:
             self.observer.dispatched(batch, step)
         if self.on_left is not None:
@@ -292,7 +301,10 @@ class Replayer(_Located):
             self.checked += 1
             if not _same_ids([t.tid for t in batch], event.expect):
                 queued = dict(self.ledger.queued)
-                raise ExpectMismatch(Mismatch(step, event.line, event.expect, batch, queued))
+                left = self.policy.left_behind()  # this batch's reasons, while they hold
+                raise ExpectMismatch(
+                    Mismatch(step, event.line, event.expect, batch, queued, left)
+                )
         self.emit({"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)})
         if self.on_step is not None:
             self.on_step(step)

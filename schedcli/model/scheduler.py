@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -232,13 +232,27 @@ class QueueScheduler(Scheduler):
         # While explaining, take_batch leaves here each queued task's reason, by object
         # id; a policy that never does gives no reasons.
         self._left: dict[int, tuple[str, str]] | None = None
+        # ...or, instead, how to work them out: called only if someone asks, before the
+        # queue changes again (the next submit, cancel or clear forgets it).
+        self._left_later: Callable[[], dict[int, tuple[str, str]]] | None = None
 
     def left_behind(self) -> list[tuple[Task, str, str]] | None:
         with self._lock:
-            left = self._left
-            if not self.explaining or left is None:
+            if not self.explaining:
                 return None
+            left = self._left
+            if left is None:
+                later = self._left_later
+                if later is None:
+                    return None
+                left = self._left = later()
+                self._left_later = None
             return [(t, *left[id(t)]) for t in self._queued.values() if id(t) in left]
+
+    def _explain_later(self, reasons: Callable[[], dict[int, tuple[str, str]]]) -> None:
+        """From take_batch, while explaining: the batch's reasons, worked out only if asked."""
+        self._left = None
+        self._left_later = reasons
 
     @property
     def token_budget(self) -> int | None:
@@ -315,6 +329,7 @@ class QueueScheduler(Scheduler):
         reason = self._admission_problem(group)
         if reason is not None:
             return reason
+        self._left_later = None  # the queue changes: the last batch's reasons can't be had
         settle_outputs(group)
         queued = self._queued
         for t in group:
@@ -344,6 +359,7 @@ class QueueScheduler(Scheduler):
 
     def cancel(self, sid: Id) -> list[Task]:
         with self._lock:
+            self._left_later = None
             dropped = self.remove_session(sid)
             queued = self._queued
             for t in dropped:
@@ -353,6 +369,7 @@ class QueueScheduler(Scheduler):
 
     def clear(self) -> list[Task]:
         with self._lock:
+            self._left_later = None
             dropped = list(self._queued.values())
             self._queued.clear()
             self.reset()

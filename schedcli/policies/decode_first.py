@@ -118,17 +118,20 @@ class DecodeFirstScheduler(QueueScheduler):
             if not progress:
                 break
         if self.explaining:
-            self._left = self._reasons(decoding, spent)
+            passed = dict(self._why)
+            self._explain_later(lambda: self._reasons(decoding, spent, passed))
         return taken
 
-    def _reasons(self, decoding: dict[Id, Id], spent: int) -> dict[int, tuple[str, str]]:
+    def _reasons(
+        self, decoding: dict[Id, Id], spent: int, passed: dict[Id, tuple[str, str]]
+    ) -> dict[int, tuple[str, str]]:
         """Why each task still queued was left out (docs/policies.md, decode-first's codes)."""
         why = decode_reasons(self._decodes, decoding, self.max_decode_sequences)
         budget = self.max_batch_tokens
         spent_all = ("budget_spent", f"{spent} of {budget} tokens were spent before its turn")
 
         def front(sid: Id, t: Task) -> tuple[str, str]:
-            return self._why.get(sid) or spent_all
+            return passed.get(sid) or spent_all
 
         chunk_reasons(why, self._chunks, decoding, front)
         return why

@@ -105,7 +105,8 @@ class FairScheduler(QueueScheduler):
             elif sid not in sessions.closed:
                 heapq.heappush(heap, (counter[sid], order, sid))
         if why is not None:
-            self._left = self._reasons(why, sessions, len(taken) >= cap, spent)
+            capped = len(taken) >= cap
+            self._explain_later(lambda: self._reasons(why, sessions, capped, spent))
         return taken
 
     def _reasons(

@@ -100,7 +100,7 @@ class SjfScheduler(QueueScheduler):
                     del chunks_of[sid]
                     del remaining[sid]
         if self.explaining:
-            self._left = self._reasons(decoding, owing, no_room, spent)
+            self._explain_later(lambda: self._reasons(decoding, owing, no_room, spent))
         return taken
 
     def _reasons(
