@@ -11,10 +11,11 @@ from ..engine.lockstep import run_in_lockstep
 from ..engine.metrics import StepMetrics
 from ..engine.replay import Replayer
 from ..engine.run import choose_policy, open_replay
-from ..formats.dump import Record, batch_tasks, read_dump
+from ..formats.dump import batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.errors import UsageError
-from ..model.task import Task, ids_only_in
+from ..model.records import Left, Record
+from ..model.task import ids_only_in
 from ..policies.registry import config_label
 from .console import data_console, show
 from .progress import TraceProgress, trace_progress
@@ -27,9 +28,6 @@ class Config:
 
     policy: str | None = None
     params: dict[str, object] = field(default_factory=dict)
-
-
-Left = list[tuple[Task, str, str]] | None
 
 
 @dataclass

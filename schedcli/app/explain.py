@@ -14,9 +14,8 @@ from typing import Any
 from ..engine.replay import Replayer
 from ..engine.run import open_replay
 from ..model.errors import InputError, UsageError
+from ..model.records import Left
 from ..model.task import Id, Task, id_key, same_id
-
-Left = list[tuple[Task, str, str]] | None
 
 
 class _Done(Exception):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..engine.replay import Replayer
-from ..formats.dump import Record, read_dump
-from ..model.task import Task
+from ..formats.dump import read_dump
+from ..model.records import Left, Record
 from .diff import Aligner, DiffResult
 
 
@@ -26,7 +26,7 @@ class GoldenComparison:
         self.golden = golden
         self.result = DiffResult((f"golden {golden}", replay_label), ({}, {}))
         self._aligner = Aligner(self.result)
-        self.first_left: list[tuple[Task, str, str]] | None = None
+        self.first_left: Left = None
         self.first_left_known = False
         if engine is not None:
             self._aligner.on_first = lambda step: self._reasons_now(engine(), step)

@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.replay import Mismatch, Totals
-from ..formats.dump import Record
 from ..formats.interrupt import whole_write
+from ..model.records import Left, Record
 from ..model.task import Id, Task, id_key, ids_only_in, show_id
 
 
@@ -143,7 +143,7 @@ def _describe(t: Task | None, tid: Id) -> str:
     return f"{show_id(tid)}  s{show_id(t.sid)} {t.kind.value} {t.size}"
 
 
-def mismatch_view(m: Mismatch, left: list[tuple[Task, str, str]] | None = None) -> Group:
+def mismatch_view(m: Mismatch, left: Left = None) -> Group:
     """The first step whose batch differs from ``expect``, side by side, and why the
     replay's policy left out what the recording had (``left``: its reasons there)."""
     parts: list[Any] = [_mismatch_table(m)]
@@ -518,7 +518,7 @@ def lives_view(lives: Sequence[Any]) -> Group:
     return Group(*parts)
 
 
-def why_left(label: str, left: list[tuple[Task, str, str]] | None, tids: Sequence[Id]) -> Text:
+def why_left(label: str, left: Left, tids: Sequence[Id]) -> Text:
     """Why ``label``'s policy left out the given tasks (those the other side dispatched)."""
     if left is None:
         return Text(f"{label}: no reasons given", "dim")

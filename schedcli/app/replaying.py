@@ -21,7 +21,8 @@ from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
 from ..formats.writer import JsonlWriter
 from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
-from ..model.task import Id, Task
+from ..model.records import Left
+from ..model.task import Id
 from .console import data_console
 from .golden import GoldenComparison
 from .perfetto import PerfettoWriter
@@ -85,9 +86,6 @@ class _Sinks:
                 listener(step, left)
 
         return tell
-
-
-Left = list[tuple[Task, str, str]] | None
 
 
 def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> None:
@@ -204,7 +202,7 @@ def _mark_partial(sinks: _Sinks, e: BaseException, engine: Replayer) -> None:
     sinks.dump(partial_record(reason, engine.totals.steps))
 
 
-def _reasons_at(req: ReplayRequest, step: int) -> list[tuple[Task, str, str]] | None:
+def _reasons_at(req: ReplayRequest, step: int) -> Left:
     """The policy's reasons at ``step``, by replaying the file again with them on (a
     replay is deterministic); None from a pipe, which cannot be read twice."""
     if req.trace == "-" or req.follow:

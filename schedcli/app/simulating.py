@@ -9,7 +9,6 @@ from typing import Any
 import orjson
 from rich.console import Console
 
-from ..engine.ledger import Record
 from ..engine.replay import PolicyCrashed
 from ..engine.simulate import CostModel, SimResult, chunk_size_for
 from ..engine.simulate import simulate as run_simulation
@@ -18,6 +17,7 @@ from ..formats.output import atomic_output
 from ..formats.workload import read_workload
 from ..formats.writer import TraceWriter
 from ..model.errors import InvariantError, SchedcliError, UsageError
+from ..model.records import Record
 from ..model.task import Task
 from ..policies.registry import build_policy, policy_reference
 from .perfetto import PerfettoWriter

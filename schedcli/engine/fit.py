@@ -221,8 +221,10 @@ def _least_squares(rows: Sequence[Sequence[float]], y: Sequence[float], name: st
         for i, x in zip(subset, part, strict=True):
             beta[i] = x
         # Residual sum of squares from the normal equations: y'y - 2 b'X'y + b'X'X b.
-        rss = yy - 2 * _dot(beta, xty) + sum(
-            beta[i] * xtx[i][j] * beta[j] for i in range(k) for j in range(k)
+        rss = (
+            yy
+            - 2 * _dot(beta, xty)
+            + sum(beta[i] * xtx[i][j] * beta[j] for i in range(k) for j in range(k))
         )
         if best is None or rss < best[0] - 1e-12 * max(yy, 1e-300):
             best = (rss, beta)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
+from ..model.records import Record
 from ..model.task import Id
-
-Record = dict[str, Any]
 
 
 class Window:

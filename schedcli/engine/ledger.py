@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..model.errors import InvariantError
+from ..model.records import Record, TaskEntry
 from ..model.tally import SessionTally
 from ..model.task import DECODE, Id, Task, show_id
-
-Record = dict[str, Any]
 
 
 @dataclass
@@ -142,12 +140,12 @@ class Ledger:
         if self.queued:
             raise self._broken(f"clear() kept {len(self.queued)} queued tasks")
 
-    def dispatched(self, batch: list[Task], listing: bool = True) -> tuple[int, list[Record]]:
+    def dispatched(self, batch: list[Task], listing: bool = True) -> tuple[int, list[TaskEntry]]:
         """Take a batch back; returns its tokens and its dump entries (none unless
         ``listing``). The hot loop."""
         queued, per_session, behind = self.queued, self._per_session, self._behind
         tokens = 0
-        entries: list[Record] = []
+        entries: list[TaskEntry] = []
         for t in batch:
             tid = t.tid
             held = queued.pop(tid, None)

@@ -22,12 +22,11 @@ from mypy_extensions import mypyc_attr
 
 from ..formats.output import atomic_output
 from ..formats.writer import LineBuffer, TraceWriter, task_record
+from ..model.records import Left, Record
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task
 from ..policies.registry import policy_reference
 from .flight import Window
-
-Record = dict[str, Any]
 
 # The gathered lines of recordings not yet closed, written at exit even when their owner
 # never closes them: what a plain file's own buffer would do for it.
@@ -171,7 +170,7 @@ class RecordingScheduler(Scheduler):
     def explaining(self, on: bool) -> None:
         self.inner.explaining = on
 
-    def left_behind(self) -> list[tuple[Task, str, str]] | None:
+    def left_behind(self) -> Left:
         with self._lock:
             return self.inner.left_behind()
 

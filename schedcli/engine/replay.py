@@ -17,10 +17,11 @@ from typing import Final, Protocol
 
 from ..formats.trace import Event, Line, Run, as_event
 from ..model.errors import CheckFailed, InvariantError, UsageError
+from ..model.records import Left, Record
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
-from .ledger import Ledger, Record, Totals
+from .ledger import Ledger, Totals
 
 Emit = Callable[[Record], None]
 
@@ -41,7 +42,7 @@ class Mismatch:
     got: list[Task]
     queued: dict[Id, Task]
     # Why the policy left each queued task out of this batch, if it was explaining.
-    left: list[tuple[Task, str, str]] | None = None
+    left: Left = None
 
 
 class ExpectMismatch(CheckFailed):
@@ -142,7 +143,7 @@ class Replayer(_Located):
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
         warn: Callable[[str], None] | None = None,
-        on_left: Callable[[int, list[tuple[Task, str, str]] | None], None] | None = None,
+        on_left: Callable[[int, Left], None] | None = None,
         recorded_outcomes: bool = False,
     ) -> None:
         """``recorded_outcomes``: the trace is a recording that marks every rejected submit
@@ -302,9 +303,7 @@ class Replayer(_Located):
             if not _same_ids([t.tid for t in batch], event.expect):
                 queued = dict(self.ledger.queued)
                 left = self.policy.left_behind()  # this batch's reasons, while they hold
-                raise ExpectMismatch(
-                    Mismatch(step, event.line, event.expect, batch, queued, left)
-                )
+                raise ExpectMismatch(Mismatch(step, event.line, event.expect, batch, queued, left))
         self.emit({"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)})
         if self.on_step is not None:
             self.on_step(step)

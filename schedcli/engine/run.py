@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import Header, TraceReader, open_trace, partial_reason
 from ..model.errors import InputError
+from ..model.records import Left
 from ..model.scheduler import Scheduler
-from ..model.task import Task
 from ..policies.registry import RecordedPolicy, policy_for_trace
 from .replay import Emit, Observer, Replayer, Totals
 
@@ -60,7 +60,7 @@ class OpenTrace:
         drain: bool = False,
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
-        on_left: Callable[[int, list[tuple[Task, str, str]] | None], None] | None = None,
+        on_left: Callable[[int, Left], None] | None = None,
     ) -> Replayer:
         return Replayer(
             self.policy,

@@ -49,9 +49,7 @@ def convert(
     """Convert ``src`` (format ``fmt`` or ``auto``) into workload lines on ``out``."""
     name = display_name(src)
     if fmt != "auto" and fmt not in CONVERTERS:
-        raise UsageError(
-            f"unknown format {fmt!r}; expected auto or one of {', '.join(CONVERTERS)}"
-        )
+        raise UsageError(f"unknown format {fmt!r}; expected auto or one of {', '.join(CONVERTERS)}")
     if options.time_scale <= 0 or not math.isfinite(options.time_scale):
         raise UsageError("--time-scale must be a positive number")
     if options.duration is not None and options.duration <= 0:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from ..model.errors import InputError, UsageError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
+from ..model.records import Record
 from ..model.task import Id, Task, same_id
 from .source import display_name, not_a, numbered_lines, open_binary
 
-Record = dict[str, Any]
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
 
 

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from ..model.records import Reasons
 from ..model.tally import SessionTally
 from ..model.task import DECODE, Id, Task, show_id
 
@@ -163,7 +164,7 @@ class BatchSessions:
             self.closed.add(t.sid)
 
 
-Why = dict[int, tuple[str, str]]
+Why = Reasons  # the name the kit exports
 """Reasons a task was left out of a batch, by the task's object id (while explaining)."""
 
 
