@@ -12,10 +12,6 @@ import typer
 
 from .. import CORE, __version__
 from ..engine.simulate import CostModel
-from ..formats.dump import (
-    StepRange,
-    parse_id_option,
-)
 from ..formats.source import DEFAULT_MAX_LINE_BYTES
 from .console import PipeClosed, data_console, show, stderr_console
 from .options import (
@@ -100,6 +96,7 @@ from .options import (
     check_numbers,
     parse_params,
 )
+from .parsing import StepRange, parse_id_option
 from .progress import trace_progress
 from .replaying import OutputFormat, ReplayRequest, run_replay
 

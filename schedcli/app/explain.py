@@ -221,8 +221,8 @@ def explain_command(
     fmt: str,
 ) -> None:
     """``schedcli explain``: exactly one of a step, a task's life or a session's, shown."""
-    from ..formats.dump import parse_id_option
     from .console import show
+    from .parsing import parse_id_option
     from .render import lives_view, step_view
 
     given = [v for v in (step, task, session) if v is not None]

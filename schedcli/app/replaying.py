@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ..engine.replay import ExpectMismatch, Record, Replayer, Totals
 from ..engine.run import OpenTrace, open_replay
-from ..formats.dump import RecordFilter, StepRange, Tee, partial_record
+from ..formats.dump import RecordFilter, Tee, partial_record
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
@@ -25,6 +25,7 @@ from ..model.records import Left
 from ..model.task import Id
 from .console import data_console
 from .golden import GoldenComparison
+from .parsing import StepRange
 from .perfetto import PerfettoWriter
 from .progress import TraceProgress
 from .render import TableView, diff_view, mismatch_view, summary_table, why_left

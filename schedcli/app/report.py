@@ -21,7 +21,8 @@ from ..engine.metrics import StepMetrics
 from ..engine.run import open_replay
 from ..engine.simulate import CostModel, chunk_size_for, simulate
 from ..formats.dump import batch_tasks, read_dump
-from ..formats.source import display_name, sniff_kind
+from ..formats.kinds import sniff_kind
+from ..formats.source import display_name
 from ..formats.workload import read_workload
 from ..model.errors import UsageError
 from ..model.task import DECODE, Task

@@ -8,7 +8,8 @@ from typing import Any
 from ..engine.metrics import StepMetrics
 from ..engine.run import open_replay
 from ..formats.dump import batch_tasks, read_dump
-from ..formats.source import display_name, sniff_kind
+from ..formats.kinds import sniff_kind
+from ..formats.source import display_name
 from ..model.errors import UsageError
 from .progress import TraceProgress
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from ..formats.source import sniff_kind
+from ..formats.kinds import sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError

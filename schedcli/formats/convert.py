@@ -16,6 +16,7 @@ from typing import IO, Any
 from ..model.errors import InputError, UsageError
 from .converters import CONVERTERS
 from .converters._common import ConvertOptions, ConvertReport, Row
+from .kinds import detect_format
 from .source import display_name, numbered_lines, open_binary
 from .writer import JsonlWriter
 
@@ -90,14 +91,6 @@ def convert(
             name, None, f"no requests selected ({_selection(options)}): nothing to write"
         )
     return report
-
-
-def detect_format(first_line: bytes) -> str | None:
-    """The source format its first line (the CSV header, or a JSON object) says it is."""
-    for name, converter in CONVERTERS.items():
-        if converter.detect(first_line):
-            return name
-    return None
 
 
 def _options_apply(fmt: str, accepted: frozenset[str], options: ConvertOptions) -> None:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Iterator
 
 import orjson
 
-from ..model.errors import InputError, UsageError
+from ..model.errors import InputError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
 from ..model.records import Record
 from ..model.task import Id, Task, same_id
-from .source import display_name, not_a, numbered_lines, open_binary
+from .kinds import not_a
+from .source import display_name, numbered_lines, open_binary
 
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
 
@@ -32,46 +32,6 @@ class Tee:
             sink(record)
 
 
-def parse_id_option(text: str) -> Id:
-    """``--session 7`` is the integer 7; ``--session '"7"'`` the string "7"; others strings."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return text
-    if type(value) in (int, str):
-        return value  # type: ignore[no-any-return]
-    return text
-
-
-@dataclass(frozen=True)
-class StepRange:
-    """``A:B`` (half-open, like a Python slice), ``A:``, ``:B`` or a single step ``A``."""
-
-    start: int
-    stop: int | None
-
-    @classmethod
-    def parse(cls, text: str) -> StepRange:
-        try:
-            if ":" in text:
-                a, b = text.split(":", 1)
-                start = int(a) if a.strip() else 0
-                stop = int(b) if b.strip() else None
-            else:
-                start = int(text)
-                stop = start + 1
-        except ValueError:
-            raise UsageError(f"--steps {text!r}: expected A:B, A:, :B or A (integers)") from None
-        if start < 0 or (stop is not None and stop < start):
-            raise UsageError(f"--steps {text!r}: need 0 <= A <= B")
-        return cls(start, stop)
-
-    def __contains__(self, step: object) -> bool:
-        return (
-            isinstance(step, int) and step >= self.start and (self.stop is None or step < self.stop)
-        )
-
-
 class RecordFilter:
     """Passes on the records a user asked to see (--steps, --session); ``end`` always."""
 
@@ -79,7 +39,7 @@ class RecordFilter:
         self,
         emit: Callable[[Record], None],
         *,
-        steps: StepRange | None,
+        steps: Container[int] | None,
         session: Id | None,
         upcoming_step: Callable[[], int],
     ) -> None:

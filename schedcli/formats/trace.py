@@ -23,12 +23,12 @@ from ..model.errors import InputError
 from ..model.limits import MAX_DEPTH
 from ..model.task import KINDS, Id, Task
 from . import schema
+from .kinds import not_a
 from .schema import EVENTS, OPS, Cancel, GetWork, Submit, TaskFields, event_decoder, json_type
 from .source import (
     DEFAULT_MAX_LINE_BYTES,
     display_name,
     lines_of,
-    not_a,
     numbered_chunks,
     open_binary,
 )
