@@ -98,7 +98,7 @@ from .options import (
 )
 from .parsing import StepRange, parse_id_option
 from .progress import trace_progress
-from .replaying import OutputFormat, ReplayRequest, run_replay
+from .replaying import ReplayRequest, run_replay
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
@@ -196,7 +196,7 @@ def replay(
         follow=follow,
         allow_incomplete=allow_incomplete,
     )
-    quiet = request.view_format() is OutputFormat.table and output is None
+    quiet = request.view_format() == "table" and output is None
     run_replay(request, err_console, trace_progress("replaying", trace, not quiet))
 
 

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import shlex
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from rich.console import Console
 
 from ..engine.replay import ExpectMismatch, Record, Replayer, Totals
 from ..engine.run import OpenTrace, open_replay
-from ..formats.dump import RecordFilter, Tee, partial_record
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
@@ -23,17 +20,14 @@ from ..formats.writer import JsonlWriter
 from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
 from ..model.records import Left
 from ..model.task import Id
-from .console import data_console
 from .golden import GoldenComparison
+from .outputs import VIEWS, Fanout, Filtered, Opened, Output, Timeline
 from .parsing import StepRange
-from .perfetto import PerfettoWriter
 from .progress import TraceProgress
-from .render import TableView, diff_view, mismatch_view, summary_table, why_left
+from .render import diff_view, mismatch_view, why_left
 
-
-class OutputFormat(StrEnum):
-    table = "table"
-    jsonl = "jsonl"
+# replay's -f: a name from the views' registry (one line there adds a view).
+OutputFormat = StrEnum("OutputFormat", [(name, name) for name in VIEWS])  # type: ignore[misc]
 
 
 @dataclass
@@ -57,36 +51,14 @@ class ReplayRequest:
     follow: bool = False
     allow_incomplete: bool = False
 
-    def view_format(self) -> OutputFormat | None:
+    def view_format(self) -> str | None:
         """The view on stdout or -o: asked for, else none beside --golden, else by terminal."""
         if self.fmt is not None:
-            return self.fmt
+            return str(self.fmt)
         if self.golden and self.output is None:
             return None  # a golden run writes nothing to stdout unless asked
         to_terminal = self.output is None and sys.stdout.isatty()
-        return OutputFormat.table if to_terminal else OutputFormat.jsonl
-
-
-@dataclass
-class _Sinks:
-    emit: Callable[[Record], None]
-    console: Console | None
-    table: TableView | None
-    filtered: RecordFilter | None
-    golden: GoldenComparison | None
-    timeline: PerfettoWriter | None
-    dump: JsonlWriter | None = None  # the JSONL view, which a stopped replay marks partial
-
-    def on_left(self) -> Callable[[int, Left], None] | None:
-        listeners = [s.left for s in (self.table, self.timeline) if s is not None]
-        if not listeners:
-            return None
-
-        def tell(step: int, left: Left) -> None:
-            for listener in listeners:
-                listener(step, left)
-
-        return tell
+        return "table" if to_terminal else "jsonl"
 
 
 def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> None:
@@ -97,6 +69,8 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
         raise UsageError("--require-all applies to --check")
     flush_before_wait = WaitHook()  # live input: write each record out before waiting
     with ExitStack() as stack:
+        # Every output, from the options alone, before the trace is opened.
+        outputs = _outputs(stack, req, flush_before_wait, lambda: engine, err)
         opened = stack.enter_context(
             open_replay(
                 req.trace,
@@ -108,99 +82,132 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
                 allow_incomplete=req.allow_incomplete,
             )
         )
-        sinks = _sinks(stack, req, opened, flush_before_wait, lambda: engine)
-        if req.check:
-            opened.policy.explaining = True  # a mismatch's reasons, kept as it happens
+        trace = Opened(
+            opened.name,
+            opened.policy_name,
+            opened.policy.token_budget,
+            lambda: engine.totals.steps,
+        )
+        for output in outputs:
+            output.opened(trace)
+        if req.check or req.golden:
+            opened.policy.explaining = True  # a difference's reasons, kept as it is found
+        fan = Fanout(outputs)
         progress.position = opened.reader.position
         engine = opened.replayer(
-            sinks.emit,
+            fan.emit,
             check=req.check,
             drain=req.drain,
             on_step=progress.on_step,
-            # The table and the timeline show why tasks were left behind; the dump never
-            # carries reasons.
-            on_left=sinks.on_left(),
+            on_left=fan.on_left,
         )
         try:
             totals = opened.run(engine)
         except ExpectMismatch as e:
-            _mark_partial(sinks, e, engine)
+            _close(outputs, None, e)
             progress.stop()
             err.print(mismatch_view(e.mismatch, e.mismatch.left))
             raise
         except (SchedcliError, Stopped) as e:
-            _mark_partial(sinks, e, engine)
+            _close(outputs, None, e)
             raise
         finally:
             progress.stop()
-        _finish(req, opened, engine, totals, sinks, err)
+        _close(outputs, totals, None)
+        _finish(req, opened, engine, outputs, err)
 
 
-def _sinks(
+def _close(outputs: list[Output], totals: Totals | None, stopped: BaseException | None) -> None:
+    for output in outputs:
+        output.close(totals, stopped)
+
+
+def _outputs(
     stack: ExitStack,
     req: ReplayRequest,
-    opened: OpenTrace,
     flush_before_wait: WaitHook,
     engine: Callable[[], Replayer],
-) -> _Sinks:
-    """Where the records go: the view (filtered), the golden, the timeline."""
+    err: Console,
+) -> list[Output]:
+    """Where the records go, from the options: the view (filtered), the golden, the
+    timeline. Each is told the rest when the trace is opened."""
     fmt = req.view_format()
-    dump: JsonlWriter | None = None
-    console: Console | None = None
-    table: TableView | None = None
-    emitters: list[Callable[[Record], None]] = []
-    filtered: RecordFilter | None = None
+    outputs: list[Output] = []
     if fmt is not None:
         out = stack.enter_context(output_stream(req.output))
         flush_before_wait.add(out.flush)
         flush_before_wait.add(sys.stdout.flush)
-        view: Callable[[Record], None]
-        if fmt is OutputFormat.table:
-            console = _table_console(stack, out, req.output)
-            view = table = TableView(console, opened.policy.token_budget)
-        else:
-            view = dump = JsonlWriter(out)
+        view = VIEWS[fmt](out, stack, bool(req.output and req.output != "-"))
         if req.steps is not None or req.session is not None:
-            view = filtered = RecordFilter(
-                view,
-                steps=req.steps,
-                session=req.session,
-                upcoming_step=lambda: engine().upcoming_step,
-            )
-        emitters.append(view)
+            view = Filtered(view, req.steps, req.session, lambda: engine().upcoming_step)
+        outputs.append(view)
     elif req.steps is not None or req.session is not None:
         raise UsageError("--steps and --session choose what the view shows; there is no view")
-    golden: GoldenComparison | None = None
     if req.golden and req.update_golden:
-        emitters.append(JsonlWriter(stack.enter_context(atomic_output(req.golden))))
+        outputs.append(GoldenUpdate(req.golden, stack, err))
     elif req.golden:
-        golden = _golden(req, req.golden, opened.policy_name, engine)
-        opened.policy.explaining = True  # reasons kept for the first difference
-        emitters.append(golden)
-    timeline: PerfettoWriter | None = None
+        outputs.append(GoldenCheck(req, engine, err))
     if req.perfetto:
-        timeline = PerfettoWriter(
-            stack.enter_context(atomic_output(req.perfetto)),
-            title=f"schedcli replay {opened.name} ({opened.policy_name})",
-            budget=opened.policy.token_budget,
-        )
-        emitters.append(timeline)
-    emit = emitters[0] if len(emitters) == 1 else Tee(*emitters)
-    if not emitters:
-        emit = _discard
-    return _Sinks(emit, console, table, filtered, golden, timeline, dump)
+        outputs.append(Timeline(req.perfetto, stack))
+    return outputs
 
 
-def _mark_partial(sinks: _Sinks, e: BaseException, engine: Replayer) -> None:
-    """A replay that stopped before its end leaves a dump that says so, as its last
-    record, instead of one a reader might take for the whole schedule."""
-    if sinks.dump is None:
-        return
-    if isinstance(e, Stopped):
-        reason = "interrupted" if e.exit_code == 130 else "terminated"
-    else:
-        reason = str(e)
-    sinks.dump(partial_record(reason, engine.totals.steps))
+class GoldenUpdate(Output):
+    """``--golden G --update-golden``: the dump written to G, atomically (on success only)."""
+
+    def __init__(self, path: str, stack: ExitStack, err: Console) -> None:
+        self._path, self._err = path, err
+        self._write = JsonlWriter(stack.enter_context(atomic_output(path)))
+
+    def record(self, record: Record) -> None:
+        self._write(record)
+
+    def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
+        if totals is not None:
+            self._err.print(f"updated golden {self._path}")
+
+
+class GoldenCheck(Output):
+    """``--golden G``: the dump compared with G step by step as it is made; at the end, the
+    first difference side by side, with the replay's reasons there."""
+
+    def __init__(self, req: ReplayRequest, engine: Callable[[], Replayer], err: Console) -> None:
+        assert req.golden is not None
+        self._req, self._err = req, err
+        self._engine = engine
+        self._golden = req.golden
+        _readable(req, req.golden)
+        self.comparison: GoldenComparison | None = None
+
+    def opened(self, trace: Opened) -> None:
+        label = f"replay under {trace.policy_name}"
+        self.comparison = GoldenComparison(self._golden, label, self._engine)
+        self._name = trace.name
+
+    def record(self, record: Record) -> None:
+        assert self.comparison is not None
+        self.comparison(record)
+
+    def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
+        if totals is not None and self.comparison is not None:
+            self.comparison.finish()
+
+    def verdict(self) -> None:
+        """After every output closed: the difference shown, and CheckFailed (exit 1)."""
+        golden = self.comparison
+        if golden is None or golden.same:
+            return
+        err = self._err
+        err.print(diff_view(golden.result), soft_wrap=True)
+        first = golden.result.first
+        if first is not None:
+            only_golden, _ = first.moved()
+            if only_golden:
+                left = golden.first_left
+                if not golden.first_left_known:  # found past the step: replay to it
+                    left = _reasons_at(self._req, first.step)
+                err.print(why_left("the replay", left, only_golden))
+        raise CheckFailed(f"{self._name}: dump differs from golden {self._golden}")
 
 
 def _reasons_at(req: ReplayRequest, step: int) -> Left:
@@ -234,18 +241,6 @@ def _check_coverage(req: ReplayRequest, name: str, engine: Replayer, err: Consol
         )
 
 
-def _discard(record: Record) -> None:
-    pass
-
-
-def _table_console(stack: ExitStack, out: Any, output: str | None) -> Console:
-    if output and output != "-":
-        text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-        stack.callback(text.detach)  # leaves `out` open for its own context
-        return data_console(text, width=120)
-    return data_console()
-
-
 def update_command(req: ReplayRequest) -> str:
     """The command line that writes this replay's golden: everything that shapes the dump
     (trace, policy, parameters, --drain), then ``--golden G --update-golden``."""
@@ -260,9 +255,8 @@ def update_command(req: ReplayRequest) -> str:
     return shlex.join(words)
 
 
-def _golden(
-    req: ReplayRequest, golden: str, label: str, engine: Callable[[], Replayer]
-) -> GoldenComparison:
+def _readable(req: ReplayRequest, golden: str) -> None:
+    """A golden to compare with exists and can be read; else the command that makes it."""
     try:
         with open(golden, "rb"):
             pass
@@ -273,43 +267,20 @@ def _golden(
         ) from None
     except OSError as e:
         raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
-    return GoldenComparison(golden, f"replay under {label}", engine)
 
 
 def _finish(
-    req: ReplayRequest,
-    opened: OpenTrace,
-    engine: Replayer,
-    totals: Totals,
-    sinks: _Sinks,
-    err: Console,
+    req: ReplayRequest, opened: OpenTrace, engine: Replayer, outputs: list[Output], err: Console
 ) -> None:
-    """After the last record: summaries, notes and the verdicts of the checks."""
-    if sinks.timeline is not None:
-        sinks.timeline.close()
-    if sinks.console is not None:
-        sinks.console.print(f"\n[bold]{opened.name}[/] under [bold]{opened.policy_name}[/]")
-        sinks.console.print(summary_table(totals, "summary"))
-    if sinks.filtered is not None and sinks.filtered.passed == 0:
-        what = " and ".join(
-            o for o, v in (("--steps", req.steps), ("--session", req.session)) if v is not None
-        )
-        err.print(f"note: {what} selected nothing: no record of this replay matches")
+    """After the last record: notes and the verdict of --check (the outputs gave theirs)."""
+    for output in outputs:
+        if isinstance(output, Filtered) and output.passed == 0:
+            what = " and ".join(
+                o for o, v in (("--steps", req.steps), ("--session", req.session)) if v is not None
+            )
+            err.print(f"note: {what} selected nothing: no record of this replay matches")
     if req.check:
         _check_coverage(req, opened.name, engine, err)
-    golden = sinks.golden
-    if golden is not None:
-        golden.finish()
-        if not golden.same:
-            err.print(diff_view(golden.result), soft_wrap=True)
-            first = golden.result.first
-            if first is not None:
-                only_golden, _ = first.moved()
-                if only_golden:
-                    left = golden.first_left
-                    if not golden.first_left_known:  # found past the step: replay to it
-                        left = _reasons_at(req, first.step)
-                    err.print(why_left("the replay", left, only_golden))
-            raise CheckFailed(f"{opened.name}: dump differs from golden {req.golden}")
-    elif req.golden:
-        err.print(f"updated golden {req.golden}")
+    for output in outputs:
+        if isinstance(output, GoldenCheck):
+            output.verdict()

@@ -1,0 +1,114 @@
+"""docs/architecture.md's "Where to add", followed for each extension point: the example
+works as the recipe says, touching only the places it names. (The converter recipe is
+followed in test_convert.py.)"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from schedcli import QueueScheduler, Task
+from schedcli.app import outputs
+from schedcli.app.options import PolicyOption, TraceOption
+from schedcli.app.outputs import Output
+from schedcli.app.progress import TraceProgress
+from schedcli.app.replaying import ReplayRequest, run_replay
+from schedcli.engine.ledger import Totals
+from schedcli.kit import MAX_BATCH_TOKENS
+from schedcli.model.records import Record
+from schedcli.policies import BUILTIN_POLICIES
+from tests.helpers import TRACES, run_cli
+
+TRACE = TRACES / "rotation-fairness.jsonl"
+
+
+class Newest(QueueScheduler):
+    """The policy recipe's example: each batch, the newest task alone."""
+
+    name = "newest"
+    PARAMS = (MAX_BATCH_TOKENS,)
+
+    def __init__(self, max_batch_tokens: int = 544) -> None:
+        super().__init__(max_batch_tokens=max_batch_tokens)
+        self._queue: list[Task] = []
+
+    def enqueue(self, task: Task) -> None:
+        self._queue.append(task)
+
+    def take_batch(self) -> list[Task]:
+        sessions = {t.sid for t in self._queue}
+        for t in reversed(self._queue):  # the newest task whose session has no older one
+            if next(u for u in self._queue if u.sid == t.sid) is t:
+                self._queue.remove(t)
+                return [t]
+        assert not sessions
+        return []
+
+    def remove_session(self, sid: object) -> list[Task]:
+        mine = [t for t in self._queue if t.sid == sid]
+        self._queue = [t for t in self._queue if t.sid != sid]
+        return mine
+
+    def reset(self) -> None:
+        self._queue.clear()
+
+
+def test_a_policy_is_one_module_and_one_line_in_builtin_policies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(BUILTIN_POLICIES, "newest", Newest)
+    r = run_cli("replay", str(TRACE), "-p", "newest", "-f", "jsonl")
+    assert r.returncode == 0, r.stderr
+    assert b'"end"' in r.stdout.splitlines()[-1]
+    listed = run_cli("policies", "-f", "json")
+    assert b'"newest"' in listed.stdout
+
+
+class CountView(Output):
+    """The output recipe's example: how many batches, said at the end."""
+
+    def __init__(self, out: io.BufferedIOBase, stack: object, to_file: bool) -> None:
+        self.out = out
+        self.batches = 0
+
+    def record(self, record: Record) -> None:
+        self.batches += "batch" in record
+
+    def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
+        if totals is not None:
+            self.out.write(f"{self.batches} batches\n".encode())
+
+
+def test_an_output_format_is_one_class_and_one_line_in_views(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(outputs.VIEWS, "count", CountView)  # type: ignore[arg-type]
+    out = tmp_path / "count.txt"
+    progress = TraceProgress(Console(file=io.StringIO()), "replaying", str(TRACE))
+    run_replay(ReplayRequest(str(TRACE), fmt="count", output=str(out)), Console(), progress)  # type: ignore[arg-type]
+    dump = run_cli("replay", str(TRACE), "-f", "jsonl").stdout
+    batches = dump.count(b'"batch"')
+    assert out.read_text() == f"{batches} batches\n"
+
+
+def test_a_command_is_its_options_and_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schedcli.app import cli
+
+    registered = list(cli.app.registered_commands)
+
+    def events(trace: TraceOption, policy: PolicyOption = None) -> None:
+        """Count a trace's events (the recipe's example command)."""
+        from schedcli.app.validate import validate_trace
+
+        _, count = validate_trace(trace, policy=policy)
+        print(count)
+
+    try:
+        cli.command(events)
+        r = run_cli("events", str(TRACE))
+        assert r.returncode == 0 and r.stdout.strip().isdigit(), r.stderr
+    finally:
+        cli.app.registered_commands[:] = registered
