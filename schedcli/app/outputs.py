@@ -19,10 +19,10 @@ from ..engine.ledger import Totals
 from ..formats.dump import RecordFilter, partial_record
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
+from ..formats.perfetto import PerfettoWriter
 from ..formats.writer import JsonlWriter
 from ..model.records import Left, Record
 from .console import data_console
-from .perfetto import PerfettoWriter
 from .render import TableView as TableRows
 from .render import summary_table
 

@@ -14,13 +14,13 @@ from ..engine.simulate import CostModel, SimResult, chunk_size_for
 from ..engine.simulate import simulate as run_simulation
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
+from ..formats.perfetto import PerfettoWriter
 from ..formats.workload import read_workload
 from ..formats.writer import TraceWriter
 from ..model.errors import InvariantError, SchedcliError, UsageError
 from ..model.records import Record
 from ..model.task import Task
 from ..policies.registry import build_policy, policy_reference
-from .perfetto import PerfettoWriter
 from .progress import ProgressBar
 from .render import simulation_tables
 from .sweep_report import group_reasons
