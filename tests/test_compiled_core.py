@@ -24,38 +24,6 @@ from tests.helpers import REAL, ROOT, run_in_process
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 EXAMPLES = sorted(str(p) for p in (ROOT / "traces").glob("*.jsonl"))
 
-# Replays every (trace, policy) in one process; prints each dump's bytes as latin-1 text.
-REPLAY_ALL = """
-import json, sys
-from schedcli import CORE
-from schedcli.app.inprocess import run_cli_in_process
-out = {"core": CORE}
-for trace in sys.argv[1:]:
-    for policy in %r:
-        r = run_cli_in_process(["replay", trace, "-p", policy, "-f", "jsonl"])
-        out[trace + " " + policy] = [r.code, r.stdout.decode("latin-1"), r.stderr.decode()]
-print(json.dumps(out))
-"""
-
-
-def replay_everything(traces: list[str], pure: bool) -> dict[str, object]:
-    env = dict(os.environ)
-    env.pop(_compiled.PURE_ENV, None)
-    if pure:
-        env[_compiled.PURE_ENV] = "1"
-    script = REPLAY_ALL % (sorted(BUILTIN_POLICIES),)
-    run = subprocess.run(
-        [sys.executable, "-c", script, *traces],
-        capture_output=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-        check=True,
-    )
-    result: dict[str, object] = json.loads(run.stdout)
-    return result
-
-
 # Runs each command line in one process; prints code, stdout and stderr of each.
 RUN_ALL = """
 import json, sys
@@ -84,6 +52,16 @@ def run_everything(commands: list[list[str]], pure: bool, cwd: Path) -> dict[str
     )
     result: dict[str, object] = json.loads(run.stdout)
     return result
+
+
+def replay_everything(traces: list[str], pure: bool) -> dict[str, object]:
+    """Every (trace, built-in policy) replayed to a dump, in one process."""
+    commands = [
+        ["replay", trace, "-p", policy, "-f", "jsonl"]
+        for trace in traces
+        for policy in sorted(BUILTIN_POLICIES)
+    ]
+    return run_everything(commands, pure, ROOT)
 
 
 @pytest.fixture(scope="module")

@@ -383,33 +383,6 @@ def test_simulate_terminated_keeps_whole_lines_and_a_partial_marker(tmp_path: Pa
     assert r.returncode == 0, r.stderr
 
 
-def test_a_crash_dump_ends_with_the_raising_call_and_names_its_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    class Faulty(DecodeFirstScheduler):
-        def get_work(self) -> list[Task]:
-            raise RuntimeError("boom")
-
-    target = tmp_path / "prod.jsonl"
-    rec = RecordingScheduler(Faulty(10, 2, 4), target, ring=10)
-    rec.submit([Task(1, 10, "decode", 1)])
-    with pytest.raises(RuntimeError, match="boom"):
-        rec.get_work()
-    crash = tmp_path / "prod.jsonl.crash-1.jsonl"
-    assert f"the last 1 calls are in {crash}" in capsys.readouterr().err
-    lines = [orjson.loads(x) for x in crash.read_text().splitlines()]
-    assert lines[-2] == {"op": "get_work", "meta": {"raised": "RuntimeError: boom"}}
-    assert lines[-1] == {
-        "partial": {"reason": "the scheduler raised in get_work: RuntimeError: boom"}
-    }
-    # The class was local (no reference resolves it); under decode-first, which does not
-    # raise, the dump replays to its end.
-    r = run_cli(
-        "replay", str(crash), "-p", "decode-first", "--allow-incomplete", "-o", str(tmp_path / "d")
-    )
-    assert r.returncode == 0, r.stderr
-
-
 def test_a_file_recording_records_the_call_that_raised() -> None:
     class Faulty(DecodeFirstScheduler):
         def cancel(self, sid: object) -> list[Task]:  # type: ignore[override]

@@ -155,7 +155,9 @@ def test_the_flight_recorder_dump_replays_on_its_own(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr.decode()
 
 
-def test_an_exception_in_the_inner_scheduler_dumps_the_window_first(tmp_path: Path) -> None:
+def test_an_exception_in_the_inner_scheduler_dumps_the_window_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     class Faulty(DecodeFirstScheduler):
         def get_work(self) -> list[Task]:
             raise RuntimeError("boom")
@@ -168,6 +170,18 @@ def test_an_exception_in_the_inner_scheduler_dumps_the_window_first(tmp_path: Pa
     crash = tmp_path / "prod.jsonl.crash-1.jsonl"
     lines = [orjson.loads(x) for x in crash.read_text().splitlines()]
     assert lines[1]["tasks"][0]["tid"] == 1
+    # It ends with the call that raised and why, and says where it is.
+    assert f"the last 1 calls are in {crash}" in capsys.readouterr().err
+    assert lines[-2] == {"op": "get_work", "meta": {"raised": "RuntimeError: boom"}}
+    assert lines[-1] == {
+        "partial": {"reason": "the scheduler raised in get_work: RuntimeError: boom"}
+    }
+    # The class was local (no reference resolves it); under decode-first, which does not
+    # raise, the dump replays to its end.
+    r = run_cli(
+        "replay", str(crash), "-p", "decode-first", "--allow-incomplete", "-o", str(tmp_path / "d")
+    )
+    assert r.returncode == 0, r.stderr
 
 
 def test_a_recorder_needs_somewhere_to_write() -> None:
