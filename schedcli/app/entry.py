@@ -91,8 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         print(str(e) if isinstance(e, InputError) else f"schedcli: {e}", file=sys.stderr)
         _exit(e.exit_code)
     except Stopped as e:
-        message = "interrupted" if e.exit_code == 130 else "terminated"
-        print(f"schedcli: {message}", file=sys.stderr)
+        print(f"schedcli: {e.reason}", file=sys.stderr)
         _exit(e.exit_code)
     except (BrokenPipeError, PipeClosed):
         _silence_stdout()

@@ -17,7 +17,7 @@ from typing import IO, Any, ClassVar
 
 from ..engine.ledger import Totals
 from ..formats.dump import RecordFilter, partial_record
-from ..formats.interrupt import Stopped
+from ..formats.interrupt import stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
 from ..formats.writer import JsonlWriter
@@ -72,7 +72,7 @@ class DumpView(Output):
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
         if stopped is not None:
-            self._write(partial_record(_stop_reason(stopped), self._steps()))
+            self._write(partial_record(stop_reason(stopped), self._steps()))
 
 
 class TableView(Output):
@@ -200,12 +200,6 @@ class Fanout:
 
 def _discard(record: Record) -> None:
     pass
-
-
-def _stop_reason(e: BaseException) -> str:
-    if isinstance(e, Stopped):
-        return "interrupted" if e.exit_code == 130 else "terminated"
-    return str(e)
 
 
 __all__ = ["VIEWS", "DumpView", "Fanout", "Filtered", "Opened", "Output", "TableView", "Timeline"]

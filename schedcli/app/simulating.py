@@ -12,7 +12,7 @@ from rich.console import Console
 from ..engine.replay import PolicyCrashed
 from ..engine.simulate import CostModel, SimResult, chunk_size_for
 from ..engine.simulate import simulate as run_simulation
-from ..formats.interrupt import Stopped
+from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
 from ..formats.workload import read_workload
@@ -96,7 +96,7 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
             # What was written is the run up to here: kept, and marked as such.
             stopped = e
             if trace is not None:
-                trace.partial(_stop_reason(e))
+                trace.partial(stop_reason(e))
         finally:
             progress.stop()
         if timeline is not None:
@@ -122,12 +122,6 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
         view.print(simulation_tables(summary))
     _note_rejections(result, err)
     return result
-
-
-def _stop_reason(e: BaseException) -> str:
-    if isinstance(e, Stopped):
-        return "interrupted" if e.exit_code == 130 else "terminated"
-    return str(e)
 
 
 def _trace_meta(req: SimulateRequest, size: int) -> Record:

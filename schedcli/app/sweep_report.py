@@ -11,7 +11,7 @@ import msgspec
 import orjson
 
 from ..formats.source import display_name, numbered_lines, open_binary
-from ..formats.sweep_schema import SweepRecord, record_decoder, refusal
+from ..formats.sweep_schema import SweepRecord, refusal
 from ..model.errors import InputError
 
 
@@ -27,7 +27,7 @@ def read_sweep(path: str) -> list[dict[str, Any]]:
             if type(record) is not dict:
                 raise InputError(name, lineno, "a sweep record is a JSON object")
             try:
-                record_decoder.decode(raw)  # the declared shape: what the report reads
+                msgspec.convert(record, SweepRecord)  # the declared shape the report reads
             except msgspec.ValidationError as e:
                 raise InputError(
                     name, lineno, refusal(e, SweepRecord, "field", json=True)

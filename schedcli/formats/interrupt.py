@@ -24,6 +24,16 @@ class Stopped(BaseException):
     def exit_code(self) -> int:
         return 130 if self.signum == signal.SIGINT else 143
 
+    @property
+    def reason(self) -> str:
+        """What stopped the run, in a word: ``interrupted`` (Ctrl-C) or ``terminated``."""
+        return "interrupted" if self.signum == signal.SIGINT else "terminated"
+
+
+def stop_reason(e: BaseException) -> str:
+    """Why a run stopped early, for the partial marker of what it was writing."""
+    return e.reason if isinstance(e, Stopped) else str(e)
+
 
 class _Guard:
     writing = False

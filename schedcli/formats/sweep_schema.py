@@ -74,8 +74,6 @@ class SweepRecord(Struct):
     capacity: CapacityResult | None = None
 
 
-record_decoder = msgspec.json.Decoder(SweepRecord)
-
 _AT = re.compile(r" - at `\$((?:\.[A-Za-z0-9_]+|\[[^\]]*\])*)`$")
 _ENUM = re.compile(r"Invalid enum value (.*)")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
