@@ -200,6 +200,23 @@ def test_diff_refuses_a_trace_where_a_dump_belongs() -> None:
     )
 
 
+def test_validate_names_the_commands_that_take_a_dump_given_in_place_of_a_trace() -> None:
+    golden = TRACES / "golden" / "rotation-fairness.dump.jsonl"
+    r = run_cli("validate", str(golden))
+    assert r.returncode == 2
+    assert b"this is a replay dump (stats, diff, report take it; a golden is one too)" in r.stderr
+
+
+def test_the_formats_layer_says_what_a_file_is_without_naming_commands() -> None:
+    from schedcli.formats.dump import read_dump
+    from schedcli.model.errors import WrongKind
+
+    with pytest.raises(WrongKind) as caught:
+        list(read_dump(str(TRACES / "rotation-fairness.jsonl")))
+    assert caught.value.found == "trace"
+    assert str(caught.value).endswith(":1: this is an event trace, not a dump")
+
+
 @pytest.mark.parametrize("name", sorted(BUILTIN_POLICIES))
 def test_every_policy_replays_every_example_without_breaking_the_contract(name: str) -> None:
     for trace in sorted(TRACES.glob("*.jsonl")):

@@ -19,11 +19,11 @@ from typing import NoReturn
 from .._compiled import CORE_IS_STALE, STALE
 from ..formats import interrupt
 from ..formats.interrupt import Stopped, guard
-from ..model.errors import InputError, SchedcliError
+from ..model.errors import SchedcliError
 from ..policies.registry import plugin_imported
 from .cli import app
 from .console import PipeClosed
-from .usage import usage_message
+from .usage import error_text, usage_message
 
 # A bug in schedcli itself; 3 stays "a policy broke the contract".
 INTERNAL_ERROR = 4
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("SCHEDCLI_DEBUG") and e.__cause__ is not None:
             # A plugin that failed to import, start or answer: its own traceback.
             traceback.print_exception(e.__cause__, file=sys.stderr)
-        print(str(e) if isinstance(e, InputError) else f"schedcli: {e}", file=sys.stderr)
+        print(error_text(e), file=sys.stderr)
         _exit(e.exit_code)
     except Stopped as e:
         print(f"schedcli: {e.reason}", file=sys.stderr)

@@ -4,6 +4,26 @@ from __future__ import annotations
 
 import re
 
+from ..model.errors import InputError, SchedcliError, WrongKind
+
+# Which commands take each kind of file, for the message when a command is given another.
+TAKERS = {
+    "trace": "replay, validate, stats, diff, report take it",
+    "dump": "stats, diff, report take it; a golden is one too",
+    "workload": "simulate and report take it",
+    "csv": "convert turns it into a workload",
+    "sweep": "report draws them",
+}
+
+
+def error_text(e: SchedcliError) -> str:
+    """The one line for an error: ``FILE:LINE: message`` for input, else ``schedcli: ...``."""
+    if isinstance(e, WrongKind):
+        where = f"{e.file}:{e.line}" if e.line is not None else e.file
+        return f"{where}: {e.text(TAKERS.get(e.found))}"
+    return str(e) if isinstance(e, InputError) else f"schedcli: {e}"
+
+
 _REWRITES = (
     (re.compile(r"Input should be greater than or equal to (\S+)"), r"must be >= \1"),
     (re.compile(r"Input should be greater than (\S+)"), r"must be > \1"),

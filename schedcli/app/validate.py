@@ -10,6 +10,7 @@ from ..engine.run import choose_policy, incomplete_trace
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import open_trace
 from ..model.errors import InputError, UsageError
+from .usage import error_text
 
 
 class Problems(list[str]):
@@ -44,7 +45,7 @@ def validate_trace(
     name = display_name(path)
 
     def collect(err: InputError) -> None:
-        problems.append(str(err))
+        problems.append(error_text(err))
 
     events = 0
     try:
@@ -53,7 +54,7 @@ def validate_trace(
             try:
                 choose_policy(reader.header, name, policy, params or {}, note=lambda _: None)
             except InputError as e:
-                problems.append(str(e))
+                problems.append(error_text(e))
             except UsageError as e:
                 problems.append(f"{name}:{line}: {e}" if line else f"{name}: {e}")
             clock = StepClock(name)
@@ -61,7 +62,7 @@ def validate_trace(
                 try:
                     clock.check(event)
                 except InputError as e:
-                    problems.append(str(e))
+                    problems.append(error_text(e))
                     continue
                 events += 1
             if reader.partial is not None and not allow_incomplete:
@@ -71,7 +72,7 @@ def validate_trace(
     except InputError as e:
         # Problems past which nothing more can be read: a corrupt gzip stream, an
         # unreadable file, a line too long to hold.
-        problems.append(str(e))
+        problems.append(error_text(e))
     return problems, events
 
 

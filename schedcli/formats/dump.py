@@ -10,7 +10,7 @@ from ..model.errors import InputError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
 from ..model.records import Record
 from ..model.task import Id, Task, same_id
-from .kinds import not_a
+from .kinds import check_kind
 from .source import display_name, numbered_lines, open_binary
 
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
@@ -124,9 +124,7 @@ def read_dump(path: str, *, allow_incomplete: bool = False) -> Iterator[Record]:
                 )
             if first:
                 first = False
-                wrong_file = not_a("dump", raw)
-                if wrong_file is not None:
-                    raise InputError(name, lineno, wrong_file)
+                check_kind("dump", raw, name, lineno)
             try:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError as e:

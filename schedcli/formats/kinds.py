@@ -1,22 +1,20 @@
 """What a file is, from its first line, in one place: which of schedcli's own formats
-(trace, dump, workload, sweep results), or which public request trace ``convert`` reads
-(the converter table's detectors), and the message that says so when a command is given
-the wrong kind."""
+(trace, dump, workload, sweep results), or which public request trace the converter table's
+detectors recognise; a reader given the wrong kind raises ``WrongKind`` naming it."""
 
 from __future__ import annotations
 
 import orjson
 
-from ..model.errors import InputError
+from ..model.errors import WrongKind
 from .source import display_name, numbered_lines, open_binary
 
-# What a file is, from its first line, and the command that takes it.
-TAKEN_BY = {
-    "trace": "an event trace (replay, validate, stats, diff, report take it)",
-    "dump": "a replay dump (stats, diff, report take it; a golden is one too)",
-    "workload": "a workload of requests (simulate and report take it)",
-    "csv": "a CSV request trace (convert turns it into a workload)",
-    "sweep": "sweep results (report draws them)",
+NOUNS = {
+    "trace": "an event trace",
+    "dump": "a replay dump",
+    "workload": "a workload of requests",
+    "csv": "a CSV request trace",
+    "sweep": "sweep results",
 }
 
 
@@ -54,26 +52,24 @@ def kind_of_line(raw: bytes) -> str | None:
     return None
 
 
-def not_a(expected: str, raw: bytes) -> str | None:
-    """A one-line message when the first line shows the file is not ``expected``."""
+def check_kind(expected: str, raw: bytes, name: str, lineno: int) -> None:
+    """Raise ``WrongKind`` when a first line shows the file is not ``expected``."""
     kind = kind_of_line(raw)
-    if kind is None or kind == expected:
-        return None
-    article = "an" if expected[0] in "aeiou" else "a"
-    return f"this is {TAKEN_BY[kind]}, not {article} {expected}"
+    if kind is not None and kind != expected:
+        raise WrongKind(name, lineno, kind, NOUNS[kind], expected)
 
 
 def sniff_kind(path: str) -> str:
     """``workload``, ``dump``, ``sweep`` or ``trace``: what the file's first line looks like.
 
-    A CSV is an error naming ``convert``; an empty file is an empty trace.
+    A CSV is ``WrongKind`` (it must be converted first); an empty file is an empty trace.
     """
     name = display_name(path)
     with open_binary(path, name) as stream:
         for lineno, raw, _ in numbered_lines(stream, name):
             kind = kind_of_line(raw)
             if kind == "csv":
-                raise InputError(name, lineno, f"this is {TAKEN_BY['csv']}")
+                raise WrongKind(name, lineno, kind, NOUNS[kind], "")
             return kind or "trace"
     return "trace"
 

@@ -23,7 +23,7 @@ from ..model.errors import InputError
 from ..model.limits import MAX_DEPTH
 from ..model.task import KINDS, Id, Task
 from . import schema
-from .kinds import not_a
+from .kinds import check_kind
 from .schema import EVENTS, OPS, Cancel, GetWork, Submit, TaskFields, event_decoder, json_type
 from .source import (
     DEFAULT_MAX_LINE_BYTES,
@@ -537,9 +537,8 @@ class TraceReader:
                     self.partial = (lineno, marker)
                     continue
                 if not self._seen_event:
-                    wrong_file = not_a("trace", raw)
-                    if wrong_file is not None:  # one useful line, not one per line of it
-                        raise InputError(self.name, lineno, wrong_file) from None
+                    # One useful line, not one per line of it.
+                    check_kind("trace", raw, self.name, lineno)
                 self._seen_event = True
                 self._fail(lineno, str(e))
                 continue

@@ -13,7 +13,7 @@ import orjson
 from ..model.errors import InputError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within, request_tokens
 from ..model.task import Id, id_key, show_id
-from .kinds import not_a
+from .kinds import check_kind
 from .source import display_name, numbered_lines, open_binary
 
 FIELDS = frozenset(
@@ -61,9 +61,7 @@ def read_workload(path: str) -> Iterator[Request]:
         for lineno, raw, complete in numbered_lines(stream, name):
             where = (name, lineno)
             if not seen:
-                wrong_file = not_a("workload", raw)
-                if wrong_file is not None:
-                    raise InputError(name, lineno, wrong_file)
+                check_kind("workload", raw, name, lineno)
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError as e:

@@ -24,6 +24,24 @@ class InputError(SchedcliError):
         super().__init__(f"{where}: {message}")
 
 
+class WrongKind(InputError):
+    """A file of another of schedcli's kinds: ``noun`` says what it is; the app, which
+    knows the commands, adds which of them take it (see ``app.usage.error_text``)."""
+
+    def __init__(self, file: str, line: int | None, found: str, noun: str, expected: str) -> None:
+        self.found = found
+        self.noun = noun
+        self.expected = expected
+        super().__init__(file, line, self.text())
+
+    def text(self, takers: str | None = None) -> str:
+        what = f"{self.noun} ({takers})" if takers else self.noun
+        if not self.expected:
+            return f"this is {what}"
+        article = "an" if self.expected[0] in "aeiou" else "a"
+        return f"this is {what}, not {article} {self.expected}"
+
+
 class CheckFailed(SchedcliError):
     """A comparison (--check, --golden, diff) found a difference."""
 
