@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.helpers import TRACES, run_cli
 
@@ -164,6 +165,36 @@ def test_diff_says_why_each_side_left_out_what_the_other_dispatched() -> None:
     assert r.returncode == 1
     assert '"p1.2": no_room  256 tokens, 24 left' in out
     assert '"p2.1": head_of_line  task "p1.3" ahead of it did not fit' in out
+
+
+DIFFS = [
+    (trace.name, policy)
+    for trace in sorted(TRACES.glob("*.jsonl"))
+    for policy in ("fcfs", "prefill-first", "priority", "fair")
+]
+
+
+@pytest.mark.parametrize(("trace", "policy"), DIFFS)
+def test_diff_finds_each_sides_reasons_as_it_compares_without_a_second_replay(
+    trace: str, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stepped traces and --drain run several steps a line (or at the close): the sides
+    take them in turns, so the reasons are those a replay to the step gives."""
+    import schedcli.app.diff as diff
+    import schedcli.app.explain as explain
+
+    args = ("diff", str(TRACES / trace), "--b", policy, "--drain")
+    with monkeypatch.context() as patched:
+        patched.setattr(diff, "_reasons_now", lambda *_: None)  # always replay to the step
+        replayed_to_it = run_cli(*args)
+
+    def no_second_replay(*_: object) -> None:
+        raise AssertionError("diff replayed the trace again for its reasons")
+
+    monkeypatch.setattr(explain, "explain_step", no_second_replay)
+    found = run_cli(*args)
+    assert found.returncode == replayed_to_it.returncode
+    assert found.stdout == replayed_to_it.stdout
 
 
 def test_stats_names_the_worst_session_and_the_longest_wait() -> None:

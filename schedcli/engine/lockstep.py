@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from ..formats.trace import Event, Line, Run
 from .replay import Replayer, few_collections
@@ -34,16 +34,30 @@ def run_in_lockstep(
 ) -> None:
     """Feed every line to ``a`` and a copy of it to ``b``, then (after ``before_close``,
     which may refuse) close both; ``after_each`` runs after each run of lines, so what both
-    sides emitted is compared as it comes and held no longer than a read's worth of lines."""
+    sides emitted is compared as it comes and held no longer than a read's worth of lines.
+
+    Where a line (or the close) runs several steps, the two sides take them in turns, so
+    each batch is compared while both policies still stand at its step."""
     with few_collections():
         for line, items in runs:
             for item in items:
                 copy = twin(item)
-                a.apply(item, line)
-                b.apply(copy, line)
+                _in_turns(a.applying(item, line), b.applying(copy, line))
                 line += 1
             after_each()
     if before_close is not None:
         before_close()
-    a.close()
-    b.close()
+    _in_turns(a.closing(), b.closing())
+    a.finish()
+    b.finish()
+
+
+def _in_turns(steps_a: Iterator[int], steps_b: Iterator[int]) -> None:
+    """One step of each in turn until both are done (one may have more steps than the
+    other); a side's generator finishes its line's work after its last step."""
+    done_a = done_b = False
+    while not (done_a and done_b):
+        if not done_a:
+            done_a = next(steps_a, None) is None
+        if not done_b:
+            done_b = next(steps_b, None) is None

@@ -311,8 +311,8 @@ class Replayer(_Located):
 
     # --- the loop -----------------------------------------------------------------------
 
-    def _drain_from(self, step: int, until: int | None = None) -> int:
-        """Call get_work while work is queued (and step < until); returns the next step."""
+    def _draining(self, step: int, until: int | None = None) -> Iterator[int]:
+        """Call get_work while work is queued (and step < until), yielding each step."""
         empty_run = 0
         while (until is None or step < until) and self._has_work():
             if self.get_work(step):
@@ -324,17 +324,18 @@ class Replayer(_Located):
                         f"{STUCK_AFTER} empty batches in a row while {len(self.ledger)} "
                         "tasks are queued: the replay would never finish"
                     )
+            yield step
             step += 1
-        return step
 
-    def _advance(self, event: Event) -> None:
-        """Stepped traces: run the steps an event's step number moves past."""
+    def _advancing(self, event: Event) -> Iterator[int]:
+        """Stepped traces: run the steps an event's step number moves past, yielding each."""
         moved = self.clock.advance(event)
         if moved is not None:
             old, new = moved
             if self._has_work():
                 self.get_work(old)
-            self._drain_from(old + 1, until=new)
+                yield old
+            yield from self._draining(old + 1, until=new)
             self._line = event.line
         if self.clock.mode is not EXPLICIT:
             self._next_step = self.clock.final_step
@@ -342,12 +343,16 @@ class Replayer(_Located):
     def feed(self, event: Event) -> None:
         """Apply one event, calling get_work where the step mode says."""
         self._line = event.line
-        op = event.op
-        if op == "get_work":
+        if event.op == "get_work":
             self.get_work(self.clock.get_work_step(event), event)
             return
         if event.step is not None or self.clock.current is None:
-            self._advance(event)
+            for _ in self._advancing(event):
+                pass
+        self._call(event)
+
+    def _call(self, event: Event) -> None:
+        op = event.op
         if op == "submit":
             self.submit(event)
         elif op == "cancel":
@@ -370,6 +375,20 @@ class Replayer(_Located):
         else:
             self.feed(item)
 
+    def applying(self, item: Line, line: int) -> Iterator[int]:
+        """``apply``, pausing after each batch of the steps an event moves past, so that
+        ``diff`` can hold two policies at the same step (their reasons still speak of it)."""
+        if (
+            isinstance(item, Event)
+            and item.op != "get_work"
+            and (item.step is not None or self.clock.current is None)
+        ):
+            self._line = line
+            yield from self._advancing(item)
+            self._call(item)
+        else:
+            self.apply(item, line)
+
     def run(self, runs: Iterable[Run], before_close: Callable[[], None] | None = None) -> Totals:
         """Replay every line, then (after ``before_close``, which may refuse) close."""
         with few_collections():
@@ -383,19 +402,26 @@ class Replayer(_Located):
 
     def close(self) -> Totals:
         """After the last event: drain as the mode says, then account."""
+        for _ in self.closing():
+            pass
+        self.finish()
+        return self.totals
+
+    def closing(self) -> Iterator[int]:
+        """The drain the mode asks for after the last event, yielding each step; then
+        ``finish``."""
         self._line = 0
         clock = self.clock
         self.totals.mode = clock.mode
         if clock.mode is EXPLICIT:
             if self.drain:
-                self._drain_from(clock.next_explicit)
+                yield from self._draining(clock.next_explicit)
         else:
             step = clock.final_step
             if self._has_work():
                 self.get_work(step)
-            self._drain_from(step + 1)
-        self.finish()
-        return self.totals
+                yield step
+            yield from self._draining(step + 1)
 
     def finish(self) -> None:
         """The accounting check: every accepted task dispatched, cancelled or queued."""
