@@ -12,15 +12,18 @@ its line (a check or a contract break) first cuts everything after that line.
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import tempfile
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import IO, Any
 
 import orjson
 from rich.console import Console
@@ -29,7 +32,7 @@ from ..engine.replay import ExpectMismatch, OutcomeMismatch
 from ..engine.run import open_replay
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
-from ..formats.source import display_name, numbered_lines, open_binary
+from ..formats.source import display_name, open_binary
 from ..formats.trace import open_trace, partial_marker
 from ..model.errors import InputError, InvariantError, SchedcliError, UsageError
 from ..model.task import id_key, ids_only_in
@@ -50,40 +53,123 @@ class Failure:
 Test = Callable[[str], Failure | None]
 
 
-@dataclass
-class Shrunk:
-    header: Event | None
-    events: list[Event]
-    before: int
-    tests: int
-    signature: tuple[Any, ...] = ()
-    out_of_time: bool = False  # stopped at --max-time: the smallest found so far
-    interrupted: Stopped | None = None  # stopped by a signal: the smallest found so far
+class Lines:
+    """The trace's lines, by byte range in a private copy of it (mapped, not read in):
+    a candidate names lines by index, so memory follows the number of lines (8 bytes
+    each), not their bytes. Candidates are written beside the copy, in ``folder``."""
 
-    def lines(self) -> list[bytes]:
-        head = [self.header] if self.header is not None else []
-        return [orjson.dumps(e) for e in [*head, *self.events]]
+    def __init__(self, path: str) -> None:
+        self.name = display_name(path)
+        self._folder = tempfile.TemporaryDirectory(prefix="schedcli-shrink-")
+        self.folder = self._folder.name
+        copy = os.path.join(self.folder, "trace.jsonl")
+        with open_binary(path, self.name) as stream, open(copy, "wb") as out:
+            shutil.copyfileobj(stream, out, 1 << 20)
+        with open_trace(copy, name=self.name) as reader:  # every line valid, as replay reads
+            for _ in reader:
+                pass
+        self.header: bytes | None = None
+        self.starts = array("q")
+        self.ends = array("q")
+        self.expects = bytearray()  # 1 where the line is a get_work with an expect
+        # 1 where a line follows the one before it in the file after exactly one newline,
+        # so a run of such lines is one slice of the file.
+        self.joined = bytearray()
+        with open(copy, "rb") as f:
+            self._index(f)
+            size = f.tell()
+            self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        # Slices of a memoryview are not copies: a run of a million lines costs nothing.
+        self.view = memoryview(self.map if self.map is not None else b"")
+
+    def _index(self, f: IO[bytes]) -> None:
+        """Every line's place; partial markers left out (candidates are whole traces).
+        A line's range ends at its newline, which a candidate writes as a plain ``\\n``."""
+        starts, ends, expects, joined = self.starts, self.ends, self.expects, self.joined
+        pos = 0
+        follows = -1  # where a line that follows the last one kept after one "\n" starts
+        for raw in f:
+            content = raw.rstrip()
+            if content.strip() and partial_marker(content) is None:
+                if self.header is None and not starts and "schedcli" in orjson.loads(content):
+                    self.header = content
+                else:
+                    starts.append(pos)
+                    ends.append(pos + len(content))
+                    expects.append(b'"expect"' in content and _has_expect(orjson.loads(content)))
+                    joined.append(pos == follows)
+                    follows = pos + len(raw) if len(raw) == len(content) + 1 else -1
+            pos += len(raw)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def raw(self, i: int) -> bytes:
+        """Line ``i`` without its newline."""
+        return self.view[self.starts[i] : self.ends[i]].tobytes()
+
+    def close(self) -> None:
+        self.view.release()
+        if self.map is not None:
+            self.map.close()
+        self._folder.cleanup()
 
 
-def read_events(path: str) -> tuple[Event | None, list[Event]]:
-    """The trace's header and events as JSON objects, after the trace reader (the one
-    replay uses) found every line valid."""
-    name = display_name(path)
-    with open_trace(path, name=name) as reader:
-        for _ in reader:
-            pass
-    header: Event | None = None
-    events: list[Event] = []
-    with open_binary(path, name) as stream:
-        for _, raw, _ in numbered_lines(stream, name):
-            if partial_marker(raw) is not None:
-                continue  # candidates are whole traces of what was kept
-            obj = orjson.loads(raw)
-            if "schedcli" in obj and header is None and not events:
-                header = obj
+@dataclass(frozen=True)
+class Candidate:
+    """Some of the trace's lines (indices, ascending), with the expects not chosen
+    dropped and some groups' tasks cut; events are only ever dropped, never edited."""
+
+    kept: Sequence[int]
+    keep_expects: bytearray | None = None  # None: every expect as recorded
+    tasks: Mapping[int, list[Any]] = field(default_factory=dict)  # a group's tasks kept
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    def _edited(self, lines: Lines, i: int) -> bool:
+        keep = self.keep_expects
+        return i in self.tasks or (keep is not None and lines.expects[i] == 1 and not keep[i])
+
+    def event(self, lines: Lines, i: int) -> Event:
+        e: Event = orjson.loads(lines.raw(i))
+        keep = self.keep_expects
+        if keep is not None and lines.expects[i] and not keep[i]:
+            e = {k: v for k, v in e.items() if k != "expect"}
+        if i in self.tasks:
+            e = {**e, "tasks": self.tasks[i]}
+        return e
+
+    def write(self, lines: Lines, out: IO[bytes], *, canonical: bool = False) -> None:
+        """The candidate as a trace: lines as they are in the file, a run of neighbours in
+        one write (``canonical``: each re-encoded, as the shrunk trace is written)."""
+        write, dumps = out.write, orjson.dumps
+        if lines.header is not None:
+            write((dumps(orjson.loads(lines.header)) if canonical else lines.header) + b"\n")
+        if canonical:
+            for i in self.kept:
+                write(dumps(self.event(lines, i)) + b"\n")
+            return
+        view, starts, ends, joined = lines.view, lines.starts, lines.ends, lines.joined
+        edits = bool(self.tasks) or self.keep_expects is not None
+        run = prev = -2  # the current run of unedited neighbours: lines run..prev
+        for i in self.kept:
+            if edits and self._edited(lines, i):
+                if run >= 0:
+                    write(view[starts[run] : ends[prev]])
+                    write(b"\n")
+                    run = -2
+                write(dumps(self.event(lines, i)) + b"\n")
+            elif run >= 0 and i == prev + 1 and joined[i]:
+                prev = i
             else:
-                events.append(obj)
-    return header, events
+                if run >= 0:
+                    write(view[starts[run] : ends[prev]])
+                    write(b"\n")
+                run = prev = i
+        if run >= 0:
+            write(view[starts[run] : ends[prev]])
+            write(b"\n")
 
 
 def failure_test(until: str, policy: str | None, params: Mapping[str, object]) -> Test:
@@ -180,43 +266,40 @@ class _Shrinker:
 
     def __init__(
         self,
-        header: Event | None,
+        lines: Lines,
         test: Test,
-        tmp: str,
         deadline: float | None,
         progress: Callable[[int, int], None],
     ) -> None:
-        self.header = header
+        self.lines = lines
         self.test = test
-        self.path = os.path.join(tmp, "candidate.jsonl")
+        self.path = os.path.join(lines.folder, "candidate.jsonl")
         self.tests = 0
         self.deadline = deadline
         self.progress = progress
         self.signature: tuple[Any, ...] = ()
-        self.best: list[Event] = []
+        self.best = Candidate(array("q"))
 
-    def run(self, events: Sequence[Event]) -> Failure | None:
+    def run(self, candidate: Candidate) -> Failure | None:
         self.tests += 1
-        lines = [orjson.dumps(e) for e in events]
-        if self.header is not None:
-            lines.insert(0, orjson.dumps(self.header))
-        with open(self.path, "wb") as f:
-            f.write(b"\n".join(lines) + b"\n")
+        with open(self.path, "wb", buffering=1 << 20) as f:
+            candidate.write(self.lines, f)
         return self.test(self.path)
 
-    def fails(self, events: list[Event]) -> bool:
-        """Whether ``events`` fail the same way; the smallest such is kept as ``best``."""
+    def fails(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` fails the same way; the smallest such is kept as ``best``."""
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise _OutOfTime
-        failure = self.run(events)
+        failure = self.run(candidate)
         same = failure is not None and failure.signature == self.signature
-        if same and len(events) <= len(self.best):
-            self.best = events
+        if same and len(candidate) <= len(self.best):
+            self.best = candidate
         self.progress(self.tests, len(self.best))
         return same
 
-    def ddmin(self, items: list[Any], rebuild: Callable[[list[Any]], list[Event]]) -> list[Any]:
-        """Remove chunks while what is left still fails; halve the chunks when none can go."""
+    def ddmin(self, items: Any, rebuild: Callable[[Any], Candidate]) -> Any:
+        """Remove chunks while what is left still fails; halve the chunks when none can go.
+        ``items``: a list or an array (line indices, 8 bytes each)."""
         n = 2
         while len(items) >= 2:
             size = math.ceil(len(items) / n)
@@ -232,44 +315,67 @@ class _Shrinker:
                 n = min(n * 2, len(items))
         return items
 
-    def reduce(self, events: list[Event], keep_expects: bool) -> list[Event]:
+    def reduce(self, candidate: Candidate, keep_expects: bool) -> Candidate:
         """Unless ``keep_expects``, the checks of batches other than the failing one
         dropped (while the failure stays the same), then events, then tasks of groups."""
+        lines = self.lines
         if not keep_expects:
-            checked = [i for i, e in enumerate(events) if _has_expect(e)]
+            expects = lines.expects
+            checked = array("q", (i for i in candidate.kept if expects[i]))
+            whole = candidate
 
-            def keeping(kept_checks: list[int]) -> list[Event]:
-                chosen = set(kept_checks)
-                return [
-                    e if i in chosen or not _has_expect(e) else _without_expect(e)
-                    for i, e in enumerate(events)
-                ]
+            def keeping(kept_checks: Sequence[int]) -> Candidate:
+                chosen = bytearray(len(lines))
+                for i in kept_checks:
+                    chosen[i] = 1
+                return replace(whole, keep_expects=chosen)
 
-            events = keeping(self.ddmin(checked, keeping))
-        return self._drop_tasks(self._drop_events(events))
+            candidate = keeping(self.ddmin(checked, keeping))
+        with_expects = candidate
+        kept = self.ddmin(candidate.kept, lambda ix: replace(with_expects, kept=ix))
+        return self._drop_tasks(replace(candidate, kept=kept))
 
-    def _drop_events(self, events: list[Event]) -> list[Event]:
-        kept = self.ddmin(list(range(len(events))), lambda ix: [events[i] for i in ix])
-        return [events[i] for i in kept]
-
-    def _drop_tasks(self, events: list[Event]) -> list[Event]:
-        for i, e in enumerate(events):
+    def _drop_tasks(self, candidate: Candidate) -> Candidate:
+        lines = self.lines
+        for i in candidate.kept:
+            if b'"tasks"' not in lines.raw(i):
+                continue
+            e = candidate.event(lines, i)
             tasks = e.get("tasks")
             if e.get("op") == "submit" and isinstance(tasks, list) and len(tasks) > 1:
 
-                def with_tasks(chosen: list[Any], i: int = i, e: Event = e) -> list[Event]:
-                    return [*events[:i], {**e, "tasks": chosen}, *events[i + 1 :]]
+                def with_tasks(
+                    chosen: list[Any], i: int = i, base: Candidate = candidate
+                ) -> Candidate:
+                    return replace(base, tasks={**base.tasks, i: chosen})
 
-                events[i] = {**e, "tasks": self.ddmin(tasks, with_tasks)}
-        return events
+                candidate = with_tasks(self.ddmin(tasks, with_tasks))
+        return candidate
 
 
 def _has_expect(e: Event) -> bool:
     return e.get("op") == "get_work" and "expect" in e
 
 
-def _without_expect(e: Event) -> Event:
-    return {k: v for k, v in e.items() if k != "expect"}
+@dataclass
+class Shrunk:
+    """What shrinking found: ``best`` among ``lines`` (open until the caller closes them)."""
+
+    lines: Lines
+    best: Candidate
+    before: int
+    tests: int = 0
+    signature: tuple[Any, ...] = ()
+    out_of_time: bool = False  # stopped at --max-time: the smallest found so far
+    interrupted: Stopped | None = None  # stopped by a signal: the smallest found so far
+
+    @property
+    def count(self) -> int:
+        """Lines in the shrunk trace, the header counted."""
+        return len(self.best) + (self.lines.header is not None)
+
+    def write(self, out: IO[bytes]) -> None:
+        self.best.write(self.lines, out, canonical=True)
 
 
 def shrink(
@@ -283,41 +389,58 @@ def shrink(
     progress: Callable[[int, int], None] = lambda tried, size: None,
 ) -> Shrunk:
     """The smallest trace found that fails like ``path``. Stopped early (``max_time``, or
-    a stop signal), it is the smallest found so far, and ``stopped`` says why."""
-    header, events = read_events(path)
-    before = len(events) + (header is not None)
+    a stop signal), it is the smallest found so far, and ``stopped`` says why. The caller
+    closes ``Shrunk.lines``."""
     test = failure_test(until, policy, params)
+    lines = Lines(path)
+    try:
+        return _shrink(lines, until, test, max_time, keep_expects, progress)
+    except BaseException:
+        lines.close()
+        raise
+
+
+def _shrink(
+    lines: Lines,
+    until: str,
+    test: Test,
+    max_time: float | None,
+    keep_expects: bool,
+    progress: Callable[[int, int], None],
+) -> Shrunk:
     deadline = None if max_time is None else time.monotonic() + max_time
-    with tempfile.TemporaryDirectory(prefix="schedcli-shrink-") as tmp:
-        shrinker = _Shrinker(header, test, tmp, deadline, progress)
-        failure = shrinker.run(events)
-        if failure is None:
+    shrinker = _Shrinker(lines, test, deadline, progress)
+    candidate = Candidate(array("q", range(len(lines))))
+    failure = shrinker.run(candidate)
+    if failure is None:
+        raise InputError(lines.name, None, f"does not fail --until {until}: nothing to shrink")
+    shrinker.signature = failure.signature
+    shrinker.best = candidate
+    if failure.line > 0:
+        # What follows the failing line goes (the header counts as a line): the replay
+        # stopped there, so the cut fails the same way without being tried.
+        candidate = replace(
+            candidate, kept=candidate.kept[: failure.line - (lines.header is not None)]
+        )
+        shrinker.best = candidate
+    result = Shrunk(lines, candidate, len(lines) + (lines.header is not None), 0, failure.signature)
+    try:
+        shrinker.reduce(candidate, keep_expects)
+    except _OutOfTime:
+        result.out_of_time = True
+    except Stopped as e:
+        result.interrupted = e
+    result.best, result.tests = shrinker.best, shrinker.tests
+    if result.interrupted is None:
+        shrinker.deadline = None
+        if not shrinker.fails(result.best):
             raise InputError(
-                display_name(path), None, f"does not fail --until {until}: nothing to shrink"
+                lines.name,
+                None,
+                f"the failure did not reproduce on the final check of the shrunk trace "
+                f"(--until {until} is flaky: it fails only sometimes)",
             )
-        shrinker.signature = failure.signature
-        shrinker.best = events
-        if failure.line > 0:  # cut what follows the failing line (the header counts as a line)
-            cut = events[: failure.line - (1 if header is not None else 0)]
-            events = cut if shrinker.fails(cut) else events
-        result = Shrunk(header, events, before, 0, failure.signature)
-        try:
-            shrinker.reduce(list(events), keep_expects)
-        except _OutOfTime:
-            result.out_of_time = True
-        except Stopped as e:
-            result.interrupted = e
-        result.events, result.tests = shrinker.best, shrinker.tests
-        if result.interrupted is None:
-            shrinker.deadline = None
-            if not shrinker.fails(result.events):
-                raise InputError(
-                    display_name(path),
-                    None,
-                    f"the failure did not reproduce on the final check of the shrunk trace "
-                    f"(--until {until} is flaky: it fails only sometimes)",
-                )
-        return result
+    return result
 
 
 def shrink_to_file(
@@ -354,12 +477,14 @@ def shrink_to_file(
         )
     finally:
         bar.stop()
-    lines = shrunk.lines()
-    with atomic_output(output) as out:
-        out.write(b"".join(line + b"\n" for line in lines))
+    try:
+        with atomic_output(output) as out:
+            shrunk.write(out)
+    finally:
+        shrunk.lines.close()
     took = time.monotonic() - start
     err.print(
-        f"shrunk {display_name(path)} from {shrunk.before} lines to {len(lines)} "
+        f"shrunk {display_name(path)} from {shrunk.before} lines to {shrunk.count} "
         f"in {took:.1f} s ({shrunk.tests} replays)",
         highlight=False,
         soft_wrap=True,
