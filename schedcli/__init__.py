@@ -2,20 +2,56 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 # First: whether the compiled core is used is decided before any of its modules loads.
 from ._compiled import CORE
-from .model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
-from .model.scheduler import Param, QueueScheduler, Scheduler
-from .model.task import Id, Task, TaskKind, settle_outputs
-from .policies import BUILTIN_POLICIES, DecodeFirstScheduler
-from .policies.registry import build_policy, policy_sources, resolve_policy
 
-try:
-    __version__ = version("schedcli")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+if TYPE_CHECKING:
+    from .model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
+    from .model.scheduler import Param, QueueScheduler, Scheduler
+    from .model.task import Id, Task, TaskKind, settle_outputs
+    from .policies import BUILTIN_POLICIES, DecodeFirstScheduler
+    from .policies.registry import build_policy, policy_sources, resolve_policy
+
+    __version__: str
+
+# Each public name and the module it lives in, imported when first asked for: a command
+# loads only what it uses (start-up is most of a small run).
+_HOMES = {
+    **dict.fromkeys(
+        ("CheckFailed", "InputError", "InvariantError", "SchedcliError", "UsageError"),
+        "model.errors",
+    ),
+    **dict.fromkeys(("Param", "QueueScheduler", "Scheduler"), "model.scheduler"),
+    **dict.fromkeys(("Id", "Task", "TaskKind", "settle_outputs"), "model.task"),
+    **dict.fromkeys(("BUILTIN_POLICIES", "DecodeFirstScheduler"), "policies"),
+    **dict.fromkeys(("build_policy", "policy_sources", "resolve_policy"), "policies.registry"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("schedcli")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            found = "0.0.0"
+        globals()["__version__"] = found
+        return found
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'schedcli' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 __all__ = [
     "BUILTIN_POLICIES",

@@ -88,7 +88,7 @@ def test_an_output_format_is_one_class_and_one_line_in_views(
     monkeypatch.setitem(outputs.VIEWS, "count", CountView)  # type: ignore[arg-type]
     out = tmp_path / "count.txt"
     progress = TraceProgress(Console(file=io.StringIO()), "replaying", str(TRACE))
-    run_replay(ReplayRequest(str(TRACE), fmt="count", output=str(out)), Console(), progress)  # type: ignore[arg-type]
+    run_replay(ReplayRequest(str(TRACE), fmt="count", output=str(out)), Console, progress)  # type: ignore[arg-type]
     dump = run_cli("replay", str(TRACE), "-f", "jsonl").stdout
     batches = dump.count(b'"batch"')
     assert out.read_text() == f"{batches} batches\n"

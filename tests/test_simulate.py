@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES, build_policy
-from schedcli.engine.simulate import CostModel, simulate
+from schedcli.engine.cost import CostModel
+from schedcli.engine.simulate import simulate
 from schedcli.formats.workload import Request
 from schedcli.formats.writer import TraceWriter
 from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, run_cli

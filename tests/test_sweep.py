@@ -302,7 +302,7 @@ def test_an_edited_plugin_is_a_cache_miss_with_new_numbers(tmp_path: Path, workl
 
 
 def test_the_cache_key_covers_source_params_workload_cost_and_runner(workload: Path) -> None:
-    from schedcli.engine.simulate import CostModel
+    from schedcli.engine.cost import CostModel
     from schedcli.engine.sweep import Plan, points
 
     base = points(Plan([str(workload)], ["fcfs"]))[0]

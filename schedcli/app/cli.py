@@ -10,8 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from .. import CORE, __version__
-from ..engine.simulate import CostModel
+from .. import CORE
 from ..formats.source import DEFAULT_MAX_LINE_BYTES
 from .console import PipeClosed, data_console, show, stderr_console
 from .options import (
@@ -98,7 +97,6 @@ from .options import (
 )
 from .parsing import StepRange, parse_id_option
 from .progress import trace_progress
-from .replaying import ReplayRequest, run_replay
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
@@ -117,8 +115,6 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-err_console = stderr_console()
 
 
 def command(fn: F) -> F:
@@ -140,6 +136,8 @@ def command(fn: F) -> F:
 
 def _version(value: bool) -> None:
     if value:
+        from .. import __version__
+
         typer.echo(f"schedcli {__version__} ({CORE})")
         raise typer.Exit()
 
@@ -178,6 +176,8 @@ def replay(
     Exit codes: 0 ok; 1 --check or --golden found a difference; 2 bad input or usage;
     3 the policy broke the Scheduler contract; 130 interrupted; 143 terminated.
     """
+    from .replaying import ReplayRequest, run_replay
+
     request = ReplayRequest(
         trace,
         policy=policy,
@@ -197,7 +197,7 @@ def replay(
         allow_incomplete=allow_incomplete,
     )
     quiet = request.view_format() == "table" and output is None
-    run_replay(request, err_console, trace_progress("replaying", trace, not quiet))
+    run_replay(request, stderr_console, trace_progress("replaying", trace, not quiet))
 
 
 @command
@@ -334,7 +334,7 @@ def simulate(
         slo_tpot=slo_tpot,
         json=fmt is ViewFormat.json,
     )
-    run_simulate(request, data_console(), err_console)
+    run_simulate(request, data_console(), stderr_console())
 
 
 @command
@@ -377,7 +377,7 @@ def shrink(
     from .shrink import shrink_to_file
 
     shrink_to_file(
-        trace, until, policy, parse_params(param), output, max_time, keep_expects, err_console
+        trace, until, policy, parse_params(param), output, max_time, keep_expects, stderr_console()
     )
 
 
@@ -406,6 +406,7 @@ def sweep(
 
     Exit codes: 0 ok; 2 bad input or usage, or some point failed (the others finish).
     """
+    from ..engine.cost import CostModel
     from .sweeping import SweepRequest, capacity_search, sweep_command
 
     req = SweepRequest(
@@ -421,7 +422,7 @@ def sweep(
         CostModel(cost_a, cost_b, cost_c),
     )
     searched = capacity_search(capacity, slo_ttft, slo_tpot, goodput)
-    sweep_command(req, spec, searched, data_console(), err_console)
+    sweep_command(req, spec, searched, data_console(), stderr_console())
 
 
 @command
@@ -474,6 +475,7 @@ def report(
     """Write one self-contained HTML report (works offline): tokens per step against the
     budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy.
     """
+    from ..engine.cost import CostModel
     from .report import report_command
 
     cost = CostModel(cost_a, cost_b, cost_c)

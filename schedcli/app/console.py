@@ -2,35 +2,56 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# rich loads when a console is first made: a command that prints no table (a dump,
+# --help, --version) does without it.
 
 
 class PipeClosed(BaseException):
     """The reader of stdout went away (``| head``): stop quietly."""
 
 
-class DataConsole(Console):
-    """A console for stdout whose reader may go away (``| head``).
+@functools.cache
+def _data_console_class() -> type[Console]:
+    from rich.console import Console
 
-    rich turns a broken pipe into exit 1; here it stays a BrokenPipeError, which the
-    command line ends quietly with exit 0, as for every other output format.
-    """
+    class DataConsole(Console):
+        """A console for stdout whose reader may go away (``| head``).
 
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError
+        rich turns a broken pipe into exit 1; here it stays a BrokenPipeError, which the
+        command line ends quietly with exit 0, as for every other output format.
+        """
+
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return DataConsole
 
 
 def data_console(file: IO[str] | None = None, width: int | None = None) -> Console:
-    return DataConsole(file=file, highlight=False, width=width)
+    return _data_console_class()(file=file, highlight=False, width=width)
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+    """The one console for messages (stderr), made when first asked for."""
+    global _stderr
+    if _stderr is None:
+        from rich.console import Console
+
+        _stderr = Console(stderr=True, highlight=False, soft_wrap=False)
+    return _stderr
+
+
+_stderr: Console | None = None
 
 
 def show(

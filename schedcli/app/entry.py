@@ -20,7 +20,6 @@ from .._compiled import CORE_IS_STALE, STALE
 from ..formats import interrupt
 from ..formats.interrupt import Stopped, guard
 from ..model.errors import SchedcliError
-from ..policies.registry import plugin_imported
 from .cli import app
 from .console import PipeClosed
 from .usage import error_text, usage_message
@@ -63,7 +62,7 @@ def run() -> NoReturn:
         main()
         code = 0
     except SystemExit as e:
-        if not isinstance(e.code, int) or threading.active_count() > 1 or plugin_imported():
+        if not isinstance(e.code, int) or threading.active_count() > 1 or _plugin_imported():
             raise
         code = e.code
     atexit._run_exitfuncs()
@@ -114,3 +113,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         _exit(INTERNAL_ERROR)
     _exit(0)
+
+
+def _plugin_imported() -> bool:
+    """Whether a plugin was imported (the registry is loaded only by a command that
+    builds a policy: without it, no plugin was)."""
+    registry = sys.modules.get("schedcli.policies.registry")
+    return registry is not None and bool(registry.plugin_imported())

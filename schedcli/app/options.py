@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
-from ..engine.simulate import CostModel
+from ..engine.cost import CostModel
 from ..formats.converters import CONVERTERS
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
-from .replaying import OutputFormat
+from .outputs import OutputFormat
 
 # `convert`'s FORMAT: auto, or a name from the converter table (one line adds a format).
 ConvertFormat = StrEnum(  # type: ignore[misc]

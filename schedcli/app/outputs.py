@@ -13,7 +13,8 @@ import io
 from collections.abc import Callable, Container
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from enum import StrEnum
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from ..engine.ledger import Totals
 from ..formats.dump import RecordFilter, partial_record
@@ -23,8 +24,9 @@ from ..formats.perfetto import PerfettoWriter
 from ..formats.writer import JsonlWriter
 from ..model.records import Left, Record
 from .console import data_console
-from .render import TableView as TableRows
-from .render import summary_table
+
+if TYPE_CHECKING:
+    from .render import TableView as TableRows
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ class TableView(Output):
         self._trace: Opened | None = None
 
     def opened(self, trace: Opened) -> None:
+        from .render import TableView as TableRows  # rich's tables: only for this view
+
         self._trace = trace
         self._view = TableRows(self.console, trace.budget)
 
@@ -104,6 +108,8 @@ class TableView(Output):
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
         if totals is not None and self._trace is not None:
+            from .render import summary_table
+
             name, label = self._trace.name, self._trace.policy_name
             self.console.print(f"\n[bold]{name}[/] under [bold]{label}[/]")
             self.console.print(summary_table(totals, "summary"))
@@ -114,6 +120,9 @@ VIEWS: dict[str, Callable[[IO[bytes], ExitStack, bool], Output]] = {
     "jsonl": DumpView,
 }
 """The views ``replay -f`` offers, by name: the one registry line a new view adds."""
+
+# replay's -f: a name from the registry above.
+OutputFormat = StrEnum("OutputFormat", [(name, name) for name in VIEWS])  # type: ignore[misc]
 
 
 class Filtered(Output):
@@ -202,4 +211,14 @@ def _discard(record: Record) -> None:
     pass
 
 
-__all__ = ["VIEWS", "DumpView", "Fanout", "Filtered", "Opened", "Output", "TableView", "Timeline"]
+__all__ = [
+    "VIEWS",
+    "DumpView",
+    "Fanout",
+    "Filtered",
+    "Opened",
+    "Output",
+    "OutputFormat",
+    "TableView",
+    "Timeline",
+]

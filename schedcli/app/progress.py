@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import io
+import os
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 from ..formats.source import file_size
 
@@ -14,9 +16,12 @@ from ..formats.source import file_size
 class ProgressBar:
     """``label``, a bar against ``total`` (or a pulse when unknown), and a detail line."""
 
-    def __init__(self, console: Console, label: str, total: float | None, detail: str) -> None:
+    def __init__(
+        self, console: Console | None, label: str, total: float | None, detail: str
+    ) -> None:
+        """No ``console``: no bar (what a pipe or a quiet run gets, without loading rich)."""
         self._bar: Any = None
-        if not console.is_terminal:
+        if console is None or not console.is_terminal:
             return
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -57,7 +62,7 @@ class TraceProgress:
     The command that opens the trace sets ``position`` (the reader's byte offset).
     """
 
-    def __init__(self, console: Console, label: str, path: str) -> None:
+    def __init__(self, console: Console | None, label: str, path: str) -> None:
         self.bar = ProgressBar(console, label, file_size(path), "{task.fields[steps]} steps")
         self.position: Callable[[], int] | None = None
 
@@ -79,5 +84,16 @@ def trace_progress(label: str, path: str, enabled: bool = True) -> TraceProgress
     """A bar on stderr over ``path`` (shown only on a terminal, and only if ``enabled``)."""
     from .console import stderr_console
 
-    console = stderr_console() if enabled else Console(file=io.StringIO())
-    return TraceProgress(console, label, path)
+    return TraceProgress(stderr_console() if enabled and _may_show() else None, label, path)
+
+
+def _may_show() -> bool:
+    """Whether stderr may be a terminal, asked without loading rich: a pipe or a file
+    (with none of the variables by which rich is told otherwise) never gets a bar."""
+    env = os.environ
+    if env.get("TTY_COMPATIBLE") or env.get("FORCE_COLOR") is not None:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

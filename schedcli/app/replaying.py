@@ -7,9 +7,7 @@ import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from enum import StrEnum
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from ..engine.replay import ExpectMismatch, Record, Replayer, Totals
 from ..engine.run import OpenTrace, open_replay
@@ -20,14 +18,16 @@ from ..formats.writer import JsonlWriter
 from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
 from ..model.records import Left
 from ..model.task import Id
-from .golden import GoldenComparison
-from .outputs import VIEWS, Fanout, Filtered, Opened, Output, Timeline
-from .parsing import StepRange
-from .progress import TraceProgress
-from .render import diff_view, mismatch_view, why_left
+from .outputs import VIEWS, Fanout, Filtered, Opened, Output, OutputFormat, Timeline
 
-# replay's -f: a name from the views' registry (one line there adds a view).
-OutputFormat = StrEnum("OutputFormat", [(name, name) for name in VIEWS])  # type: ignore[misc]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .golden import GoldenComparison
+    from .parsing import StepRange
+    from .progress import TraceProgress
+# rich's views, the golden comparison and the reasons' views load where they are used:
+# a replay that dumps needs none of them.
 
 
 @dataclass
@@ -61,7 +61,7 @@ class ReplayRequest:
         return "table" if to_terminal else "jsonl"
 
 
-def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> None:
+def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TraceProgress) -> None:
     """Replay ``req.trace``; raises CheckFailed (exit 1) when a check finds a difference."""
     if req.update_golden and not req.golden:
         raise UsageError("--update-golden needs --golden FILE")
@@ -106,7 +106,9 @@ def run_replay(req: ReplayRequest, err: Console, progress: TraceProgress) -> Non
         except ExpectMismatch as e:
             _close(outputs, None, e)
             progress.stop()
-            err.print(mismatch_view(e.mismatch, e.mismatch.left))
+            from .render import mismatch_view
+
+            err().print(mismatch_view(e.mismatch, e.mismatch.left))
             raise
         except (SchedcliError, Stopped) as e:
             _close(outputs, None, e)
@@ -127,7 +129,7 @@ def _outputs(
     req: ReplayRequest,
     flush_before_wait: WaitHook,
     engine: Callable[[], Replayer],
-    err: Console,
+    err: Callable[[], Console],
 ) -> list[Output]:
     """Where the records go, from the options: the view (filtered), the golden, the
     timeline. Each is told the rest when the trace is opened."""
@@ -155,7 +157,7 @@ def _outputs(
 class GoldenUpdate(Output):
     """``--golden G --update-golden``: the dump written to G, atomically (on success only)."""
 
-    def __init__(self, path: str, stack: ExitStack, err: Console) -> None:
+    def __init__(self, path: str, stack: ExitStack, err: Callable[[], Console]) -> None:
         self._path, self._err = path, err
         self._write = JsonlWriter(stack.enter_context(atomic_output(path)))
 
@@ -164,14 +166,16 @@ class GoldenUpdate(Output):
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
         if totals is not None:
-            self._err.print(f"updated golden {self._path}")
+            self._err().print(f"updated golden {self._path}")
 
 
 class GoldenCheck(Output):
     """``--golden G``: the dump compared with G step by step as it is made; at the end, the
     first difference side by side, with the replay's reasons there."""
 
-    def __init__(self, req: ReplayRequest, engine: Callable[[], Replayer], err: Console) -> None:
+    def __init__(
+        self, req: ReplayRequest, engine: Callable[[], Replayer], err: Callable[[], Console]
+    ) -> None:
         assert req.golden is not None
         self._req, self._err = req, err
         self._engine = engine
@@ -181,6 +185,8 @@ class GoldenCheck(Output):
 
     def opened(self, trace: Opened) -> None:
         label = f"replay under {trace.policy_name}"
+        from .golden import GoldenComparison
+
         self.comparison = GoldenComparison(self._golden, label, self._engine)
         self._name = trace.name
 
@@ -197,7 +203,9 @@ class GoldenCheck(Output):
         golden = self.comparison
         if golden is None or golden.same:
             return
-        err = self._err
+        err = self._err()
+        from .render import diff_view, why_left
+
         err.print(diff_view(golden.result), soft_wrap=True)
         first = golden.result.first
         if first is not None:
@@ -220,7 +228,9 @@ def _reasons_at(req: ReplayRequest, step: int) -> Left:
     return explain_step(req.trace, step, req.policy, req.params).left
 
 
-def _check_coverage(req: ReplayRequest, name: str, engine: Replayer, err: Console) -> None:
+def _check_coverage(
+    req: ReplayRequest, name: str, engine: Replayer, err: Callable[[], Console]
+) -> None:
     """What ``--check`` compared, said; nothing compared is bad input, and a batch left
     unchecked fails ``--require-all``."""
     if engine.checked == 0 and engine.outcomes_checked == 0:
@@ -234,7 +244,7 @@ def _check_coverage(req: ReplayRequest, name: str, engine: Replayer, err: Consol
     said = f"checked {engine.checked} of {total} batches"
     if engine.outcomes_checked:
         said += f" and {engine.outcomes_checked} submit outcomes"
-    err.print(f"{name}: {said}", soft_wrap=True, highlight=False)
+    err().print(f"{name}: {said}", soft_wrap=True, highlight=False)
     if req.require_all and engine.checked < total:
         raise CheckFailed(
             f"{name}: {total - engine.checked} of {total} batches record no expect (--require-all)"
@@ -270,7 +280,11 @@ def _readable(req: ReplayRequest, golden: str) -> None:
 
 
 def _finish(
-    req: ReplayRequest, opened: OpenTrace, engine: Replayer, outputs: list[Output], err: Console
+    req: ReplayRequest,
+    opened: OpenTrace,
+    engine: Replayer,
+    outputs: list[Output],
+    err: Callable[[], Console],
 ) -> None:
     """After the last record: notes and the verdict of --check (the outputs gave theirs)."""
     for output in outputs:
@@ -278,7 +292,7 @@ def _finish(
             what = " and ".join(
                 o for o, v in (("--steps", req.steps), ("--session", req.session)) if v is not None
             )
-            err.print(f"note: {what} selected nothing: no record of this replay matches")
+            err().print(f"note: {what} selected nothing: no record of this replay matches")
     if req.check:
         _check_coverage(req, opened.name, engine, err)
     for output in outputs:

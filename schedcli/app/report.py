@@ -17,9 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.cost import CostModel
 from ..engine.metrics import StepMetrics
 from ..engine.run import open_replay
-from ..engine.simulate import CostModel, chunk_size_for, simulate
+from ..engine.simulate import chunk_size_for, simulate
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.kinds import sniff_kind
 from ..formats.source import display_name

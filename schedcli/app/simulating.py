@@ -9,8 +9,9 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from ..engine.cost import CostModel
 from ..engine.replay import PolicyCrashed
-from ..engine.simulate import CostModel, SimResult, chunk_size_for
+from ..engine.simulate import SimResult, chunk_size_for
 from ..engine.simulate import simulate as run_simulation
 from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__
-from ..engine.simulate import CostModel
+from ..engine.cost import CostModel
 from ..engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
 from ..formats.output import atomic_output
 from ..formats.sweep_schema import SweepSpec, refusal

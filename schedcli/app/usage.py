@@ -24,7 +24,12 @@ def error_text(e: SchedcliError) -> str:
     return str(e) if isinstance(e, InputError) else f"schedcli: {e}"
 
 
+# The parser's words, in ours: pydantic's (typer 0.29, which coerces through it) and
+# click's (typer <= 0.28, vendoring click), so a message reads the same under either.
 _REWRITES = (
+    (re.compile(r"'.*' is not a valid int(eger)?\.?$"), "must be a whole number"),
+    (re.compile(r"'.*' is not a valid float\.?$"), "must be a number"),
+    (re.compile(r"^'(.*)' is not one of (.*)\.$"), r"must be one of \2, not '\1'"),
     (re.compile(r"Input should be greater than or equal to (\S+)"), r"must be >= \1"),
     (re.compile(r"Input should be greater than (\S+)"), r"must be > \1"),
     (re.compile(r"Input should be a valid integer.*"), "must be a whole number"),

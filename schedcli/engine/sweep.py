@@ -29,9 +29,10 @@ from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..policies.registry import build_policy, policy_source, resolve_policy
+from .cost import CostModel
 from .metrics import StepMetrics
 from .run import open_replay
-from .simulate import CostModel, chunk_size_for, simulate
+from .simulate import chunk_size_for, simulate
 
 # Grid keys that are not policy parameters.
 RUN_KEYS = ("time_scale", "chunk_size", "cost_a", "cost_b", "cost_c")

@@ -10,15 +10,17 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..model.errors import InputError, UsageError
 from ..model.scheduler import Param, Scheduler, check_params
 from . import BUILTIN_POLICIES
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 ENTRY_POINT_GROUP = "schedcli.policies"
 
@@ -58,12 +60,20 @@ class PolicySource:
         return _check_class(obj, f"policy plugin {self.name!r} ({ep.value})")
 
 
+def _entry_points(name: str | None = None) -> list[EntryPoint]:
+    """The installed plugins' entry points (importlib.metadata loads only when asked)."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=ENTRY_POINT_GROUP)
+    return [ep for ep in found if name is None or ep.name == name]
+
+
 def policy_sources() -> dict[str, PolicySource]:
     """Every policy name, built-ins first; a name claimed twice is an error."""
     found: dict[str, PolicySource] = {
         name: PolicySource(name, "built-in", builtin=cls) for name, cls in BUILTIN_POLICIES.items()
     }
-    eps = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value))
+    eps = sorted(_entry_points(), key=lambda e: (e.name, e.value))
     for ep in eps:
         dist = ep.dist.name if ep.dist is not None else "?"
         origin = f"{dist}: {ep.value}"
@@ -146,7 +156,7 @@ def policy_reference(cls: type) -> str:
         builtin = BUILTIN_POLICIES.get(name)
         if builtin is cls or (builtin is not None and cls in builtin.VARIANTS):
             return name
-        if any(ep.value == where for ep in entry_points(group=ENTRY_POINT_GROUP, name=name)):
+        if any(ep.value == where for ep in _entry_points(name=name)):
             return name
     return where
 
