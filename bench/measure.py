@@ -21,8 +21,11 @@ class Usage:
 
 
 def measured(args: Sequence[str], *, stdout: int | None = subprocess.DEVNULL) -> Usage:
-    """Run ``args`` to the end; its CPU time, peak RSS and exit code."""
-    proc = subprocess.Popen(list(args), stdout=stdout, stderr=subprocess.DEVNULL)
+    """Run ``args`` to the end; its CPU time, peak RSS and exit code. The child may
+    cache compiled bytecode, as a user's runs do (even where PYTHONDONTWRITEBYTECODE
+    is set for this process): otherwise every run would recompile every module."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    proc = subprocess.Popen(list(args), stdout=stdout, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return Usage(usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)

@@ -1,22 +1,32 @@
-"""convert + simulate of the whole Azure conversation trace, timed, with peak RSS.
+"""simulate against sched-sim 0.2.1 on the whole Azure conversation trace, CPU and memory,
+both measured in this run.
 
-    python bench/simulate_bench.py [--trace PATH] [--policy NAME]
+    python bench/simulate_bench.py [--trace PATH] [--sched-sim PATH] [--repeat N]
 
-Runs the real commands in subprocesses pinned to one core (taskset, when present):
-``schedcli convert auto TRACE -o W`` then ``schedcli simulate W -f json`` (metrics only).
-Target: under 20 s together and under 100 MB peak RSS each.
+``schedcli convert auto TRACE`` makes the workload; ``schedcli simulate`` plays it under
+decode-first with a 512-token budget (256 decodes, 256-token chunks); sched-sim's
+``trace`` command plays the same requests (arrival, prompt and output tokens, as the
+JSON list it reads) under its chunked-prefill scheduler with the same 512-token budget.
+Each figure is the least CPU of N runs and that run's peak RSS (``bench/measure.py``).
+Targets: simulate's CPU at most 0.25x sched-sim's; its memory no more than sched-sim's.
+
+sched-sim pins its own typer and pydantic, so it lives in a virtual environment of its
+own: ``python -m venv /tmp/ssv && /tmp/ssv/bin/pip install sched-sim==0.2.1``, then pass
+``--sched-sim /tmp/ssv/bin/sched-sim``. Without it, only schedcli's figures are printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.measure import Usage, measured, schedcli, verdict
 
 # The real traces: $SCHEDCLI_TRACES_REAL, else ../shared/traces-real beside the clone.
 REAL = Path(
@@ -24,44 +34,68 @@ REAL = Path(
     or Path(__file__).resolve().parent.parent.parent / "shared" / "traces-real"
 )
 DEFAULT = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+BUDGET = 512
+PARAMS = [f"max_batch_tokens={BUDGET}", "max_decode_sequences=256", "max_prefill_chunk_size=256"]
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS in MB of one child process."""
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    wrapper = [sys.executable, "-c", _CHILD, *pin, *cmd]
-    start = time.perf_counter()
-    out = subprocess.run(wrapper, check=True, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    return elapsed, float(out.stdout.strip().splitlines()[-1])
+def for_sched_sim(workload: Path, out: Path) -> None:
+    """The workload as sched-sim's trace: a JSON list of id, timestamp and token counts."""
+    requests = []
+    with workload.open("rb") as f:
+        for line in f:
+            r = orjson.loads(line)
+            requests.append(
+                {
+                    "id": str(r["sid"]),
+                    "timestamp": r["arrival"],
+                    "prompt_tokens": r["prompt_tokens"],
+                    "output_tokens": r["output_tokens"],
+                }
+            )
+    out.write_bytes(orjson.dumps(requests))
 
 
-# Runs the command and prints its own children's peak RSS, so each figure is one command's.
-_CHILD = (
-    "import resource, subprocess, sys\n"
-    "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
-)
+def least(runs: list[Usage]) -> Usage:
+    return min(runs, key=lambda u: u.cpu)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--trace", type=Path, default=DEFAULT)
-    ap.add_argument("--policy", default="decode-first")
+    ap.add_argument("--sched-sim", type=Path, help="the sched-sim 0.2.1 executable")
+    ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     if not args.trace.is_file():
         sys.exit(f"no trace at {args.trace}")
-    schedcli = [sys.executable, "-m", "schedcli"]
+    from schedcli import CORE
+
+    print(f"core: {CORE}; trace: {args.trace.name}")
     with tempfile.TemporaryDirectory() as tmp:
-        workload = os.path.join(tmp, "w.jsonl")
-        conv_s, conv_mb = timed([*schedcli, "convert", "auto", str(args.trace), "-o", workload])
-        sim_s, sim_mb = timed([*schedcli, "simulate", workload, "-p", args.policy, "-f", "json"])
-    print(f"trace: {args.trace.name}, policy {args.policy}")
-    print(f"convert:  {conv_s:6.2f} s  peak RSS {conv_mb:5.0f} MB")
-    print(f"simulate: {sim_s:6.2f} s  peak RSS {sim_mb:5.0f} MB")
-    print(
-        f"total:    {conv_s + sim_s:6.2f} s  (target < 20 s; sched-sim 0.2.1: about 19 s, 200 MB)"
-    )
+        workload = Path(tmp) / "w.jsonl"
+        convert = schedcli("convert", "auto", str(args.trace), "-o", str(workload))
+        assert convert.code == 0, convert
+        params = [arg for p in PARAMS for arg in ("-P", p)]
+        sim = least([schedcli("simulate", str(workload), *params, "-f", "json")
+                     for _ in range(args.repeat)])  # fmt: skip
+        assert sim.code == 0, sim
+        print(f"convert: {convert.cpu:.2f} s CPU, peak RSS {convert.peak_mb:.0f} MB")
+        print(f"simulate ({', '.join(PARAMS)}): {sim.cpu:.2f} s CPU, "
+              f"peak RSS {sim.peak_mb:.0f} MB")  # fmt: skip
+        if args.sched_sim is None:
+            print("sched-sim: not measured (see --sched-sim)")
+            return
+        theirs = Path(tmp) / "sched-sim.json"
+        for_sched_sim(workload, theirs)
+        command = [str(args.sched_sim), "trace", str(theirs), "-s", "chunked"]
+        command += ["--token-budget", str(BUDGET), "--no-gantt"]
+        other = least([measured(command) for _ in range(args.repeat)])
+        assert other.code == 0, other
+        print(f"sched-sim 0.2.1 (chunked, --token-budget {BUDGET}): {other.cpu:.2f} s CPU, "
+              f"peak RSS {other.peak_mb:.0f} MB")  # fmt: skip
+        cpu, memory = sim.cpu / other.cpu, sim.peak_mb / other.peak_mb
+        print(f"ratio simulate / sched-sim CPU: {cpu:.2f}  (target <= 0.25: {verdict(cpu, 0.25)})")
+        print(f"ratio simulate / sched-sim peak memory: {memory:.2f}  "
+              f"(target <= 1: {verdict(memory, 1)})")  # fmt: skip
 
 
 if __name__ == "__main__":
