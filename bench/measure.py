@@ -20,15 +20,25 @@ class Usage:
     code: int
 
 
-def measured(args: Sequence[str], *, stdout: int | None = subprocess.DEVNULL) -> Usage:
-    """Run ``args`` to the end; its CPU time, peak RSS and exit code. The child may
-    cache compiled bytecode, as a user's runs do (even where PYTHONDONTWRITEBYTECODE
-    is set for this process): otherwise every run would recompile every module."""
+# Starts the command from a small interpreter and reports its use: a child forked from
+# this (possibly large) process would count this one's pages in its peak until it execs.
+_STARTER = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+_, status, usage = os.wait4(proc.pid, 0)
+print(usage.ru_utime + usage.ru_stime, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
+def measured(args: Sequence[str]) -> Usage:
+    """Run ``args`` to the end, output discarded; its CPU time, peak RSS and exit code.
+    It may cache compiled bytecode, as a user's runs do (even where this process has
+    PYTHONDONTWRITEBYTECODE): otherwise every run would recompile every module."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    proc = subprocess.Popen(list(args), stdout=stdout, stderr=subprocess.DEVNULL, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Usage(usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
+    out = subprocess.run(
+        [sys.executable, "-c", _STARTER, *args], env=env, capture_output=True, check=True
+    ).stdout.split()
+    return Usage(float(out[0]), int(out[1]) / 1024, int(out[2]))
 
 
 def schedcli(*args: str) -> Usage:

@@ -82,46 +82,29 @@ def _entry(t: Task) -> dict[str, Any]:
 
 
 class _Watcher:
-    """The replay's observer: who was submitted where, and what each step did."""
+    """The replay's observer for lives: who was submitted where, what each step did to
+    the tasks followed, and the reasons each was passed over at every step."""
 
-    def __init__(self, engine_line: Any, target_step: int | None, wanted: Any) -> None:
+    def __init__(self, engine_line: Any, wanted: Any) -> None:
         self.engine_line = engine_line
-        self.target_step = target_step
         self.wanted = wanted  # Task -> bool: the lives to follow
-        self.submitted: dict[int, Queued] = {}  # by object id, in submission order
-        self.lives: dict[int, Life] = {}
-        self.view: StepView | None = None
+        self.lives: dict[int, Life] = {}  # by object id
         self.policy = ""
-        self.last_batch: list[Task] = []
-        self.steps = 0
 
     def accepted(self, tasks: list[Task], step: int) -> None:
         line = self.engine_line()
         for t in tasks:
-            self.submitted[id(t)] = Queued(t, line, step)
             if self.wanted(t):
                 self.lives[id(t)] = Life(t, line, step)
 
-    # Step mode: the policy's reasons, asked for at the target step only (a lazy policy
-    # works them out then, not at every step).
-    reasons: Any = None
-
     def dispatched(self, batch: list[Task], step: int) -> None:
-        self.steps = step + 1
-        self.last_batch = batch
         for t in batch:
             life = self.lives.get(id(t))
             if life is not None:
                 life.outcome, life.outcome_step = "dispatched", step
-        if self.reasons is not None:
-            if step == self.target_step:
-                self.left(step, self.reasons())
-            for t in batch:
-                self.submitted.pop(id(t), None)
 
     def dropped(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
-            self.submitted.pop(id(t), None)
             life = self.lives.get(id(t))
             if life is not None:
                 life.outcome, life.outcome_step = "cancelled", step
@@ -131,37 +114,71 @@ class _Watcher:
             life = self.lives.get(id(t))
             if life is not None:
                 life.passed_over.append((step, code, detail))
+
+
+class _StepWatcher:
+    """The observer for one step: each queued task's submit line and step, kept as a
+    tuple until the step (the per-task cost of a replay to step 2,000,000), and the
+    policy's reasons asked for there only."""
+
+    def __init__(self, engine_line: Any, target_step: int, reasons: Any, policy: str) -> None:
+        self.engine_line = engine_line
+        self.target_step = target_step
+        self.reasons = reasons
+        self.policy = policy
+        self.submitted: dict[int, tuple[Task, int, int]] = {}  # by object id, in order
+        self.view: StepView | None = None
+        self.steps = 0
+
+    def accepted(self, tasks: list[Task], step: int) -> None:
+        line = self.engine_line()
+        self.submitted.update({id(t): (t, line, step) for t in tasks})
+
+    def dispatched(self, batch: list[Task], step: int) -> None:
+        self.steps = step + 1
         if step == self.target_step:
-            batch = self.last_batch
-            queue = [q for q in self.submitted.values()]
-            self.view = StepView(step, self.engine_line() or None, batch, queue, left, self.policy)
+            queue = [Queued(*q) for q in self.submitted.values()]
+            line = self.engine_line() or None
+            self.view = StepView(step, line, batch, queue, self.reasons(), self.policy)
             raise _Done
-        for t in self.last_batch:
-            self.submitted.pop(id(t), None)
+        pop = self.submitted.pop
+        for t in batch:
+            pop(id(t), None)
+
+    def dropped(self, tasks: list[Task], step: int) -> None:
+        pop = self.submitted.pop
+        for t in tasks:
+            pop(id(t), None)
 
 
-def _replay(
-    path: str,
-    policy: str | None,
-    params: Mapping[str, object],
-    target_step: int | None,
-    wanted: Any,
-) -> _Watcher:
+def _replay_to_step(
+    path: str, policy: str | None, params: Mapping[str, object], step: int
+) -> _StepWatcher:
     with open_replay(
         path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
     ) as opened:
         holder: list[Replayer] = []
-        watcher = _Watcher(lambda: holder[0].current_line, target_step, wanted)
-        watcher.policy = opened.policy_name
-        if target_step is not None:  # one step's reasons: asked for there, not every step
-            opened.policy.explaining = True
-            watcher.reasons = opened.policy.left_behind
-            engine = opened.replayer(_discard, observer=watcher)
-        else:
-            engine = opened.replayer(_discard, observer=watcher, on_left=watcher.left)
+        opened.policy.explaining = True  # one step's reasons: asked for there, not every step
+        watcher = _StepWatcher(
+            lambda: holder[0].current_line, step, opened.policy.left_behind, opened.policy_name
+        )
+        engine = opened.replayer(_discard, observer=watcher)
         holder.append(engine)
         with contextlib.suppress(_Done):
             opened.run(engine)
+        return watcher
+
+
+def _replay(path: str, policy: str | None, params: Mapping[str, object], wanted: Any) -> _Watcher:
+    with open_replay(
+        path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
+    ) as opened:
+        holder: list[Replayer] = []
+        watcher = _Watcher(lambda: holder[0].current_line, wanted)
+        watcher.policy = opened.policy_name
+        engine = opened.replayer(_discard, observer=watcher, on_left=watcher.left)
+        holder.append(engine)
+        opened.run(engine)
         return watcher
 
 
@@ -172,7 +189,7 @@ def _discard(record: dict[str, Any]) -> None:
 def explain_step(
     path: str, step: int, policy: str | None = None, params: Mapping[str, object] | None = None
 ) -> StepView:
-    watcher = _replay(path, policy, params or {}, step, lambda t: False)
+    watcher = _replay_to_step(path, policy, params or {}, step)
     if watcher.view is None:
         raise InputError(
             path,
@@ -200,10 +217,10 @@ def explain_lives(
         raise UsageError("explain follows a task or a session: give one of --task, --session")
     if tid is not None:
         key = id_key(tid)
-        watcher = _replay(path, policy, params or {}, None, lambda t: id_key(t.tid) == key)
+        watcher = _replay(path, policy, params or {}, lambda t: id_key(t.tid) == key)
         what = f"task {tid!r}"
     else:
-        watcher = _replay(path, policy, params or {}, None, lambda t: same_id(t.sid, sid))
+        watcher = _replay(path, policy, params or {}, lambda t: same_id(t.sid, sid))
         what = f"session {sid!r}"
     if not watcher.lives:
         raise InputError(path, None, f"no accepted submit in this trace holds {what}")

@@ -11,31 +11,28 @@ its line (a check or a contract break) first cuts everything after that line.
 
 from __future__ import annotations
 
+import bisect
 import math
-import mmap
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import tempfile
 import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
-import orjson
 from rich.console import Console
 
 from ..engine.replay import ExpectMismatch, OutcomeMismatch
 from ..engine.run import open_replay
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
-from ..formats.source import display_name, open_binary
-from ..formats.trace import open_trace, partial_marker
+from ..formats.source import display_name
 from ..model.errors import InputError, InvariantError, SchedcliError, UsageError
 from ..model.task import id_key, ids_only_in
+from .candidates import Candidate, Lines, Ranges
 from .diff import Config, diff_trace
 from .progress import ProgressBar
 
@@ -51,125 +48,6 @@ class Failure:
 
 
 Test = Callable[[str], Failure | None]
-
-
-class Lines:
-    """The trace's lines, by byte range in a private copy of it (mapped, not read in):
-    a candidate names lines by index, so memory follows the number of lines (8 bytes
-    each), not their bytes. Candidates are written beside the copy, in ``folder``."""
-
-    def __init__(self, path: str) -> None:
-        self.name = display_name(path)
-        self._folder = tempfile.TemporaryDirectory(prefix="schedcli-shrink-")
-        self.folder = self._folder.name
-        copy = os.path.join(self.folder, "trace.jsonl")
-        with open_binary(path, self.name) as stream, open(copy, "wb") as out:
-            shutil.copyfileobj(stream, out, 1 << 20)
-        with open_trace(copy, name=self.name) as reader:  # every line valid, as replay reads
-            for _ in reader:
-                pass
-        self.header: bytes | None = None
-        self.starts = array("q")
-        self.ends = array("q")
-        self.expects = bytearray()  # 1 where the line is a get_work with an expect
-        # 1 where a line follows the one before it in the file after exactly one newline,
-        # so a run of such lines is one slice of the file.
-        self.joined = bytearray()
-        with open(copy, "rb") as f:
-            self._index(f)
-            size = f.tell()
-            self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
-        # Slices of a memoryview are not copies: a run of a million lines costs nothing.
-        self.view = memoryview(self.map if self.map is not None else b"")
-
-    def _index(self, f: IO[bytes]) -> None:
-        """Every line's place; partial markers left out (candidates are whole traces).
-        A line's range ends at its newline, which a candidate writes as a plain ``\\n``."""
-        starts, ends, expects, joined = self.starts, self.ends, self.expects, self.joined
-        pos = 0
-        follows = -1  # where a line that follows the last one kept after one "\n" starts
-        for raw in f:
-            content = raw.rstrip()
-            if content.strip() and partial_marker(content) is None:
-                if self.header is None and not starts and "schedcli" in orjson.loads(content):
-                    self.header = content
-                else:
-                    starts.append(pos)
-                    ends.append(pos + len(content))
-                    expects.append(b'"expect"' in content and _has_expect(orjson.loads(content)))
-                    joined.append(pos == follows)
-                    follows = pos + len(raw) if len(raw) == len(content) + 1 else -1
-            pos += len(raw)
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def raw(self, i: int) -> bytes:
-        """Line ``i`` without its newline."""
-        return self.view[self.starts[i] : self.ends[i]].tobytes()
-
-    def close(self) -> None:
-        self.view.release()
-        if self.map is not None:
-            self.map.close()
-        self._folder.cleanup()
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """Some of the trace's lines (indices, ascending), with the expects not chosen
-    dropped and some groups' tasks cut; events are only ever dropped, never edited."""
-
-    kept: Sequence[int]
-    keep_expects: bytearray | None = None  # None: every expect as recorded
-    tasks: Mapping[int, list[Any]] = field(default_factory=dict)  # a group's tasks kept
-
-    def __len__(self) -> int:
-        return len(self.kept)
-
-    def _edited(self, lines: Lines, i: int) -> bool:
-        keep = self.keep_expects
-        return i in self.tasks or (keep is not None and lines.expects[i] == 1 and not keep[i])
-
-    def event(self, lines: Lines, i: int) -> Event:
-        e: Event = orjson.loads(lines.raw(i))
-        keep = self.keep_expects
-        if keep is not None and lines.expects[i] and not keep[i]:
-            e = {k: v for k, v in e.items() if k != "expect"}
-        if i in self.tasks:
-            e = {**e, "tasks": self.tasks[i]}
-        return e
-
-    def write(self, lines: Lines, out: IO[bytes], *, canonical: bool = False) -> None:
-        """The candidate as a trace: lines as they are in the file, a run of neighbours in
-        one write (``canonical``: each re-encoded, as the shrunk trace is written)."""
-        write, dumps = out.write, orjson.dumps
-        if lines.header is not None:
-            write((dumps(orjson.loads(lines.header)) if canonical else lines.header) + b"\n")
-        if canonical:
-            for i in self.kept:
-                write(dumps(self.event(lines, i)) + b"\n")
-            return
-        view, starts, ends, joined = lines.view, lines.starts, lines.ends, lines.joined
-        edits = bool(self.tasks) or self.keep_expects is not None
-        run = prev = -2  # the current run of unedited neighbours: lines run..prev
-        for i in self.kept:
-            if edits and self._edited(lines, i):
-                if run >= 0:
-                    write(view[starts[run] : ends[prev]])
-                    write(b"\n")
-                    run = -2
-                write(dumps(self.event(lines, i)) + b"\n")
-            elif run >= 0 and i == prev + 1 and joined[i]:
-                prev = i
-            else:
-                if run >= 0:
-                    write(view[starts[run] : ends[prev]])
-                    write(b"\n")
-                run = prev = i
-        if run >= 0:
-            write(view[starts[run] : ends[prev]])
-            write(b"\n")
 
 
 def failure_test(until: str, policy: str | None, params: Mapping[str, object]) -> Test:
@@ -278,7 +156,7 @@ class _Shrinker:
         self.deadline = deadline
         self.progress = progress
         self.signature: tuple[Any, ...] = ()
-        self.best = Candidate(array("q"))
+        self.best = Candidate(Ranges(()))
 
     def run(self, candidate: Candidate) -> Failure | None:
         self.tests += 1
@@ -299,7 +177,7 @@ class _Shrinker:
 
     def ddmin(self, items: Any, rebuild: Callable[[Any], Candidate]) -> Any:
         """Remove chunks while what is left still fails; halve the chunks when none can go.
-        ``items``: a list or an array (line indices, 8 bytes each)."""
+        ``items``: anything sliced and added like a list (a list, an array, ``Ranges``)."""
         n = 2
         while len(items) >= 2:
             size = math.ceil(len(items) / n)
@@ -318,17 +196,15 @@ class _Shrinker:
     def reduce(self, candidate: Candidate, keep_expects: bool) -> Candidate:
         """Unless ``keep_expects``, the checks of batches other than the failing one
         dropped (while the failure stays the same), then events, then tasks of groups."""
-        lines = self.lines
         if not keep_expects:
-            expects = lines.expects
-            checked = array("q", (i for i in candidate.kept if expects[i]))
+            stop = candidate.kept.spans[-1][1] if candidate.kept.spans else 0
+            expects = self.lines.expects
+            checked = expects[: bisect.bisect_left(expects, stop)]
             whole = candidate
 
             def keeping(kept_checks: Sequence[int]) -> Candidate:
-                chosen = bytearray(len(lines))
-                for i in kept_checks:
-                    chosen[i] = 1
-                return replace(whole, keep_expects=chosen)
+                chosen = set(kept_checks)
+                return replace(whole, stripped=array("q", (i for i in checked if i not in chosen)))
 
             candidate = keeping(self.ddmin(checked, keeping))
         with_expects = candidate
@@ -336,25 +212,20 @@ class _Shrinker:
         return self._drop_tasks(replace(candidate, kept=kept))
 
     def _drop_tasks(self, candidate: Candidate) -> Candidate:
-        lines = self.lines
-        for i in candidate.kept:
-            if b'"tasks"' not in lines.raw(i):
-                continue
-            e = candidate.event(lines, i)
-            tasks = e.get("tasks")
-            if e.get("op") == "submit" and isinstance(tasks, list) and len(tasks) > 1:
+        groups = [
+            (i, e)
+            for i, raw in candidate.lines(self.lines)
+            if b'"tasks"' in raw
+            for e in (candidate.event(raw, i),)
+            if e.get("op") == "submit" and isinstance(e.get("tasks"), list) and len(e["tasks"]) > 1
+        ]
+        for i, e in groups:
 
-                def with_tasks(
-                    chosen: list[Any], i: int = i, base: Candidate = candidate
-                ) -> Candidate:
-                    return replace(base, tasks={**base.tasks, i: chosen})
+            def with_tasks(chosen: list[Any], i: int = i, at: Candidate = candidate) -> Candidate:
+                return replace(at, tasks={**at.tasks, i: chosen})
 
-                candidate = with_tasks(self.ddmin(tasks, with_tasks))
+            candidate = with_tasks(self.ddmin(e["tasks"], with_tasks))
         return candidate
-
-
-def _has_expect(e: Event) -> bool:
-    return e.get("op") == "get_work" and "expect" in e
 
 
 @dataclass
@@ -410,7 +281,7 @@ def _shrink(
 ) -> Shrunk:
     deadline = None if max_time is None else time.monotonic() + max_time
     shrinker = _Shrinker(lines, test, deadline, progress)
-    candidate = Candidate(array("q", range(len(lines))))
+    candidate = Candidate(Ranges([(0, lines.count)] if lines.count else []))
     failure = shrinker.run(candidate)
     if failure is None:
         raise InputError(lines.name, None, f"does not fail --until {until}: nothing to shrink")
@@ -423,7 +294,8 @@ def _shrink(
             candidate, kept=candidate.kept[: failure.line - (lines.header is not None)]
         )
         shrinker.best = candidate
-    result = Shrunk(lines, candidate, len(lines) + (lines.header is not None), 0, failure.signature)
+    before = lines.count + (lines.header is not None)
+    result = Shrunk(lines, candidate, before, 0, failure.signature)
     try:
         shrinker.reduce(candidate, keep_expects)
     except _OutOfTime:

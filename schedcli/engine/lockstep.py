@@ -42,7 +42,11 @@ def run_in_lockstep(
         for line, items in runs:
             for item in items:
                 copy = twin(item)
-                _in_turns(a.applying(item, line), b.applying(copy, line))
+                if a.moves_steps(item) or b.moves_steps(copy):
+                    _in_turns(a.applying(item, line), b.applying(copy, line))
+                else:
+                    a.apply(item, line)
+                    b.apply(copy, line)
                 line += 1
             after_each()
     if before_close is not None:

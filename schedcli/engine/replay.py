@@ -375,19 +375,22 @@ class Replayer(_Located):
         else:
             self.feed(item)
 
-    def applying(self, item: Line, line: int) -> Iterator[int]:
-        """``apply``, pausing after each batch of the steps an event moves past, so that
-        ``diff`` can hold two policies at the same step (their reasons still speak of it)."""
-        if (
+    def moves_steps(self, item: Line) -> bool:
+        """Whether applying ``item`` may run steps before its call (a stepped event)."""
+        return (
             isinstance(item, Event)
             and item.op != "get_work"
             and (item.step is not None or self.clock.current is None)
-        ):
-            self._line = line
-            yield from self._advancing(item)
-            self._call(item)
-        else:
-            self.apply(item, line)
+        )
+
+    def applying(self, item: Line, line: int) -> Iterator[int]:
+        """``apply`` of an item that ``moves_steps``, pausing after each batch of the steps
+        it moves past, so that ``diff`` can hold two policies at the same step (their
+        reasons still speak of it)."""
+        assert isinstance(item, Event)
+        self._line = line
+        yield from self._advancing(item)
+        self._call(item)
 
     def run(self, runs: Iterable[Run], before_close: Callable[[], None] | None = None) -> Totals:
         """Replay every line, then (after ``before_close``, which may refuse) close."""

@@ -1,0 +1,200 @@
+"""Shrink's candidates: some of a trace's lines, named by ranges of line numbers, written
+out by streaming a private copy of the trace. Memory follows how many pieces a candidate
+is in (and how many expects the trace has), never the trace's size."""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import orjson
+
+from ..formats.source import display_name, numbered_lines, open_binary
+from ..formats.trace import open_trace, partial_marker
+
+Event = dict[str, Any]
+_CHUNK = 1 << 20
+
+
+def has_expect(e: Event) -> bool:
+    return e.get("op") == "get_work" and "expect" in e
+
+
+class Ranges:
+    """Ascending, disjoint line numbers as ``(start, stop)`` spans. Sliced by position and
+    added like a list, so delta debugging takes it as it takes a list."""
+
+    __slots__ = ("_len", "spans")
+
+    def __init__(self, spans: Sequence[tuple[int, int]]) -> None:
+        self.spans = tuple(spans)
+        self._len = sum(b - a for a, b in self.spans)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[int]:
+        for a, b in self.spans:
+            yield from range(a, b)
+
+    def __getitem__(self, where: slice) -> Ranges:
+        start, stop, _ = where.indices(self._len)
+        spans, pos = [], 0
+        for a, b in self.spans:
+            lo, hi = max(start - pos, 0), min(stop - pos, b - a)
+            if lo < hi:
+                spans.append((a + lo, a + hi))
+            pos += b - a
+            if pos >= stop:
+                break
+        return Ranges(spans)
+
+    def __add__(self, other: Ranges) -> Ranges:
+        spans = list(self.spans)
+        for a, b in other.spans:
+            if spans and spans[-1][1] == a:
+                spans[-1] = (spans[-1][0], b)
+            else:
+                spans.append((a, b))
+        return Ranges(spans)
+
+
+class Lines:
+    """The trace's events one a line, in a private copy beside the candidates (in
+    ``folder``): no blank lines, no partial markers, the header kept apart."""
+
+    def __init__(self, path: str) -> None:
+        self.name = display_name(path)
+        self._folder = tempfile.TemporaryDirectory(prefix="schedcli-shrink-")
+        self.folder = self._folder.name
+        raw = os.path.join(self.folder, "original")
+        with open_binary(path, self.name) as stream, open(raw, "wb") as out:
+            shutil.copyfileobj(stream, out, _CHUNK)
+        with open_trace(raw, name=self.name) as reader:  # every line valid, as replay reads
+            for _ in reader:
+                pass
+        self.header: bytes | None = None
+        self.count = 0
+        self.expects = array("q")  # the lines that are get_work events with an expect
+        self.path = os.path.join(self.folder, "trace.jsonl")
+        with open(raw, "rb") as stream, open(self.path, "wb", buffering=_CHUNK) as out:
+            for _, content, _ in numbered_lines(stream, self.name):
+                content = content.strip()
+                if partial_marker(content) is not None:
+                    continue
+                first = self.header is None and not self.count
+                if first and b'"schedcli"' in content and "schedcli" in orjson.loads(content):
+                    self.header = content
+                    continue
+                if b'"expect"' in content and has_expect(orjson.loads(content)):
+                    self.expects.append(self.count)
+                out.write(content + b"\n")
+                self.count += 1
+        os.unlink(raw)
+
+    def close(self) -> None:
+        self._folder.cleanup()
+
+
+class _Cursor:
+    """Reads the copy forward, line by line or a run of lines at a time."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._buf = b""  # what is read and not yet passed: from the start of line ``line``
+        self.line = 0
+
+    def _more(self) -> bool:
+        data = self._f.read(_CHUNK)
+        self._buf += data
+        return bool(data)
+
+    def advance(self, to: int, write: Callable[[bytes], Any] | None) -> None:
+        """Pass lines up to ``to`` (not included), writing them if ``write`` is given."""
+        while self.line < to:
+            buf = self._buf
+            whole = buf.count(b"\n")
+            if whole == 0:
+                if not self._more():
+                    return
+                continue
+            need = to - self.line
+            if whole <= need:
+                cut = buf.rfind(b"\n") + 1
+                passed = whole
+            else:
+                cut = 0
+                for _ in range(need):
+                    cut = buf.index(b"\n", cut) + 1
+                passed = need
+            if write is not None:
+                write(buf[:cut])
+            self._buf = buf[cut:]
+            self.line += passed
+
+    def take(self) -> bytes:
+        """The next line, without its newline."""
+        while b"\n" not in self._buf:
+            if not self._more():
+                break
+        line, _, self._buf = self._buf.partition(b"\n")
+        self.line += 1
+        return line
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Some of the trace's lines, with the expects of ``stripped`` lines dropped and some
+    groups' tasks cut (``tasks``); events are only ever dropped, never edited."""
+
+    kept: Ranges
+    stripped: Sequence[int] = ()  # ascending line numbers whose expect is dropped
+    tasks: Mapping[int, list[Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    def event(self, raw: bytes, i: int) -> Event:
+        """Line ``i`` (``raw``) as this candidate has it."""
+        e: Event = orjson.loads(raw)
+        at = bisect.bisect_left(self.stripped, i)
+        if at < len(self.stripped) and self.stripped[at] == i:
+            e = {k: v for k, v in e.items() if k != "expect"}
+        if i in self.tasks:
+            e = {**e, "tasks": self.tasks[i]}
+        return e
+
+    def lines(self, lines: Lines) -> Iterator[tuple[int, bytes]]:
+        """Each kept line's number and text (for a small candidate)."""
+        with open(lines.path, "rb") as f:
+            cursor = _Cursor(f)
+            for a, b in self.kept.spans:
+                cursor.advance(a, None)
+                for i in range(a, b):
+                    yield i, cursor.take()
+
+    def write(self, lines: Lines, out: IO[bytes], *, canonical: bool = False) -> None:
+        """The candidate as a trace: runs of lines copied as they are, edited lines
+        re-encoded (``canonical``: every line re-encoded, as the shrunk trace is written)."""
+        write, dumps = out.write, orjson.dumps
+        if lines.header is not None:
+            write((dumps(orjson.loads(lines.header)) if canonical else lines.header) + b"\n")
+        if canonical:
+            for i, raw in self.lines(lines):
+                write(dumps(self.event(raw, i)) + b"\n")
+            return
+        edits = sorted({*self.stripped, *self.tasks})
+        with open(lines.path, "rb") as f:
+            cursor = _Cursor(f)
+            for a, b in self.kept.spans:
+                cursor.advance(a, None)
+                for e in edits[bisect.bisect_left(edits, a) : bisect.bisect_left(edits, b)]:
+                    cursor.advance(e, write)
+                    write(dumps(self.event(cursor.take(), e)) + b"\n")
+                cursor.advance(b, write)

@@ -1,0 +1,66 @@
+"""Shrink's candidates: line ranges that slice and add like lists, written from the copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schedcli.app.candidates import Ranges
+from tests.helpers import run_cli
+
+
+@st.composite
+def ranges_and_list(draw: st.DrawFn) -> tuple[Ranges, list[int]]:
+    cuts = sorted(set(draw(st.lists(st.integers(0, 60), max_size=12))))
+    spans = [(a, b) for a, b in zip(cuts[::2], cuts[1::2], strict=False) if a < b]
+    return Ranges(spans), [i for a, b in spans for i in range(a, b)]
+
+
+@given(ranges_and_list(), st.integers(-5, 70), st.integers(-5, 70))
+def test_ranges_slice_like_the_list_of_their_lines(
+    given_ranges: tuple[Ranges, list[int]], start: int, stop: int
+) -> None:
+    ranges, items = given_ranges
+    assert len(ranges) == len(items)
+    assert list(ranges[start:stop]) == items[start:stop]
+    assert list(ranges[:start] + ranges[start:]) == items
+
+
+@given(ranges_and_list(), st.integers(0, 40), st.integers(1, 20))
+def test_removing_a_chunk_leaves_the_lines_a_list_would(
+    given_ranges: tuple[Ranges, list[int]], start: int, size: int
+) -> None:
+    ranges, items = given_ranges
+    rest = ranges[:start] + ranges[start + size :]
+    assert list(rest) == items[:start] + items[start + size :]
+    assert all(a < b for a, b in rest.spans)
+    assert all(b1 < a2 for (_, b1), (a2, _) in zip(rest.spans, rest.spans[1:], strict=False))
+
+
+TRACE = (
+    b'{"schedcli": 1, "policy": "fcfs", "params": {"max_batch_tokens": 8, "max_prefill_chunk_size": 8}}\n'
+    b'{"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4}\n'
+    b'{"op": "submit", "tid": 2, "sid": 2, "kind": "prefill", "size": 4}\n'
+    b'{"op": "get_work", "expect": [1, 2]}\n'
+    b'{"op": "submit", "tid": 3, "sid": 3, "kind": "prefill", "size": 4}\n'
+    b'{"op": "submit", "tid": 4, "sid": 4, "kind": "prefill", "size": 4}\n'
+    b'{"op": "get_work", "expect": [3]}\n'
+)
+
+
+def test_blank_lines_crlf_and_a_partial_marker_shrink_as_the_clean_trace(tmp_path: Path) -> None:
+    clean, messy = tmp_path / "clean.jsonl", tmp_path / "messy.jsonl"
+    clean.write_bytes(TRACE)
+    lines = TRACE.split(b"\n")
+    messy.write_bytes(
+        b"\r\n".join([lines[0], b"", *lines[1:4], b"   ", *lines[4:7]])
+        + b'\r\n{"partial": {"reason": "interrupted"}}\n'
+    )
+    out_clean, out_messy = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert run_cli("shrink", str(clean), "--until", "check", "-o", str(out_clean)).returncode == 0
+    r = run_cli("shrink", str(messy), "--until", "check", "-o", str(out_messy))
+    assert r.returncode == 0, r.stderr
+    assert out_messy.read_bytes() == out_clean.read_bytes()
+    assert out_clean.read_bytes().count(b"\n") < TRACE.count(b"\n")
