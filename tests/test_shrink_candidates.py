@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -40,7 +41,8 @@ def test_removing_a_chunk_leaves_the_lines_a_list_would(
 
 
 TRACE = (
-    b'{"schedcli": 1, "policy": "fcfs", "params": {"max_batch_tokens": 8, "max_prefill_chunk_size": 8}}\n'
+    b'{"schedcli": 1, "policy": "fcfs",'
+    b' "params": {"max_batch_tokens": 8, "max_prefill_chunk_size": 8}}\n'
     b'{"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4}\n'
     b'{"op": "submit", "tid": 2, "sid": 2, "kind": "prefill", "size": 4}\n'
     b'{"op": "get_work", "expect": [1, 2]}\n'
@@ -64,3 +66,58 @@ def test_blank_lines_crlf_and_a_partial_marker_shrink_as_the_clean_trace(tmp_pat
     assert r.returncode == 0, r.stderr
     assert out_messy.read_bytes() == out_clean.read_bytes()
     assert out_clean.read_bytes().count(b"\n") < TRACE.count(b"\n")
+
+
+@given(
+    st.integers(1, 40),
+    st.data(),
+)
+def test_a_candidate_is_written_as_its_lines_with_their_edits(
+    count: int, data: st.DataObject
+) -> None:
+    """Whatever ranges, dropped expects and cut groups: the written trace is the kept lines
+    in order, each as the candidate has it (the reader seeks by marks every few lines)."""
+    import io
+    import tempfile
+
+    import orjson
+
+    from schedcli.app import candidates
+    from schedcli.app.candidates import Candidate, Lines
+
+    events = [
+        {"op": "get_work", "expect": [i]}
+        if i % 3 == 2
+        else {"op": "submit", "tasks": [{"tid": i, "sid": i, "kind": "prefill", "size": 1}] * 2}
+        for i in range(count)
+    ]
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, count), max_size=8))))
+    kept = Ranges([(a, b) for a, b in zip(cuts[::2], cuts[1::2], strict=False) if a < b])
+    expects = [i for i in range(count) if i % 3 == 2]
+    stripped = sorted(data.draw(st.sets(st.sampled_from(expects))) if expects else [])
+    groups = [i for i in range(count) if i % 3 != 2]
+    cut = data.draw(st.sets(st.sampled_from(groups))) if groups else set()
+    tasks: dict[int, list[Any]] = {i: list(events[i]["tasks"])[:1] for i in cut}
+    saved = candidates.MARK
+    candidates.MARK = 4
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "t.jsonl"
+            path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+            lines = Lines(str(path))
+            try:
+                out = io.BytesIO()
+                Candidate(kept, stripped, tasks).write(lines, out)
+            finally:
+                lines.close()
+    finally:
+        candidates.MARK = saved
+    want = []
+    for i in kept:
+        e = dict(events[i])
+        if i in stripped:
+            del e["expect"]
+        if i in tasks:
+            e["tasks"] = tasks[i]
+        want.append(e)
+    assert [orjson.loads(x) for x in out.getvalue().splitlines()] == want

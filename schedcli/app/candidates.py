@@ -20,6 +20,9 @@ from ..formats.trace import open_trace, partial_marker
 
 Event = dict[str, Any]
 _CHUNK = 1 << 20
+# Every MARK-th line's byte offset is kept (8 bytes a thousand lines), so a candidate is
+# read from near its first line, not from the top of the trace.
+MARK = 1024
 
 
 def has_expect(e: Event) -> bool:
@@ -82,7 +85,9 @@ class Lines:
         self.header: bytes | None = None
         self.count = 0
         self.expects = array("q")  # the lines that are get_work events with an expect
+        self.marks = array("q")  # the byte offset of line k * MARK
         self.path = os.path.join(self.folder, "trace.jsonl")
+        offset = 0
         with open(raw, "rb") as stream, open(self.path, "wb", buffering=_CHUNK) as out:
             for _, content, _ in numbered_lines(stream, self.name):
                 content = content.strip()
@@ -94,7 +99,10 @@ class Lines:
                     continue
                 if b'"expect"' in content and has_expect(orjson.loads(content)):
                     self.expects.append(self.count)
+                if self.count % MARK == 0:
+                    self.marks.append(offset)
                 out.write(content + b"\n")
+                offset += len(content) + 1
                 self.count += 1
         os.unlink(raw)
 
@@ -105,38 +113,52 @@ class Lines:
 class _Cursor:
     """Reads the copy forward, line by line or a run of lines at a time."""
 
-    def __init__(self, f: IO[bytes]) -> None:
+    def __init__(self, f: IO[bytes], marks: Sequence[int]) -> None:
         self._f = f
+        self._marks = marks
         self._buf = b""  # what is read and not yet passed: from the start of line ``line``
         self.line = 0
 
     def _more(self) -> bool:
         data = self._f.read(_CHUNK)
-        self._buf += data
+        self._buf = self._buf + data if self._buf else data
         return bool(data)
+
+    def skip_to(self, to: int) -> None:
+        """Pass lines up to ``to`` unread where a mark is nearer than this line."""
+        mark = to // MARK
+        if mark * MARK > self.line:
+            self._f.seek(self._marks[mark])
+            self._buf = b""
+            self.line = mark * MARK
+        self.advance(to, None)
 
     def advance(self, to: int, write: Callable[[bytes], Any] | None) -> None:
         """Pass lines up to ``to`` (not included), writing them if ``write`` is given."""
         while self.line < to:
-            buf = self._buf
-            whole = buf.count(b"\n")
-            if whole == 0:
-                if not self._more():
-                    return
-                continue
-            need = to - self.line
-            if whole <= need:
-                cut = buf.rfind(b"\n") + 1
-                passed = whole
+            buf, need = self._buf, to - self.line
+            cut, passed = 0, 0
+            if need < 64:  # a few lines: find them, do not count the whole buffer
+                while passed < need:
+                    found = buf.find(b"\n", cut)
+                    if found < 0:
+                        break
+                    cut, passed = found + 1, passed + 1
             else:
-                cut = 0
-                for _ in range(need):
-                    cut = buf.index(b"\n", cut) + 1
-                passed = need
-            if write is not None:
-                write(buf[:cut])
-            self._buf = buf[cut:]
-            self.line += passed
+                whole = buf.count(b"\n")
+                if whole <= need:
+                    cut, passed = (buf.rfind(b"\n") + 1 if whole else 0), whole
+                else:
+                    for _ in range(need):
+                        cut = buf.index(b"\n", cut) + 1
+                    passed = need
+            if passed:
+                if write is not None:
+                    write(buf[:cut])
+                self._buf = buf[cut:]
+                self.line += passed
+            elif not self._more():
+                return
 
     def take(self) -> bytes:
         """The next line, without its newline."""
@@ -173,9 +195,9 @@ class Candidate:
     def lines(self, lines: Lines) -> Iterator[tuple[int, bytes]]:
         """Each kept line's number and text (for a small candidate)."""
         with open(lines.path, "rb") as f:
-            cursor = _Cursor(f)
+            cursor = _Cursor(f, lines.marks)
             for a, b in self.kept.spans:
-                cursor.advance(a, None)
+                cursor.skip_to(a)
                 for i in range(a, b):
                     yield i, cursor.take()
 
@@ -191,9 +213,9 @@ class Candidate:
             return
         edits = sorted({*self.stripped, *self.tasks})
         with open(lines.path, "rb") as f:
-            cursor = _Cursor(f)
+            cursor = _Cursor(f, lines.marks)
             for a, b in self.kept.spans:
-                cursor.advance(a, None)
+                cursor.skip_to(a)
                 for e in edits[bisect.bisect_left(edits, a) : bisect.bisect_left(edits, b)]:
                     cursor.advance(e, write)
                     write(dumps(self.event(cursor.take(), e)) + b"\n")

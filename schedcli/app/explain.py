@@ -121,8 +121,8 @@ class _StepWatcher:
     tuple until the step (the per-task cost of a replay to step 2,000,000), and the
     policy's reasons asked for there only."""
 
-    def __init__(self, engine_line: Any, target_step: int, reasons: Any, policy: str) -> None:
-        self.engine_line = engine_line
+    def __init__(self, target_step: int, reasons: Any, policy: str) -> None:
+        self.engine: Replayer | None = None  # set once the engine is made
         self.target_step = target_step
         self.reasons = reasons
         self.policy = policy
@@ -131,14 +131,17 @@ class _StepWatcher:
         self.steps = 0
 
     def accepted(self, tasks: list[Task], step: int) -> None:
-        line = self.engine_line()
-        self.submitted.update({id(t): (t, line, step) for t in tasks})
+        assert self.engine is not None
+        line, submitted = self.engine.current_line, self.submitted
+        for t in tasks:
+            submitted[id(t)] = (t, line, step)
 
     def dispatched(self, batch: list[Task], step: int) -> None:
         self.steps = step + 1
         if step == self.target_step:
+            assert self.engine is not None
             queue = [Queued(*q) for q in self.submitted.values()]
-            line = self.engine_line() or None
+            line = self.engine.current_line or None
             self.view = StepView(step, line, batch, queue, self.reasons(), self.policy)
             raise _Done
         pop = self.submitted.pop
@@ -157,13 +160,9 @@ def _replay_to_step(
     with open_replay(
         path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
     ) as opened:
-        holder: list[Replayer] = []
         opened.policy.explaining = True  # one step's reasons: asked for there, not every step
-        watcher = _StepWatcher(
-            lambda: holder[0].current_line, step, opened.policy.left_behind, opened.policy_name
-        )
-        engine = opened.replayer(_discard, observer=watcher)
-        holder.append(engine)
+        watcher = _StepWatcher(step, opened.policy.left_behind, opened.policy_name)
+        engine = watcher.engine = opened.replayer(_discard, observer=watcher)
         with contextlib.suppress(_Done):
             opened.run(engine)
         return watcher

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib
 import inspect
@@ -62,10 +63,18 @@ class PolicySource:
 
 def _entry_points(name: str | None = None) -> list[EntryPoint]:
     """The installed plugins' entry points (importlib.metadata loads only when asked)."""
+    found = _scan(tuple(sys.path))
+    return [ep for ep in found if name is None or ep.name == name]
+
+
+@functools.lru_cache(maxsize=4)
+def _scan(path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
+    """Entry points are found on ``sys.path``: scanned once per path in a process (a
+    shrink or a sweep builds a policy thousands of times; each scan reads every
+    installed distribution's metadata)."""
     from importlib.metadata import entry_points
 
-    found = entry_points(group=ENTRY_POINT_GROUP)
-    return [ep for ep in found if name is None or ep.name == name]
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
 
 
 def policy_sources() -> dict[str, PolicySource]:
