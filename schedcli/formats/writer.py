@@ -42,6 +42,7 @@ class JsonlWriter:
         # Held here, not looked up as module globals on every line (the hot path).
         self._dumps = orjson.dumps
         self._guard = guard
+        self._gathers = isinstance(out, LineBuffer)
 
     def __call__(self, record: dict[str, Any]) -> None:
         self.write(record)
@@ -50,6 +51,9 @@ class JsonlWriter:
         """The same as calling the writer; compiled callers reach it without the generic
         call path."""
         data = self._dumps(record, None, _NEWLINE)
+        if self._gathers:  # a LineBuffer hands on whole lines under the guard itself
+            self._write(data)
+            return
         signals = self._guard
         signals.writing = True
         try:
@@ -75,14 +79,23 @@ class LineBuffer:
         gathered = self._gathered
         gathered += data
         if len(gathered) >= self._size:
-            self.out.write(gathered)
-            gathered.clear()
+            self._hand_on()
         return len(data)
+
+    def _hand_on(self) -> None:
+        """What is gathered, to ``out``: a stop signal waits for it (whole lines only)."""
+        guard.writing = True
+        try:
+            self.out.write(self._gathered)
+        finally:
+            guard.writing = False
+        self._gathered.clear()
+        if guard.held is not None:
+            raise_held()
 
     def flush(self) -> None:
         if self._gathered:
-            self.out.write(self._gathered)
-            self._gathered.clear()
+            self._hand_on()
         self.out.flush()
 
 
