@@ -46,13 +46,11 @@ COMPILED_MODULES = (
     "schedcli.engine.recorder",
     "schedcli.engine.simulate",
 )
-# mypyc's shared library per group: each compiled module's code lives in its group's.
-# Two groups, about even, compile in parallel at install (the C of one group was a
-# minute of one core); a call across groups costs a little more than one within.
-GROUPS = {
-    "schedcli_core": tuple(m for m in COMPILED_MODULES if not m.startswith("schedcli.engine.")),
-    "schedcli_engine": tuple(m for m in COMPILED_MODULES if m.startswith("schedcli.engine.")),
-}
+# mypyc's shared library for the group: every compiled module's code lives in it. One
+# group: mypyc's separate compilation (a group per module or two, built in parallel) was
+# a third faster to build but crashed the interpreter on a stop signal mid-replay
+# (tests/test_faults.py), under mypy 2.4.
+GROUP = "schedcli_core"
 DIGEST_FILE = "_core.sha256"
 PURE_ENV = "SCHEDCLI_PURE_PYTHON"
 STALE = "the compiled core is older than its sources; rebuild it with pip install -e ."
@@ -99,8 +97,7 @@ def _why_pure(package_dir: Path) -> str | None:
     if built != source_digest(package_dir):
         return STALE
     try:
-        for group in GROUPS:
-            __import__(f"{group}__mypyc")
+        __import__(f"{GROUP}__mypyc")
     except ImportError:
         return "the compiled core failed to build at install"
     return None
