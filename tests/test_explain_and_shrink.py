@@ -260,16 +260,18 @@ def test_shrink_interrupted_writes_the_smallest_failing_trace_so_far(tmp_path: P
     import signal
     import subprocess
     import sys
-    import time
 
     trace, small = planted(tmp_path), tmp_path / "small.jsonl"
     argv = [sys.executable, "-m", "schedcli", "shrink", str(trace), "--until", "check"]
     proc = subprocess.Popen(
         [*argv, "-o", str(small)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
     )
-    time.sleep(4)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # said once the first candidate is tried
+    assert first.startswith(b"shrinking:"), first
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, rest = proc.communicate(timeout=60)
+    err = first + rest
     assert proc.returncode == 130, err
     assert b"interrupted: this is the smallest failing trace found so far" in err
     assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
