@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
 
@@ -66,14 +65,4 @@ def _say(line: str) -> None:
         pass  # no terminal (CI): the line is in pip -v's output
 
 
-class ParallelBuildExt(build_ext):
-    """Builds the extensions side by side, one per core (the small per-module shims
-    beside the group's one large C file)."""
-
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        if not self.parallel:
-            self.parallel = os.cpu_count() or 1
-
-
-setup(ext_modules=ext_modules(), cmdclass={"build_ext": ParallelBuildExt})
+setup(ext_modules=ext_modules())

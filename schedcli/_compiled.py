@@ -56,9 +56,9 @@ PURE_ENV = "SCHEDCLI_PURE_PYTHON"
 STALE = "the compiled core is older than its sources; rebuild it with pip install -e ."
 
 
-def source_paths(package_dir: Path, modules: Sequence[str] = COMPILED_MODULES) -> list[Path]:
-    """The ``.py`` file of each of ``modules``, under the ``schedcli`` directory."""
-    return [package_dir.joinpath(*m.split(".")[1:]).with_suffix(".py") for m in modules]
+def source_paths(package_dir: Path) -> list[Path]:
+    """The ``.py`` file of each compiled module, under the ``schedcli`` directory."""
+    return [package_dir.joinpath(*m.split(".")[1:]).with_suffix(".py") for m in COMPILED_MODULES]
 
 
 def source_digest(package_dir: Path) -> str:

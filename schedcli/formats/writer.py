@@ -12,7 +12,7 @@ from typing import IO, Any, Final
 import orjson
 
 from ..model.task import Id, Task
-from .interrupt import guard, raise_held
+from .interrupt import guard, raise_held, whole_write
 
 FORMAT_VERSION = 1
 _NEWLINE: Final = orjson.OPT_APPEND_NEWLINE
@@ -84,14 +84,9 @@ class LineBuffer:
 
     def _hand_on(self) -> None:
         """What is gathered, to ``out``: a stop signal waits for it (whole lines only)."""
-        guard.writing = True
-        try:
+        with whole_write():
             self.out.write(self._gathered)
-        finally:
-            guard.writing = False
-        self._gathered.clear()
-        if guard.held is not None:
-            raise_held()
+            self._gathered.clear()
 
     def flush(self) -> None:
         if self._gathered:
