@@ -51,7 +51,7 @@ def ext_modules() -> list[Extension]:
         return []
     for ext in extensions:
         ext.optional = True  # no C compiler: install pure Python instead of failing
-    digest.write_text(core.source_digest(HERE / "schedcli") + "\n")
+    digest.write_text(core.build_record(HERE / "schedcli"))
     return extensions
 
 

@@ -12,7 +12,6 @@ setup.py loads it on its own to learn what to compile.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import os
 import sys
@@ -63,10 +62,28 @@ def source_paths(package_dir: Path) -> list[Path]:
 
 def source_digest(package_dir: Path) -> str:
     """What the compiled core was built from: a hash of its modules' sources."""
+    import hashlib  # only when the stamps differ: OpenSSL's hashlib costs a start-up 5 ms
+
     h = hashlib.sha256()
     for path in source_paths(package_dir):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def source_stamps(package_dir: Path) -> str:
+    """Each compiled module's source size and modification time. Where they are the
+    build's, so are the sources (the rule by which Python trusts its bytecode cache);
+    where not, the digest decides (a checkout rewrites files without changing them)."""
+    stamps = []
+    for path in source_paths(package_dir):
+        st = path.stat()
+        stamps.append(f"{path.relative_to(package_dir)}:{st.st_size}:{st.st_mtime_ns}")
+    return " ".join(stamps)
+
+
+def build_record(package_dir: Path) -> str:
+    """The digest file's text: the sources' digest, then their stamps."""
+    return f"{source_digest(package_dir)}\n{source_stamps(package_dir)}\n"
 
 
 class _SourceOnly:
@@ -91,10 +108,10 @@ def _why_pure(package_dir: Path) -> str | None:
     if os.environ.get(PURE_ENV):
         return f"{PURE_ENV} is set"
     try:
-        built = (package_dir / DIGEST_FILE).read_text().strip()
+        digest, _, stamps = (package_dir / DIGEST_FILE).read_text().partition("\n")
     except OSError:
         return "not compiled at install"
-    if built != source_digest(package_dir):
+    if stamps.strip() != source_stamps(package_dir) and digest != source_digest(package_dir):
         return STALE
     try:
         __import__(f"{GROUP}__mypyc")

@@ -127,9 +127,38 @@ def test_an_edited_source_is_run_as_pure_python(
 ) -> None:
     monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
     copy = copy_sources(tmp_path)
-    (copy / _compiled.DIGEST_FILE).write_text(_compiled.source_digest(copy))
+    (copy / _compiled.DIGEST_FILE).write_text(_compiled.build_record(copy))
     (copy / "engine" / "replay.py").write_text("# edited\n")
     assert _compiled._why_pure(copy) == _compiled.STALE
+
+
+def test_an_edit_of_the_same_size_is_run_as_pure_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    copy = copy_sources(tmp_path)
+    (copy / _compiled.DIGEST_FILE).write_text(_compiled.build_record(copy))
+    source = copy / "engine" / "clock.py"
+    text = source.read_bytes()
+    before = source.stat().st_mtime_ns
+    source.write_bytes(text[:-2] + b"#\n")
+    os.utime(source, ns=(before + 10**9, before + 10**9))
+    assert source.stat().st_size == len(text)
+    assert _compiled._why_pure(copy) == _compiled.STALE
+
+
+def test_a_source_rewritten_unchanged_is_trusted_by_its_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkout or a copy gives files new times; the digest then decides, and it matches.
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    copy = copy_sources(tmp_path)
+    (copy / _compiled.DIGEST_FILE).write_text(_compiled.build_record(copy))
+    source = copy / "engine" / "clock.py"
+    os.utime(source, ns=(1, 1))
+    assert _compiled.source_stamps(copy) not in (copy / _compiled.DIGEST_FILE).read_text()
+    why = _compiled._why_pure(copy)
+    assert why != _compiled.STALE and why in (None, "the compiled core failed to build at install")
 
 
 def test_a_package_never_compiled_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

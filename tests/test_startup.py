@@ -5,6 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+from schedcli.app import cli, entry
+from schedcli.app.cli import _command_name, app, app_for
+from schedcli.app.inprocess import run_cli_in_process
 from tests.helpers import TRACES
 
 PROBE = """
@@ -15,7 +20,8 @@ try:
 except SystemExit:
     pass
 heavy = ("rich", "pydantic", "schedcli.app.render", "schedcli.app.golden",
-         "schedcli.app.diff", "schedcli.engine.simulate", "schedcli.app.report")
+         "schedcli.app.diff", "schedcli.engine.simulate", "schedcli.app.report",
+         "importlib.metadata", "hashlib")
 print("LOADED:", *(m for m in heavy if m in sys.modules), file=sys.stderr)
 """
 
@@ -29,11 +35,39 @@ def loaded(*args: str) -> set[str]:
     return set(last.split()[1:])
 
 
-def test_a_replay_to_a_dump_loads_no_tables_no_option_validator_and_no_other_command() -> None:
+def test_a_replay_to_a_dump_loads_no_tables_no_validator_no_other_command_no_hasher() -> None:
+    # Nor importlib.metadata: plugins are found by policies/entry_points.py.
     trace = str(TRACES / "rotation-fairness.jsonl")
     assert loaded("replay", trace, "-f", "jsonl", "-o", "-") == set()
 
 
 def test_help_and_version_load_no_tables() -> None:
     assert loaded("--help") == set()
-    assert loaded("--version") == set()
+    assert loaded("--version") == {"importlib.metadata"}  # where the version is found
+
+
+def _outcomes(args: list[str]) -> list[tuple[int, bytes, bytes]]:
+    return [(r.code, r.stdout, r.stderr) for r in [run_cli_in_process(args, columns=100)]]
+
+
+COMMANDS = [_command_name(i.callback) for i in app.registered_commands if i.callback]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_command_parses_and_answers_alike_when_built_alone(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A command named first runs from an app of that command only (app_for); its help,
+    # its usage errors and its refusals must be those of the whole app.
+    cases = [[name, "--help"], [name], [name, "--no-such-option"], [name, "x", "y", "z"]]
+    assert app_for([name]) is not app
+    alone = [_outcomes(args) for args in cases]
+    monkeypatch.setattr(cli, "app_for", lambda args: app)
+    monkeypatch.setattr(entry, "app_for", lambda args: app)
+    whole = [_outcomes(args) for args in cases]
+    assert alone == whole
+
+
+def test_anything_but_a_command_name_first_gets_the_whole_app() -> None:
+    for args in ([], ["--help"], ["--version"], ["replya"], ["-h", "replay"]):
+        assert app_for(args) is app

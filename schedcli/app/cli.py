@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
+import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -132,6 +133,26 @@ def command(fn: F) -> F:
     summary = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
     app.command(short_help=summary)(guarded)
     return fn
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app that runs ``args``: when they start with a command's name, an app of that
+    one command (typer builds every command it holds from the function's signature at
+    each start, 25 ms for all of them); else the whole app (its help, its own options, a
+    name it does not know). Either way a command parses and answers the same."""
+    if args and not args[0].startswith("-"):
+        for info in app.registered_commands:
+            if info.callback is not None and _command_name(info.callback) == args[0]:
+                one = copy.copy(app)
+                one.registered_commands = [info]
+                return one
+    return app
+
+
+def _command_name(fn: Callable[..., Any]) -> str:
+    from typer.main import get_command_name
+
+    return get_command_name(fn.__name__)
 
 
 def _version(value: bool) -> None:

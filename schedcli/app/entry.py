@@ -20,7 +20,7 @@ from .._compiled import CORE_IS_STALE, STALE
 from ..formats import interrupt
 from ..formats.interrupt import Stopped, guard
 from ..model.errors import SchedcliError
-from .cli import app
+from .cli import app_for
 from .console import PipeClosed
 from .usage import error_text, usage_message
 
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     interrupt.install()
     _warn_if_stale()
     try:
-        code = app(args=argv, prog_name="schedcli", standalone_mode=False)
+        args = sys.argv[1:] if argv is None else argv
+        code = app_for(args)(args=args, prog_name="schedcli", standalone_mode=False)
         if isinstance(code, int) and code:
             _exit(code)
     except SystemExit as e:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
 import importlib
 import inspect
 import os
@@ -12,16 +11,14 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from ..model.errors import InputError, UsageError
 from ..model.scheduler import Param, Scheduler, check_params
 from . import BUILTIN_POLICIES
-
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
+from .entry_points import Plugin, find
 
 ENTRY_POINT_GROUP = "schedcli.policies"
 
@@ -43,7 +40,7 @@ class PolicySource:
     name: str
     origin: str
     builtin: type[Scheduler] | None = None
-    entry_point: EntryPoint | None = None
+    entry_point: Plugin | None = None
 
     def load(self) -> type[Scheduler]:
         if self.builtin is not None:
@@ -61,20 +58,18 @@ class PolicySource:
         return _check_class(obj, f"policy plugin {self.name!r} ({ep.value})")
 
 
-def _entry_points(name: str | None = None) -> list[EntryPoint]:
-    """The installed plugins' entry points (importlib.metadata loads only when asked)."""
+def _entry_points(name: str | None = None) -> list[Plugin]:
+    """The installed plugins' entry points."""
     found = _scan(tuple(sys.path))
     return [ep for ep in found if name is None or ep.name == name]
 
 
 @functools.lru_cache(maxsize=4)
-def _scan(path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
+def _scan(path: tuple[str, ...]) -> tuple[Plugin, ...]:
     """Entry points are found on ``sys.path``: scanned once per path in a process (a
     shrink or a sweep builds a policy thousands of times; each scan reads every
     installed distribution's metadata)."""
-    from importlib.metadata import entry_points
-
-    return tuple(entry_points(group=ENTRY_POINT_GROUP))
+    return find(ENTRY_POINT_GROUP, path)
 
 
 def policy_sources() -> dict[str, PolicySource]:
@@ -84,8 +79,7 @@ def policy_sources() -> dict[str, PolicySource]:
     }
     eps = sorted(_entry_points(), key=lambda e: (e.name, e.value))
     for ep in eps:
-        dist = ep.dist.name if ep.dist is not None else "?"
-        origin = f"{dist}: {ep.value}"
+        origin = f"{ep.dist}: {ep.value}"
         if ep.name in found:
             raise UsageError(
                 f"policy name {ep.name!r} is registered twice: by {found[ep.name].origin} "
@@ -191,6 +185,8 @@ def policy_source(cls: type) -> str | None:
             return None
         root = here.parent
         files = sorted(root.glob("*.py")) if module.__package__ else [here]
+    import hashlib  # not at start-up: OpenSSL's hashlib costs 5 ms
+
     digest = hashlib.sha256()
     for path in files:
         try:
