@@ -207,12 +207,14 @@ def test_unrecognised_source_and_missing_rate_are_clear_errors(tmp_path: Path) -
     assert r.returncode == 2 and b"give --rate" in r.stderr
 
 
-def test_a_new_format_is_one_converter_record_and_one_table_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_new_format_is_one_converter_record_and_one_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """docs/architecture.md's recipe for an input format, followed: a module's CONVERTER,
-    one line in CONVERTERS; conversion and auto-detection then take it."""
+    its name in NAMES; conversion and auto-detection then take it."""
     import io
+    import sys
+    import types
     from collections.abc import Iterator
 
     from schedcli.app.options import ConvertFormat
@@ -235,7 +237,12 @@ def test_a_new_format_is_one_converter_record_and_one_table_line(
     example = Converter(
         "example", detect=lambda first: {"when", "in", "out"} <= csv_header(first), read=read
     )
-    monkeypatch.setitem(converters.CONVERTERS, "example", example)
+    module = types.ModuleType("schedcli.formats.converters.example")
+    module.CONVERTER = example  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(converters, "NAMES", (*converters.NAMES, "example"))
+    converters.converters.cache_clear()
+    request.addfinalizer(converters.converters.cache_clear)
     src = tmp_path / "x.csv"
     src.write_text("when,in,out\n0.5,10,2\n1.5,20,3\n")
     out = io.BytesIO()
@@ -251,3 +258,12 @@ def test_a_new_format_is_one_converter_record_and_one_table_line(
         "lengths",
         "burstgpt",
     ]
+
+
+def test_every_converter_module_is_named_and_declares_its_name() -> None:
+    from schedcli.formats import converters
+
+    here = Path(converters.__file__).parent
+    modules = {p.stem for p in here.glob("*.py") if not p.stem.startswith("_")}
+    assert modules == set(converters.NAMES)
+    assert [c.name for c in converters.converters().values()] == list(converters.NAMES)

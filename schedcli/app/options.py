@@ -11,14 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from ..engine.cost import CostModel
-from ..formats.converters import CONVERTERS
+from ..formats.converters import NAMES as CONVERTER_NAMES
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
 from .outputs import OutputFormat
 
 # `convert`'s FORMAT: auto, or a name from the converter table (one line adds a format).
 ConvertFormat = StrEnum(  # type: ignore[misc]
-    "ConvertFormat", [(name, name) for name in ("auto", *CONVERTERS)]
+    "ConvertFormat", [(name, name) for name in ("auto", *CONVERTER_NAMES)]
 )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from ..model.errors import InputError, UsageError
-from .converters import CONVERTERS
+from .converters import converters
 from .converters._common import ConvertOptions, ConvertReport, Row
 from .kinds import detect_format
 from .source import display_name, numbered_lines, open_binary
@@ -49,8 +49,9 @@ def convert(
 ) -> ConvertReport:
     """Convert ``src`` (format ``fmt`` or ``auto``) into workload lines on ``out``."""
     name = display_name(src)
-    if fmt != "auto" and fmt not in CONVERTERS:
-        raise UsageError(f"unknown format {fmt!r}; expected auto or one of {', '.join(CONVERTERS)}")
+    if fmt != "auto" and fmt not in converters():
+        known = ", ".join(converters())
+        raise UsageError(f"unknown format {fmt!r}; expected auto or one of {known}")
     if options.time_scale <= 0 or not math.isfinite(options.time_scale):
         raise UsageError("--time-scale must be a positive number")
     if options.duration is not None and options.duration <= 0:
@@ -75,7 +76,7 @@ def convert(
             yield from lines
 
         report = ConvertReport(fmt)
-        converter = CONVERTERS[fmt]
+        converter = converters()[fmt]
         _options_apply(fmt, converter.options, options)
         arrivals: _Arrivals | None = None
         if "rate" in converter.options:  # a format with no arrival times of its own
@@ -98,14 +99,14 @@ def _options_apply(fmt: str, accepted: frozenset[str], options: ConvertOptions) 
     if "rate" not in accepted:
         given = [o for o, v in (("--rate", options.rate), ("--cv", options.cv)) if v is not None]
         if given:
-            takers = [c.name for c in CONVERTERS.values() if "rate" in c.options]
+            takers = [c.name for c in converters().values() if "rate" in c.options]
             raise UsageError(
                 f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
                 f"{', '.join(repr(t) for t in takers)} (no arrival times); "
                 f"{fmt} has its own arrivals: shape them with --time-scale"
             )
     if "keep_failed" not in accepted and options.keep_failed:
-        takers = [c.name for c in CONVERTERS.values() if "keep_failed" in c.options]
+        takers = [c.name for c in converters().values() if "keep_failed" in c.options]
         raise UsageError(
             f"--keep-failed applies to {', '.join(takers)} (failed requests); not to {fmt}"
         )

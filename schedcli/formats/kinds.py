@@ -76,9 +76,9 @@ def sniff_kind(path: str) -> str:
 
 def detect_format(first_line: bytes) -> str | None:
     """The source format its first line (the CSV header, or a JSON object) says it is."""
-    from .converters import CONVERTERS  # only convert needs the table: not at start-up
+    from .converters import converters
 
-    for name, converter in CONVERTERS.items():
+    for name, converter in converters().items():
         if converter.detect(first_line):
             return name
     return None

@@ -13,7 +13,6 @@ import gzip
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,6 +77,8 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
         with output_stream(path) as out:
             yield out
         return
+    import tempfile  # 4 ms of start-up: only a file written whole needs it
+
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     try:

@@ -17,9 +17,8 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from importlib.machinery import PathFinder
-from typing import Any
+from typing import Any, NamedTuple
 
 _INFO_SUFFIXES = (".dist-info", ".egg-info")
 _SEPARATORS = re.compile(r"[-_.]+")
@@ -27,8 +26,7 @@ _SEPARATORS = re.compile(r"[-_.]+")
 _ABSENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
-@dataclass(frozen=True)
-class Plugin:
+class Plugin(NamedTuple):
     """One entry point of a group: ``name = value``, declared by distribution ``dist``."""
 
     name: str

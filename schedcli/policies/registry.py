@@ -9,9 +9,8 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -33,8 +32,7 @@ def plugin_imported() -> bool:
     return bool(_imported)
 
 
-@dataclass(frozen=True)
-class PolicySource:
+class PolicySource(NamedTuple):
     """Where a policy name comes from: a built-in class or an installed entry point."""
 
     name: str
@@ -297,8 +295,7 @@ def describe_policies() -> list[dict[str, Any]]:
 DEFAULT_POLICY = "decode-first"
 
 
-@dataclass(frozen=True)
-class RecordedPolicy:
+class RecordedPolicy(NamedTuple):
     """What a trace's header says it was recorded under (line 1, usually)."""
 
     line: int

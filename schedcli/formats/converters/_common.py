@@ -1,8 +1,8 @@
 """The converter table: each public request-trace format is one ``Converter`` record in a
 module of its own (name, detector, reader, the options it accepts, its quirks). ``convert``,
-``auto`` detection and the command line's FORMAT choices all derive from ``CONVERTERS``.
+``auto`` detection and the command line's FORMAT choices all derive from ``NAMES``.
 
-A new format: a module here defining ``CONVERTER``, and one line in ``CONVERTERS``
+A new format: a module here defining ``CONVERTER``, and its name in ``NAMES``
 (docs/architecture.md, "Where to add").
 """
 
