@@ -12,9 +12,8 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Container
 from contextlib import ExitStack
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..engine.ledger import Totals
 from ..formats.dump import RecordFilter, partial_record
@@ -29,8 +28,7 @@ if TYPE_CHECKING:
     from .render import TableView as TableRows
 
 
-@dataclass(frozen=True)
-class Opened:
+class Opened(NamedTuple):
     """What the engine knows once the trace is open, for the outputs that need it."""
 
     name: str

@@ -7,8 +7,7 @@ so no value that one reader takes can crash another command later.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
@@ -49,8 +48,7 @@ def depth_within(value: Any, name: str = "meta") -> None:
         stack.extend((v, depth + 1) for v in inner if type(v) is dict or type(v) is list)
 
 
-@dataclass(frozen=True)
-class Bound:
+class Bound(NamedTuple):
     """What one numeric setting accepts: a finite number (an integer if ``integer``) from
     ``low`` (excluded if ``low_open``) to ``high``."""
 
