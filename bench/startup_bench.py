@@ -4,7 +4,7 @@
 
 Runs the installed ``schedcli`` console script (beside this interpreter) as a user does;
 each figure is the least CPU (user + system) of N runs, measured per child
-(``bench/measure.py``). Target: ``--help`` and a tiny replay at most 4x ``python -c
+(``bench/measure.py``), the commands taken in turns. Target: ``--help`` and a tiny replay at most 4x ``python -c
 pass``. Run it twice and trust the lower: on a shared two-core machine one run in ten
 is slowed by a neighbour.
 """
@@ -30,8 +30,14 @@ COMMANDS = {
 TARGETS = {"--help": 4.0, "tiny replay (dump)": 4.0}
 
 
-def least_cpu(args: list[str], repeat: int) -> float:
-    return min(measured(args).cpu for _ in range(repeat))
+def least_cpus(commands: dict[str, list[str]], repeat: int) -> dict[str, float]:
+    """The least CPU of each command over ``repeat`` rounds, each round running every
+    command once: a slow spell of the machine falls on all of them, not on one."""
+    least = dict.fromkeys(commands, float("inf"))
+    for _ in range(repeat):
+        for label, argv in commands.items():
+            least[label] = min(least[label], measured(argv).cpu)
+    return least
 
 
 def main() -> None:
@@ -44,10 +50,12 @@ def main() -> None:
     from schedcli import CORE
 
     print(f"core: {CORE}; script: {script}")
-    base = least_cpu([sys.executable, "-c", "pass"], args.repeat)
+    commands = {"python -c pass": [sys.executable, "-c", "pass"]}
+    commands.update({label: [script, *argv] for label, argv in COMMANDS.items()})
+    least = least_cpus(commands, args.repeat)
+    base = least.pop("python -c pass")
     print(f"python -c pass: {base * 1000:.0f} ms")
-    for label, argv in COMMANDS.items():
-        cpu = least_cpu([script, *argv], args.repeat)
+    for label, cpu in least.items():
         ratio = cpu / base
         target = TARGETS.get(label)
         said = f"  (target <= {target:g}: {verdict(ratio, target)})" if target else ""
