@@ -42,6 +42,7 @@ COMPILED_MODULES = (
     "schedcli.engine.lockstep",
     "schedcli.engine.metrics",
     "schedcli.engine.flight",
+    "schedcli.engine.origins",
     "schedcli.engine.recorder",
     "schedcli.engine.simulate",
 )

@@ -6,20 +6,16 @@ policy's codes); replays are deterministic, so the reasons are the ones of any r
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.origins import Origins, Reached
 from ..engine.replay import Replayer
 from ..engine.run import open_replay
 from ..model.errors import InputError, UsageError
 from ..model.records import Left
 from ..model.task import Id, Task, id_key, same_id
-
-
-class _Done(Exception):
-    """The step asked about has been seen: stop replaying."""
 
 
 @dataclass
@@ -116,56 +112,26 @@ class _Watcher:
                 life.passed_over.append((step, code, detail))
 
 
-class _StepWatcher:
-    """The observer for one step: each queued task's submit line and step, kept as a
-    tuple until the step (the per-task cost of a replay to step 2,000,000), and the
-    policy's reasons asked for there only."""
-
-    def __init__(self, target_step: int, reasons: Any, policy: str) -> None:
-        self.engine: Replayer | None = None  # set once the engine is made
-        self.target_step = target_step
-        self.reasons = reasons
-        self.policy = policy
-        self.submitted: dict[int, tuple[Task, int, int]] = {}  # by object id, in order
-        self.view: StepView | None = None
-        self.steps = 0
-
-    def accepted(self, tasks: list[Task], step: int) -> None:
-        assert self.engine is not None
-        line, submitted = self.engine.current_line, self.submitted
-        for t in tasks:
-            submitted[id(t)] = (t, line, step)
-
-    def dispatched(self, batch: list[Task], step: int) -> None:
-        self.steps = step + 1
-        if step == self.target_step:
-            assert self.engine is not None
-            queue = [Queued(*q) for q in self.submitted.values()]
-            line = self.engine.current_line or None
-            self.view = StepView(step, line, batch, queue, self.reasons(), self.policy)
-            raise _Done
-        pop = self.submitted.pop
-        for t in batch:
-            pop(id(t), None)
-
-    def dropped(self, tasks: list[Task], step: int) -> None:
-        pop = self.submitted.pop
-        for t in tasks:
-            pop(id(t), None)
-
-
 def _replay_to_step(
     path: str, policy: str | None, params: Mapping[str, object], step: int
-) -> _StepWatcher:
+) -> tuple[StepView | None, int]:
+    """The view of ``step``, or None and how many steps the replay has."""
     with open_replay(
         path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
     ) as opened:
         opened.policy.explaining = True  # one step's reasons: asked for there, not every step
-        watcher = _StepWatcher(step, opened.policy.left_behind, opened.policy_name)
-        engine = watcher.engine = opened.replayer(_discard, observer=watcher)
-        with contextlib.suppress(_Done):
+        origins = Origins(step)
+        engine = origins.engine = opened.replayer(_discard, observer=origins)
+        try:
             opened.run(engine)
-        return watcher
+        except Reached:
+            assert origins.batch is not None
+            queue = [Queued(*q) for q in origins.queued.values()]
+            left = opened.policy.left_behind()  # the policy still stands at the step
+            line = origins.line or None
+            view = StepView(step, line, origins.batch, queue, left, opened.policy_name)
+            return view, origins.steps
+        return None, origins.steps
 
 
 def _replay(path: str, policy: str | None, params: Mapping[str, object], wanted: Any) -> _Watcher:
@@ -188,19 +154,15 @@ def _discard(record: dict[str, Any]) -> None:
 def explain_step(
     path: str, step: int, policy: str | None = None, params: Mapping[str, object] | None = None
 ) -> StepView:
-    watcher = _replay_to_step(path, policy, params or {}, step)
-    if watcher.view is None:
+    view, steps = _replay_to_step(path, policy, params or {}, step)
+    if view is None:
         raise InputError(
             path,
             None,
-            f"there is no step {step}: "
-            + (
-                f"the replay has {watcher.steps} steps (0 to {watcher.steps - 1})"
-                if watcher.steps
-                else "the replay has no steps"
-            ),
+            f"there is no step {step}: the replay has "
+            + (f"{steps} steps (0 to {steps - 1})" if steps else "no steps"),
         )
-    return watcher.view
+    return view
 
 
 def explain_lives(

@@ -1,0 +1,54 @@
+"""Where each queued task came from, up to one step: the observer behind ``explain --step``.
+
+Compiled with the engine (``_compiled.py``): it is called for every submit and every batch
+of a replay that may run two million steps to reach the one asked about.
+"""
+
+from __future__ import annotations
+
+from ..model.task import Task
+from .replay import Replayer
+
+
+class Reached(Exception):
+    """The step was reached: the replay stops there (its policy still holds the step)."""
+
+
+class Origins:
+    """Each queued task with its submit line and step, in submission order, until
+    ``target_step``'s batch: then ``queue`` is what get_work saw, ``batch`` what it
+    returned, and ``Reached`` is raised for the caller to catch."""
+
+    def __init__(self, target_step: int) -> None:
+        self.target_step = target_step
+        self.engine: Replayer | None = None  # set once the engine is made
+        self.queued: dict[int, tuple[Task, int, int]] = {}  # by object id, in order
+        self.batch: list[Task] | None = None
+        self.line = 0
+        self.steps = 0
+
+    def accepted(self, tasks: list[Task], step: int) -> None:
+        line = self._line()
+        queued = self.queued
+        for t in tasks:
+            queued[id(t)] = (t, line, step)
+
+    def dispatched(self, batch: list[Task], step: int) -> None:
+        self.steps = step + 1
+        if step == self.target_step:
+            self.batch = batch
+            self.line = self._line()
+            raise Reached
+        queued = self.queued
+        for t in batch:
+            queued.pop(id(t), None)
+
+    def dropped(self, tasks: list[Task], step: int) -> None:
+        queued = self.queued
+        for t in tasks:
+            queued.pop(id(t), None)
+
+    def _line(self) -> int:
+        engine = self.engine
+        assert engine is not None
+        return engine.current_line
