@@ -18,6 +18,7 @@ from .options import (
     DEFAULT_COST,
     AddressOption,
     AllowIncompleteOption,
+    AllowUncheckedOption,
     AParamOption,
     APolicyOption,
     BackendOption,
@@ -25,7 +26,10 @@ from .options import (
     BPolicyOption,
     CacheOption,
     CapacityOption,
+    CheckFormat,
+    CheckFormatOption,
     CheckOption,
+    CheckPathsArgument,
     ChunkSizeOption,
     ConvertFmtOption,
     ConvertOutputOption,
@@ -35,6 +39,7 @@ from .options import (
     CostFileOption,
     CvOption,
     DrainOption,
+    DryRunOption,
     DurationOption,
     ExplainSessionOption,
     ExplainTraceOption,
@@ -42,12 +47,14 @@ from .options import (
     FmtOption,
     FollowOption,
     FreshOption,
+    GoldenDirOption,
     GoldenOption,
     GoodputOption,
     GridOption,
     InputPathOption,
     InputsOption,
     JobsOption,
+    JunitOption,
     KeepExpectsOption,
     KeepFailedOption,
     LimitOption,
@@ -80,6 +87,7 @@ from .options import (
     StatsPolicyOption,
     StepOption,
     StepsOption,
+    StrictOption,
     SweepOutputOption,
     SweepPolicyOption,
     SweepSloTpotOption,
@@ -89,6 +97,7 @@ from .options import (
     TraceOption,
     UntilOption,
     UpdateGoldenOption,
+    UpdateOption,
     ViewFormat,
     ViewFormatOption,
     WorkloadOption,
@@ -501,3 +510,36 @@ def report(
 
     cost = CostModel(cost_a, cost_b, cost_c)
     report_command(input_path, output, policy or [], cost, allow_incomplete=allow_incomplete)
+
+
+@command
+def check(
+    paths: CheckPathsArgument = None,
+    golden_dir: GoldenDirOption = None,
+    jobs: JobsOption = None,
+    allow_unchecked: AllowUncheckedOption = False,
+    strict: StrictOption = False,
+    update: UpdateOption = False,
+    dry_run: DryRunOption = False,
+    junit_xml: JunitOption = None,
+    fmt: CheckFormatOption = CheckFormat.text,
+) -> None:
+    """Check a suite of traces for CI: each against its recorded expects and its golden,
+    in parallel; a line each, every failure's first divergence, a summary; exit 1 on any
+    failure.
+    """
+    import os
+
+    from .check_report import run_check
+    from .checking import CheckRequest
+
+    req = CheckRequest(
+        paths or [],
+        golden_dir=golden_dir,
+        jobs=jobs or os.cpu_count() or 1,
+        allow_unchecked=allow_unchecked,
+        strict=strict,
+        update=update,
+        dry_run=dry_run,
+    )
+    run_check(req, str(fmt), junit_xml)

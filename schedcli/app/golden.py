@@ -28,6 +28,7 @@ class GoldenComparison:
         self._aligner = Aligner(self.result)
         self.first_left: Left = None
         self.first_left_known = False
+        self.first_line: int | None = None  # the trace line being replayed when it differed
         if engine is not None:
             self._aligner.on_first = lambda step: self._reasons_now(engine(), step)
         self._golden_sink = self._aligner.sink("a")
@@ -54,6 +55,7 @@ class GoldenComparison:
         self._aligner.settle(final=True)
 
     def _reasons_now(self, engine: Replayer, step: int) -> None:
+        self.first_line = engine.current_line or None
         if engine.last_batch_step == step:
             self.first_left = engine.policy.left_behind()
             self.first_left_known = True

@@ -27,6 +27,11 @@ class ViewFormat(StrEnum):
     json = "json"
 
 
+class CheckFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
 DEFAULT_COST = CostModel()
 
 # Options several commands share, declared once.
@@ -393,5 +398,61 @@ ReportPolicyOption = Annotated[
         "-p",
         metavar="NAME",
         help="A configuration to show: NAME or NAME,KEY=VALUE,... (repeat to compare).",
+    ),
+]
+
+# check
+CheckPathsArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[PATH]...",
+        help="Trace files (*.jsonl, *.jsonl.gz) and folders of them (default: traces).",
+        show_default=False,
+    ),
+]
+GoldenDirOption = Annotated[
+    str | None,
+    typer.Option(
+        "--golden-dir",
+        metavar="DIR",
+        help="Where the goldens are (default: golden/ beside each trace); a trace "
+        "NAME.jsonl has its golden at NAME.dump.jsonl there.",
+    ),
+]
+AllowUncheckedOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unchecked", help="A trace with no expect and no golden passes (else it fails)."
+    ),
+]
+StrictOption = Annotated[
+    bool, typer.Option("--strict", help="A golden that no trace claims fails the check.")
+]
+UpdateOption = Annotated[
+    bool,
+    typer.Option(
+        "--update",
+        help="Rewrite every differing or missing golden (atomically) from its replay, and "
+        "say what changed; traces whose expects fail are left alone.",
+    ),
+]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="With --update: say what it would write, write nothing.")
+]
+JunitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--junit-xml",
+        metavar="FILE",
+        help="Also write a JUnit XML report: a testcase per trace (classname its folder).",
+    ),
+]
+CheckFormatOption = Annotated[
+    CheckFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        metavar="text|json",
+        help="text (for people) or json (a record per trace).",
     ),
 ]

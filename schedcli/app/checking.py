@@ -1,0 +1,286 @@
+"""``schedcli check``: every trace of a folder checked against what it records (its
+``expect``s) and against its golden, one verdict each, in parallel, in a stable order.
+
+A trace ``DIR/NAME.jsonl`` (or ``.jsonl.gz``) has its golden at
+``DIR/golden/NAME.dump.jsonl`` unless ``--golden-dir`` says where goldens live.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engine.replay import ExpectMismatch, Record
+from ..engine.run import open_replay
+from ..formats.output import atomic_output
+from ..formats.writer import JsonlWriter
+from ..model.errors import CheckFailed, SchedcliError, UsageError
+
+TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
+DUMP_SUFFIX = ".dump.jsonl"
+PASS, FAIL, UNCHECKED, ERROR = "pass", "FAIL", "unchecked", "error"
+
+
+@dataclass
+class CheckRequest:
+    """What the command line asked of ``schedcli check``."""
+
+    paths: list[str]
+    golden_dir: str | None = None
+    jobs: int = 1
+    allow_unchecked: bool = False
+    strict: bool = False
+    update: bool = False
+    dry_run: bool = False
+
+
+@dataclass
+class Verdict:
+    """One trace's outcome: ``status`` and what was compared (``coverage``); for a failure,
+    the first divergence in plain text and the trace line it points at."""
+
+    trace: str
+    golden: str | None
+    status: str
+    coverage: str
+    detail: str = ""
+    line: int | None = None
+    updated: str = ""  # what --update did (or, with --dry-run, would do) to the golden
+    exit_code: int = 0  # for ERROR: the error's own exit code (2 bad input, 3 a policy)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trace": self.trace,
+            "golden": self.golden,
+            "status": self.status.lower(),
+            "coverage": self.coverage,
+            "line": self.line,
+            "detail": self.detail or None,
+            "updated": self.updated or None,
+        }
+
+
+@dataclass
+class Suite:
+    """The traces found and the goldens with no trace."""
+
+    traces: list[tuple[str, str | None]] = field(default_factory=list)  # (trace, golden)
+    orphans: list[str] = field(default_factory=list)
+
+
+def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
+    """Every trace under ``paths``, sorted, each with its golden's path (None when there
+    is none and none would be written); goldens no trace claims are orphans."""
+    traces: list[Path] = []
+    folders: set[Path] = set()
+    for given in paths:
+        p = Path(given)
+        if p.is_dir():
+            folders.add(p)
+            traces += [c for c in sorted(p.iterdir()) if c.is_file() and _is_trace(c.name)]
+        elif p.is_file():
+            traces.append(p)
+            folders.add(p.parent)
+        else:
+            raise UsageError(f"{given}: no such file or folder")
+    suite = Suite()
+    claimed: set[Path] = set()
+    for trace in dict.fromkeys(traces):
+        golden = _golden_of(trace, golden_dir)
+        claimed.add(golden.resolve())
+        suite.traces.append((str(trace), str(golden)))
+    for folder in sorted(folders):
+        where = Path(golden_dir) if golden_dir else folder / "golden"
+        if where.is_dir():
+            for g in sorted(where.glob(f"*{DUMP_SUFFIX}")):
+                if g.resolve() not in claimed and str(g) not in suite.orphans:
+                    suite.orphans.append(str(g))
+    return suite
+
+
+def _is_trace(name: str) -> bool:
+    return name.endswith(TRACE_SUFFIXES) and not name.endswith(DUMP_SUFFIX)
+
+
+def _golden_of(trace: Path, golden_dir: str | None) -> Path:
+    stem = trace.name.removesuffix(".gz").removesuffix(".jsonl")
+    folder = Path(golden_dir) if golden_dir else trace.parent / "golden"
+    return folder / f"{stem}{DUMP_SUFFIX}"
+
+
+def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
+    """Each trace's verdict, in the suite's order, the traces checked on ``req.jobs``
+    processes."""
+    jobs = [(t, g, req.update, req.dry_run) for t, g in suite.traces]
+    if req.jobs == 1 or len(jobs) < 2:
+        yield from (_check_job(job) for job in jobs)
+        return
+    with ProcessPoolExecutor(min(req.jobs, len(jobs))) as pool:
+        yield from pool.map(_check_job, jobs)
+
+
+def _check_job(job: tuple[str, str | None, bool, bool]) -> Verdict:
+    trace, golden, update, dry_run = job
+    try:
+        return check_trace(trace, golden, update=update, dry_run=dry_run)
+    except CheckFailed as e:  # a submit the recording accepted and the replay refused
+        return Verdict(trace, None, FAIL, "a submit outcome differs", str(e), _line_of(e))
+    except SchedcliError as e:
+        from .usage import error_text
+
+        verdict = Verdict(trace, None, ERROR, "", error_text(e), _line_of(e))
+        verdict.exit_code = e.exit_code
+        return verdict
+
+
+def _line_of(e: SchedcliError) -> int | None:
+    line = getattr(e, "line", None)
+    return line if isinstance(line, int) else None
+
+
+class _Tee:
+    """The replay's records to each sink."""
+
+    def __init__(self) -> None:
+        self.sinks: list[Callable[[Record], None]] = []
+
+    def __call__(self, record: Record) -> None:
+        for sink in self.sinks:
+            sink(record)
+
+
+def check_trace(trace: str, golden: str | None, *, update: bool, dry_run: bool) -> Verdict:
+    """One trace replayed once: its expects checked as they come, its dump compared with
+    its golden (when there is one) step by step, and the golden rewritten on ``update``."""
+    tee = _Tee()
+    with open_replay(trace, note=lambda _: None) as opened:
+        opened.policy.explaining = True  # a difference's reasons, kept as it is found
+        engine = opened.replayer(tee, check=True)
+        comparison = None
+        if golden is not None and os.path.exists(golden):
+            from .golden import GoldenComparison
+
+            label = f"replay under {opened.policy_name}"
+            comparison = GoldenComparison(golden, label, lambda: engine)
+            tee.sinks.append(comparison)
+        dump: list[Record] | None = [] if update else None
+        if dump is not None:
+            tee.sinks.append(dump.append)
+        try:
+            opened.run(engine)
+        except ExpectMismatch as e:
+            from .render import mismatch_view
+
+            m = e.mismatch
+            text = _plain(mismatch_view(m, m.left))
+            return Verdict(trace, None, FAIL, f"expect differs at step {m.step}", text, m.line)
+        if comparison is not None:
+            comparison.finish()
+    checked = engine.checked or engine.outcomes_checked
+    coverage = []
+    if checked:
+        coverage.append(
+            f"checked {engine.checked} of {_count(engine.get_work_events, 'batch', 'batches')}"
+        )
+        if engine.outcomes_checked:
+            coverage[-1] += f" and {_count(engine.outcomes_checked, 'submit outcome')}"
+    if comparison is not None:
+        coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
+    verdict = Verdict(trace, None, PASS, "; ".join(coverage))
+    if comparison is None:
+        _new_golden(verdict, golden, dump, dry_run)
+    else:
+        _compared(verdict, golden, comparison, dump, dry_run)
+    if not verdict.coverage:
+        verdict.status, verdict.coverage = UNCHECKED, "nothing to check: no expect, no golden"
+    return verdict
+
+
+def _new_golden(
+    verdict: Verdict, golden: str | None, dump: list[Record] | None, dry_run: bool
+) -> None:
+    """A trace without a golden: with --update, one written (or said would be)."""
+    if golden is None or dump is None:
+        return
+    steps = sum(1 for r in dump if "batch" in r)
+    verdict.updated = _write(golden, dump, f"new golden, {_count(steps, 'step')}", dry_run)
+    if not dry_run:
+        verdict.golden = golden
+        verdict.coverage = "; ".join(filter(None, [verdict.coverage, "golden: written"]))
+
+
+def _compared(
+    verdict: Verdict, golden: str | None, comparison: Any, dump: list[Record] | None, dry_run: bool
+) -> None:
+    verdict.golden = golden
+    if comparison.same:
+        return
+    result = comparison.result
+    differ = (
+        f"{_count(result.steps_differing, 'step')} and "
+        f"{_count(result.events_differing, 'other record')} differ"
+    )
+    if dump is not None:
+        verdict.updated = _write(golden, dump, differ, dry_run)
+        if not dry_run:
+            return  # the golden is now this replay's dump
+    verdict.status = FAIL
+    verdict.coverage += f"; {differ}"
+    verdict.detail = _golden_detail(comparison)
+    verdict.line = comparison.first_line
+
+
+def _golden_detail(comparison: Any) -> str:
+    from .render import diff_view, why_left
+
+    parts: list[Any] = [diff_view(comparison.result)]
+    first = comparison.result.first
+    if first is not None:
+        only_golden, _ = first.moved()
+        if only_golden and comparison.first_left_known:
+            parts.append(why_left("the replay", comparison.first_left, only_golden))
+    return "\n".join(_plain(p) for p in parts)
+
+
+def _write(golden: str | None, dump: list[Record], what: str, dry_run: bool) -> str:
+    """The golden rewritten whole and atomically; what was (or would be) done, said."""
+    assert golden is not None
+    if dry_run:
+        return f"would write {golden} ({what})"
+    Path(golden).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(golden) as out:
+        write = JsonlWriter(out)
+        for record in dump:
+            write(record)
+    return f"wrote {golden} ({what})"
+
+
+def _plain(renderable: Any) -> str:
+    """A rich renderable as plain text, 100 columns, no colour."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    Console(file=buffer, width=100, color_system=None, force_terminal=False).print(renderable)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip().splitlines())
+
+
+def _count(n: int, noun: str, nouns: str = "") -> str:
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def exit_code(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> int:
+    """0 when every trace passed; the worst error's code (2 bad input, 3 a broken
+    policy); else 1 for a failure, an unchecked trace (unless allowed) or, under
+    ``--strict``, an orphaned golden."""
+    errors = [v.exit_code for v in verdicts if v.status == ERROR]
+    if errors:
+        return max(errors)
+    failed = any(v.status == FAIL for v in verdicts)
+    unchecked = any(v.status == UNCHECKED for v in verdicts) and not req.allow_unchecked
+    orphaned = bool(suite.orphans) and req.strict
+    return 1 if failed or unchecked or orphaned else 0

@@ -1,0 +1,193 @@
+"""`schedcli check`: a suite of traces and goldens, a verdict each, for CI."""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.helpers import TRACES, run_cli
+
+GOLDENS = TRACES / "golden"
+
+
+def held_out_suite(root: Path) -> Path:
+    """Some passing, one golden off by one batch, one wrong expect, one unchecked, one
+    orphaned golden."""
+    suite = root / "suite"
+    (suite / "golden").mkdir(parents=True)
+    for name in ("rotation-fairness", "clear-shutdown", "deferral-order"):
+        shutil.copy(TRACES / f"{name}.jsonl", suite / f"{name}.jsonl")
+        shutil.copy(GOLDENS / f"{name}.dump.jsonl", suite / "golden" / f"{name}.dump.jsonl")
+    # decode-beside-prefill: its golden's step 1 loses a task.
+    shutil.copy(TRACES / "decode-beside-prefill.jsonl", suite / "decode-beside-prefill.jsonl")
+    lines = (GOLDENS / "decode-beside-prefill.dump.jsonl").read_bytes().splitlines()
+    for i, raw in enumerate(lines):
+        record = orjson.loads(raw)
+        if record.get("step") == 1 and "batch" in record:
+            record["batch"] = record["batch"][:-1]
+            lines[i] = orjson.dumps(record)
+    (suite / "golden" / "decode-beside-prefill.dump.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    # cancel-and-rejoin: its second expect is wrong (no golden: the expect decides).
+    lines = (TRACES / "cancel-and-rejoin.jsonl").read_bytes().splitlines()
+    expects = [i for i, raw in enumerate(lines) if b'"expect"' in raw]
+    wrong = orjson.loads(lines[expects[1]])
+    wrong["expect"] = [*wrong["expect"], 999]
+    lines[expects[1]] = orjson.dumps(wrong)
+    (suite / "cancel-and-rejoin.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    # long-prompts-and-chat: no expect and no golden.
+    shutil.copy(TRACES / "long-prompts-and-chat.jsonl", suite / "long-prompts-and-chat.jsonl")
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "ghost.dump.jsonl")
+    return suite
+
+
+def verdicts(suite: Path, *options: str) -> tuple[int, dict[str, dict[str, object]]]:
+    r = run_cli("check", str(suite), "-f", "json", "-j", "1", *options)
+    records = [orjson.loads(line) for line in r.stdout.splitlines()]
+    return r.returncode, {Path(x["trace"] or x["golden"]).name: x for x in records}
+
+
+def test_check_gives_each_trace_its_verdict_and_exits_1_on_any_failure(tmp_path: Path) -> None:
+    code, found = verdicts(held_out_suite(tmp_path))
+    assert code == 1
+    assert {name: v["status"] for name, v in found.items()} == {
+        "rotation-fairness.jsonl": "pass",
+        "clear-shutdown.jsonl": "pass",
+        "deferral-order.jsonl": "pass",
+        "decode-beside-prefill.jsonl": "fail",
+        "cancel-and-rejoin.jsonl": "fail",
+        "long-prompts-and-chat.jsonl": "unchecked",
+        "ghost.dump.jsonl": "orphaned",
+    }
+    assert found["rotation-fairness.jsonl"]["coverage"] == (
+        "checked 6 of 6 batches; golden: 6 steps compared"
+    )
+    assert "step 1" in str(found["decode-beside-prefill.jsonl"]["detail"])
+    assert found["cancel-and-rejoin.jsonl"]["coverage"].startswith("expect differs at step")
+    assert isinstance(found["cancel-and-rejoin.jsonl"]["line"], int)
+
+
+def test_the_text_report_shows_a_line_each_then_each_first_divergence_then_a_summary(
+    tmp_path: Path,
+) -> None:
+    r = run_cli("check", str(held_out_suite(tmp_path)), "-j", "1")
+    out = r.stdout.decode()
+    assert r.returncode == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("FAIL") and "cancel-and-rejoin.jsonl" in lines[0]
+    assert "--- " in out and "first divergence" in out
+    assert lines[-1] == (
+        "6 traces: 3 passed, 2 failed, 1 unchecked, 0 could not be read; "
+        "1 orphaned golden (not failing without --strict)"
+    )
+
+
+def test_unchecked_fails_unless_allowed_and_an_orphan_only_under_strict(tmp_path: Path) -> None:
+    suite = tmp_path / "s"
+    (suite / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "long-prompts-and-chat.jsonl", suite)
+    assert verdicts(suite)[0] == 1
+    assert verdicts(suite, "--allow-unchecked")[0] == 0
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "ghost.dump.jsonl")
+    assert verdicts(suite, "--allow-unchecked")[0] == 0
+    assert verdicts(suite, "--allow-unchecked", "--strict")[0] == 1
+
+
+def test_update_rewrites_only_the_failing_and_missing_goldens_and_the_next_run_passes(
+    tmp_path: Path,
+) -> None:
+    suite = held_out_suite(tmp_path)
+    (suite / "cancel-and-rejoin.jsonl").unlink()  # a failing expect is never blessed
+    goldens = suite / "golden"
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()}
+    dry = run_cli("check", str(suite), "--update", "--dry-run", "-j", "1")
+    assert dry.returncode == 1 and b"would write" in dry.stdout
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()} == before
+    r = run_cli("check", str(suite), "--update", "-j", "1")
+    assert r.returncode == 0, r.stdout.decode()
+    assert b"1 step and 0 other records differ" in r.stdout
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()}
+    changed = {name for name in after if after[name] != before.get(name)}
+    assert changed == {"decode-beside-prefill.dump.jsonl", "long-prompts-and-chat.dump.jsonl"}
+    assert (
+        after["decode-beside-prefill.dump.jsonl"][0]
+        == (GOLDENS / "decode-beside-prefill.dump.jsonl").read_bytes()
+    )
+    code, found = verdicts(suite, "--strict")
+    assert code == 1 and found["ghost.dump.jsonl"]["status"] == "orphaned"
+    (goldens / "ghost.dump.jsonl").unlink()
+    assert verdicts(suite, "--strict")[0] == 0
+
+
+def test_the_junit_report_counts_and_explains_each_outcome(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    r = run_cli("check", str(held_out_suite(tmp_path)), "--junit-xml", str(report), "-j", "1")
+    assert r.returncode == 1
+    root = ET.parse(report).getroot()
+    assert root.tag == "testsuites"
+    (suite,) = root
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "3", "0")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {p + ".jsonl" for p in (
+        "rotation-fairness", "clear-shutdown", "deferral-order", "decode-beside-prefill",
+        "cancel-and-rejoin", "long-prompts-and-chat")}  # fmt: skip
+    assert all(c.get("classname") == str(tmp_path / "suite") for c in cases.values())
+    failure = cases["decode-beside-prefill.jsonl"].find("failure")
+    assert failure is not None and "differ" in (failure.get("message") or "")
+    assert "step 1" in (failure.text or "")
+    assert cases["rotation-fairness.jsonl"].find("failure") is None
+    unchecked = cases["long-prompts-and-chat.jsonl"].find("failure")
+    assert unchecked is not None and "nothing to check" in (unchecked.get("message") or "")
+
+
+def test_github_actions_gets_an_annotation_at_the_line_of_each_divergence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = held_out_suite(tmp_path)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    r = run_cli("check", str(suite), "--allow-unchecked", "-j", "1")
+    annotations = [x for x in r.stderr.decode().splitlines() if x.startswith("::error ")]
+    assert len(annotations) == 2
+    _, found = verdicts(suite)
+    line = found["cancel-and-rejoin.jsonl"]["line"]
+    trace = str(suite / "cancel-and-rejoin.jsonl")
+    assert any(a.startswith(f"::error file={trace},line={line},") for a in annotations)
+    assert all("\n" not in a for a in annotations)
+
+
+def test_parallel_jobs_give_the_same_report_as_one(tmp_path: Path) -> None:
+    suite = held_out_suite(tmp_path)
+    one = run_cli("check", str(suite), "-j", "1")
+    two = run_cli("check", str(suite), "-j", "2")
+    assert (one.returncode, one.stdout) == (two.returncode, two.stdout)
+
+
+def test_a_trace_that_cannot_be_read_is_bad_input_and_the_rest_still_checked(
+    tmp_path: Path,
+) -> None:
+    suite = held_out_suite(tmp_path)
+    (suite / "broken.jsonl").write_text('{"op": "submit", "tid": 1}\n')
+    r = run_cli("check", str(suite), "-j", "1")
+    assert r.returncode == 2
+    out = r.stdout.decode()
+    assert "error" in out and "broken.jsonl" in out and "rotation-fairness.jsonl" in out
+
+
+def test_nothing_to_check_is_bad_input(tmp_path: Path) -> None:
+    r = run_cli("check", str(tmp_path))
+    assert r.returncode == 2 and b"nothing to check" in r.stderr
+    r = run_cli("check", str(tmp_path / "missing"))
+    assert r.returncode == 2 and b"no such file or folder" in r.stderr
+    r = run_cli("check", str(TRACES), "--dry-run")
+    assert r.returncode == 2 and b"--dry-run applies to --update" in r.stderr
+
+
+def test_the_examples_pass(tmp_path: Path) -> None:
+    r = run_cli("check", str(TRACES))
+    assert r.returncode == 0, r.stdout.decode()
+    assert r.stdout.decode().splitlines()[-1] == (
+        "7 traces: 7 passed, 0 failed, 0 unchecked, 0 could not be read"
+    )
