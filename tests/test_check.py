@@ -191,3 +191,63 @@ def test_the_examples_pass(tmp_path: Path) -> None:
     assert r.stdout.decode().splitlines()[-1] == (
         "7 traces: 7 passed, 0 failed, 0 unchecked, 0 could not be read"
     )
+
+
+def project(tmp_path: Path, section: str) -> Path:
+    """A repository: pyproject.toml with ``section`` under [tool.schedcli], and the
+    example traces with their goldens in checks/."""
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "x"\n\n[tool.schedcli]\n{section}')
+    shutil.copytree(TRACES, tmp_path / "checks")
+    return tmp_path
+
+
+def test_check_with_no_arguments_reads_the_projects_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project(tmp_path, 'traces = ["checks"]\n'))
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")  # the nearest pyproject.toml above is the project's
+    r = run_cli("check", "-j", "1")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().count("pass ") == 7
+
+
+def test_a_folder_configured_with_another_policy_replays_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    section = 'traces = ["checks"]\n[tool.schedcli.folders."checks"]\npolicy = "fcfs"\n'
+    monkeypatch.chdir(project(tmp_path, section))
+    code, found = verdicts(Path("checks"))
+    assert code == 1  # the goldens were made under decode-first
+    assert found["rotation-fairness.jsonl"]["status"] == "fail"
+    r = run_cli("check", "checks", "-j", "1", "-f", "json")
+    assert b"replay under fcfs" in r.stdout
+
+
+def test_command_line_options_override_the_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project(tmp_path, 'traces = ["nowhere"]\nstrict = false\n'))
+    assert run_cli("check", "checks", "-j", "1").returncode == 0
+    assert run_cli("check", "-j", "1").returncode == 2  # the configured folder is missing
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        ("strcit = true\n", "has no key 'strcit' (did you mean 'strict'?)"),
+        ("jobs = 0\n", "jobs must be an integer from 1 to 1024"),
+        ('traces = "checks"\n', "traces must be a list of folders or files"),
+        ('[tool.schedcli.folders."checks"]\npolicy = 3\n', "policy must be a string"),
+        ('[tool.schedcli.folders."checks"]\npolcy = "x"\n', "(did you mean 'policy'?)"),
+        ("strict = 1\n", "strict must be true or false"),
+    ],
+)
+def test_a_bad_configuration_is_bad_input_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str, said: str
+) -> None:
+    monkeypatch.chdir(project(tmp_path, section))
+    r = run_cli("check", "checks")
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert said in err and "pyproject.toml" in err and "Traceback" not in err

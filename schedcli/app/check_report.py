@@ -26,6 +26,7 @@ from .checking import (
     find_suite,
     run_suite,
 )
+from .config import load_config
 
 ORPHANED = "orphaned"
 
@@ -133,10 +134,11 @@ def run_check(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
     the worst error's code on a trace that could not be checked."""
     if req.dry_run and not req.update:
         raise UsageError("--dry-run applies to --update")
-    paths = req.paths or ["traces"]
-    suite = find_suite(paths, req.golden_dir)
+    req = req.with_config(load_config())
+    suite = find_suite(req.paths, req.golden_dir)
     if not suite.traces:
-        raise UsageError(f"no traces (*.jsonl, *.jsonl.gz) in {', '.join(paths)}: nothing to check")
+        where = ", ".join(req.paths)
+        raise UsageError(f"no traces (*.jsonl, *.jsonl.gz) in {where}: nothing to check")
     verdicts = list(run_suite(req, suite))
     if fmt == "json":
         show_json(sys.stdout.buffer, suite, verdicts)

@@ -20,6 +20,7 @@ from ..engine.run import open_replay
 from ..formats.output import atomic_output
 from ..formats.writer import JsonlWriter
 from ..model.errors import CheckFailed, SchedcliError, UsageError
+from .config import Config
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
 DUMP_SUFFIX = ".dump.jsonl"
@@ -28,15 +29,29 @@ PASS, FAIL, UNCHECKED, ERROR = "pass", "FAIL", "unchecked", "error"
 
 @dataclass
 class CheckRequest:
-    """What the command line asked of ``schedcli check``."""
+    """What ``schedcli check`` was asked: the command line's options over the project's
+    ``[tool.schedcli]`` (``with_config``)."""
 
     paths: list[str]
     golden_dir: str | None = None
-    jobs: int = 1
+    jobs: int | None = None  # None: every core
     allow_unchecked: bool = False
     strict: bool = False
     update: bool = False
     dry_run: bool = False
+    config: Config = field(default_factory=Config)
+
+    def with_config(self, config: Config) -> CheckRequest:
+        return CheckRequest(
+            self.paths or config.traces or ["traces"],
+            golden_dir=self.golden_dir or config.golden_dir,
+            jobs=self.jobs or config.jobs or os.cpu_count() or 1,
+            allow_unchecked=self.allow_unchecked or config.allow_unchecked,
+            strict=self.strict or config.strict,
+            update=self.update,
+            dry_run=self.dry_run,
+            config=config,
+        )
 
 
 @dataclass
@@ -116,18 +131,34 @@ def _golden_of(trace: Path, golden_dir: str | None) -> Path:
 def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
     """Each trace's verdict, in the suite's order, the traces checked on ``req.jobs``
     processes."""
-    jobs = [(t, g, req.update, req.dry_run) for t, g in suite.traces]
-    if req.jobs == 1 or len(jobs) < 2:
-        yield from (_check_job(job) for job in jobs)
+    jobs = []
+    for trace, golden in suite.traces:
+        settings = req.config.settings_for(trace)
+        jobs.append(Job(trace, golden, settings.policy, settings.params, req.update, req.dry_run))
+    workers = min(req.jobs or 1, len(jobs))
+    if workers < 2:
+        yield from map(_check_job, jobs)
         return
-    with ProcessPoolExecutor(min(req.jobs, len(jobs))) as pool:
+    with ProcessPoolExecutor(workers) as pool:
         yield from pool.map(_check_job, jobs)
 
 
-def _check_job(job: tuple[str, str | None, bool, bool]) -> Verdict:
-    trace, golden, update, dry_run = job
+@dataclass
+class Job:
+    """One trace to check, and how (sent to a worker process)."""
+
+    trace: str
+    golden: str | None
+    policy: str | None
+    params: dict[str, object]
+    update: bool
+    dry_run: bool
+
+
+def _check_job(job: Job) -> Verdict:
+    trace = job.trace
     try:
-        return check_trace(trace, golden, update=update, dry_run=dry_run)
+        return check_trace(job)
     except CheckFailed as e:  # a submit the recording accepted and the replay refused
         return Verdict(trace, None, FAIL, "a submit outcome differs", str(e), _line_of(e))
     except SchedcliError as e:
@@ -154,11 +185,12 @@ class _Tee:
             sink(record)
 
 
-def check_trace(trace: str, golden: str | None, *, update: bool, dry_run: bool) -> Verdict:
+def check_trace(job: Job) -> Verdict:
     """One trace replayed once: its expects checked as they come, its dump compared with
     its golden (when there is one) step by step, and the golden rewritten on ``update``."""
+    trace, golden, dry_run = job.trace, job.golden, job.dry_run
     tee = _Tee()
-    with open_replay(trace, note=lambda _: None) as opened:
+    with open_replay(trace, policy=job.policy, params=job.params, note=lambda _: None) as opened:
         opened.policy.explaining = True  # a difference's reasons, kept as it is found
         engine = opened.replayer(tee, check=True)
         comparison = None
@@ -168,7 +200,7 @@ def check_trace(trace: str, golden: str | None, *, update: bool, dry_run: bool) 
             label = f"replay under {opened.policy_name}"
             comparison = GoldenComparison(golden, label, lambda: engine)
             tee.sinks.append(comparison)
-        dump: list[Record] | None = [] if update else None
+        dump: list[Record] | None = [] if job.update else None
         if dump is not None:
             tee.sinks.append(dump.append)
         try:

@@ -528,15 +528,13 @@ def check(
     in parallel; a line each, every failure's first divergence, a summary; exit 1 on any
     failure.
     """
-    import os
-
     from .check_report import run_check
     from .checking import CheckRequest
 
     req = CheckRequest(
         paths or [],
         golden_dir=golden_dir,
-        jobs=jobs or os.cpu_count() or 1,
+        jobs=jobs,
         allow_unchecked=allow_unchecked,
         strict=strict,
         update=update,

@@ -1,0 +1,142 @@
+"""``[tool.schedcli]`` in ``pyproject.toml``: where a repository's traces and goldens are,
+and the policy each folder replays under, so ``schedcli check`` needs no arguments there.
+
+The nearest ``pyproject.toml`` at or above the current directory is read (as ruff and
+pytest find theirs); paths in it are relative to its folder. Command-line options
+override it. An unknown key is an error naming the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..model.errors import UsageError
+from ..model.limits import OPTIONS, BoundError
+
+SECTION = "[tool.schedcli]"
+KEYS = ("traces", "golden-dir", "jobs", "allow-unchecked", "strict", "pytest", "folders")
+FOLDER_KEYS = ("policy", "params")
+
+
+@dataclass
+class FolderSettings:
+    """What the traces of one folder (and the folders below it) replay under."""
+
+    policy: str | None = None
+    params: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    file: Path | None = None  # the pyproject.toml read, if any
+    traces: list[str] = field(default_factory=list)
+    golden_dir: str | None = None
+    jobs: int | None = None
+    allow_unchecked: bool = False
+    strict: bool = False
+    pytest: bool = False
+    folders: dict[Path, FolderSettings] = field(default_factory=dict)  # by resolved path
+
+    def settings_for(self, trace: str) -> FolderSettings:
+        """The settings of the nearest configured folder holding ``trace``."""
+        here = Path(trace).resolve().parent
+        for folder in (here, *here.parents):
+            if folder in self.folders:
+                return self.folders[folder]
+        return FolderSettings()
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for folder in (start.resolve(), *start.resolve().parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(start: Path | None = None) -> Config:
+    """The configuration of the project holding ``start`` (default: the current folder)."""
+    file = find_pyproject(start or Path.cwd())
+    if file is None:
+        return Config()
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"{file}: cannot read it: {e}") from None
+    section = data.get("tool", {}).get("schedcli")
+    if section is None:
+        return Config(file)
+    return _parse(file, _table(file, SECTION, section))
+
+
+def _parse(file: Path, section: dict[str, Any]) -> Config:
+    _known(file, SECTION, section, KEYS)
+    base = file.parent
+    config = Config(file)
+    if "traces" in section:
+        traces = section["traces"]
+        if not isinstance(traces, list) or not all(isinstance(t, str) for t in traces):
+            raise _bad(file, "traces", "a list of folders or files", traces)
+        config.traces = [str(base / t) for t in traces]
+    if "golden-dir" in section:
+        config.golden_dir = str(base / _string(file, "golden-dir", section["golden-dir"]))
+    if "jobs" in section:
+        try:
+            config.jobs = OPTIONS["--jobs"].check(f"{file}: {SECTION} jobs", section["jobs"])
+        except BoundError as e:
+            raise UsageError(str(e)) from None
+    for key in ("allow-unchecked", "strict", "pytest"):
+        if key in section:
+            value = section[key]
+            if not isinstance(value, bool):
+                raise _bad(file, key, "true or false", value)
+            setattr(config, key.replace("-", "_"), value)
+    folders = _table(file, f"{SECTION} folders", section.get("folders", {}))
+    for name, settings in folders.items():
+        config.folders[(base / name).resolve()] = _folder(file, name, settings)
+    return config
+
+
+def _folder(file: Path, name: str, raw: object) -> FolderSettings:
+    where = f'{SECTION} folders."{name}"'
+    table = _table(file, where, raw)
+    _known(file, where, table, FOLDER_KEYS)
+    settings = FolderSettings()
+    if "policy" in table:
+        settings.policy = _string(file, f"folders.{name}.policy", table["policy"])
+    params = _table(file, f"{where} params", table.get("params", {}))
+    for key, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise _bad(file, f"folders.{name}.params.{key}", "a number or a string", value)
+    settings.params = dict(params)
+    return settings
+
+
+def _table(file: Path, where: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UsageError(f"{file}: {where} must be a table, not {value!r}")
+    return value
+
+
+def _known(file: Path, where: str, table: dict[str, Any], keys: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in keys:
+            hint = difflib.get_close_matches(key, keys, n=1)
+            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise UsageError(
+                f"{file}: {where} has no key {key!r}{suggestion}; known: {', '.join(keys)}"
+            )
+
+
+def _string(file: Path, key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise _bad(file, key, "a string", value)
+    return value
+
+
+def _bad(file: Path, key: str, expected: str, value: object) -> UsageError:
+    return UsageError(f"{file}: {SECTION} {key} must be {expected}, not {value!r}")
