@@ -16,6 +16,8 @@ import pytest
 from schedcli.app.inprocess import run_cli_in_process
 from tests.helpers import ROOT
 
+pytest_plugins = ["pytester"]
+
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     # addopts asks for -n auto (both cores); with pytest-xdist switched off (-p no:xdist)

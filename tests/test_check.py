@@ -251,3 +251,41 @@ def test_a_bad_configuration_is_bad_input_naming_the_key(
     assert r.returncode == 2
     err = r.stderr.decode()
     assert said in err and "pyproject.toml" in err and "Traceback" not in err
+
+
+def test_pytest_schedcli_gives_the_verdicts_of_check_a_test_each(pytester: pytest.Pytester) -> None:
+    suite = held_out_suite(pytester.path)
+    result = pytester.runpytest_subprocess("--schedcli=suite", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, failed=3)
+    out = result.stdout.str()
+    assert "suite/decode-beside-prefill.jsonl::check FAILED" in out or (
+        "FAILED suite/decode-beside-prefill.jsonl::check" in out
+    )
+    assert "first divergence" in out and "Traceback" not in out
+    assert "only in B" in out  # the step-aligned view, not a Python traceback
+    code, _ = verdicts(suite)
+    assert code == 1
+
+
+def test_pytest_schedcli_works_across_xdist_workers_and_updates_goldens(
+    pytester: pytest.Pytester,
+) -> None:
+    suite = held_out_suite(pytester.path)
+    (suite / "cancel-and-rejoin.jsonl").unlink()
+    result = pytester.runpytest_subprocess("--schedcli=suite", "-n", "2")
+    result.assert_outcomes(passed=3, failed=2)
+    result = pytester.runpytest_subprocess("--schedcli=suite", "--schedcli-update", "-n", "2")
+    result.assert_outcomes(passed=5)
+    assert verdicts(suite, "--strict")[0] == 1  # the orphan is still there
+    result = pytester.runpytest_subprocess("--schedcli=suite")
+    result.assert_outcomes(passed=5)
+
+
+def test_the_plugin_is_idle_unless_asked(pytester: pytest.Pytester) -> None:
+    held_out_suite(pytester.path)
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    pytester.makepyprojecttoml('[tool.schedcli]\ntraces = ["suite"]\npytest = true\n')
+    pytester.runpytest_subprocess().assert_outcomes(passed=4, failed=3)
+    # Test files named on the command line: only they run.
+    pytester.runpytest_subprocess("test_plain.py").assert_outcomes(passed=1)

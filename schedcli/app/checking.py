@@ -137,10 +137,10 @@ def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
         jobs.append(Job(trace, golden, settings.policy, settings.params, req.update, req.dry_run))
     workers = min(req.jobs or 1, len(jobs))
     if workers < 2:
-        yield from map(_check_job, jobs)
+        yield from map(check_job, jobs)
         return
     with ProcessPoolExecutor(workers) as pool:
-        yield from pool.map(_check_job, jobs)
+        yield from pool.map(check_job, jobs)
 
 
 @dataclass
@@ -155,7 +155,7 @@ class Job:
     dry_run: bool
 
 
-def _check_job(job: Job) -> Verdict:
+def check_job(job: Job) -> Verdict:
     trace = job.trace
     try:
         return check_trace(job)

@@ -8,7 +8,7 @@ from ..model.errors import InputError, SchedcliError, WrongKind
 
 # Which commands take each kind of file, for the message when a command is given another.
 TAKERS = {
-    "trace": "replay, validate, stats, diff, report take it",
+    "trace": "replay, validate, stats, diff, report, check take it",
     "dump": "stats, diff, report take it; a golden is one too",
     "workload": "simulate and report take it",
     "csv": "convert turns it into a workload",

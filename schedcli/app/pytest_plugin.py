@@ -1,0 +1,110 @@
+"""The pytest plugin (entry point ``pytest11``): every trace of a suite a test item, checked
+as ``schedcli check`` checks it, a failure shown as its first divergence step by step.
+
+Active only when asked: ``pytest --schedcli [PATH]``, or ``[tool.schedcli] pytest = true``
+(then on a run of the whole suite, not when test files are named on the command line).
+``--schedcli-update`` rewrites differing or missing goldens, as ``check --update``.
+Each item checks one trace on its own, so ``pytest -n auto`` spreads them over workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("schedcli", "schedcli golden suites")
+    group.addoption(
+        "--schedcli",
+        action="append",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="check every trace (a test each) of PATH, or of [tool.schedcli] traces",
+    )
+    group.addoption(
+        "--schedcli-update",
+        action="store_true",
+        help="rewrite differing or missing goldens from their replays",
+    )
+
+
+def _paths(config: pytest.Config) -> list[str] | None:
+    """The suites to collect, or None when the plugin is not asked for."""
+    from .config import load_config
+
+    asked: list[str] | None = config.getoption("schedcli")
+    settings = load_config(config.rootpath)
+    if asked is not None:
+        return [p for p in asked if p] or settings.traces or ["traces"]
+    if settings.pytest and config.args_source != pytest.Config.ArgsSource.ARGS:
+        return settings.traces or ["traces"]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    paths = _paths(config)
+    if paths is None:
+        return
+    from .checking import CheckRequest, Job, find_suite
+    from .config import load_config
+
+    req = CheckRequest(paths).with_config(load_config(config.rootpath))
+    update = bool(config.getoption("schedcli_update"))
+    for trace, golden in find_suite(req.paths, req.golden_dir).traces:
+        settings = req.config.settings_for(trace)
+        job = Job(trace, golden, settings.policy, settings.params, update, False)
+        collector = TraceFile.from_parent(session, path=Path(trace).resolve())
+        items.append(TraceItem.from_parent(collector, name="check", job=job, req=req))
+
+
+class TraceFile(pytest.File):
+    """A trace: its one item is made at collection (``pytest_collection_modifyitems``)."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        return iter(())
+
+
+class TraceFailed(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class TraceItem(pytest.Item):
+    def __init__(self, *, job: Any, req: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job, self.req = job, req
+
+    def runtest(self) -> None:
+        from .checking import ERROR, FAIL, PASS, UNCHECKED, check_job
+
+        verdict = check_job(self.job)
+        if verdict.status == PASS:
+            return
+        if verdict.status == UNCHECKED and self.req.allow_unchecked:
+            pytest.skip(verdict.coverage)
+        lines = [f"{verdict.status}: {verdict.coverage}"] if verdict.status != ERROR else []
+        if verdict.updated:
+            lines.append(verdict.updated)
+        where = f"{self.job.trace}:{verdict.line}" if verdict.line else self.job.trace
+        if verdict.detail:
+            lines += [f"--- {where}: first divergence ---" if verdict.status == FAIL else where]
+            lines.append(verdict.detail)
+        raise TraceFailed("\n".join(lines))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, TraceFailed):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"schedcli check {self.job.trace}"
