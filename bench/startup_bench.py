@@ -5,8 +5,8 @@
 Runs the installed ``schedcli`` console script (beside this interpreter) as a user does;
 each figure is the least CPU (user + system) of N runs, measured per child
 (``bench/measure.py``), the commands taken in turns. Target: ``--help`` and a tiny replay
-at most 4x ``python -c pass``. Run it twice and trust the lower: on a shared two-core machine one run in ten
-is slowed by a neighbour.
+at most 4x ``python -c pass``. Run it twice and trust the lower: on a shared two-core
+machine one run in ten is slowed by a neighbour.
 """
 
 from __future__ import annotations

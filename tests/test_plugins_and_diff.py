@@ -195,7 +195,7 @@ def test_diff_refuses_a_trace_where_a_dump_belongs() -> None:
     )
     assert r.returncode == 2
     assert (
-        b"this is an event trace (replay, validate, stats, diff, report take it), not a dump"
+        b"this is an event trace (replay, validate, stats, diff, report, check take it), not a dump"
         in r.stderr
     )
 
