@@ -289,3 +289,34 @@ def test_the_plugin_is_idle_unless_asked(pytester: pytest.Pytester) -> None:
     pytester.runpytest_subprocess().assert_outcomes(passed=4, failed=3)
     # Test files named on the command line: only they run.
     pytester.runpytest_subprocess("test_plain.py").assert_outcomes(passed=1)
+
+
+def pre_commit_hook() -> dict[str, str]:
+    """The hook's settings (``.pre-commit-hooks.yaml`` holds one hook of plain keys)."""
+    text = (Path(__file__).parent.parent / ".pre-commit-hooks.yaml").read_text()
+    pairs = [line.lstrip("- ").split(": ", 1) for line in text.splitlines() if ": " in line]
+    return {key.strip(): value.strip() for key, value in pairs if not key.startswith("#")}
+
+
+def test_the_pre_commit_hook_checks_the_changed_traces_and_the_traces_of_changed_goldens(
+    tmp_path: Path,
+) -> None:
+    import re
+
+    hook = pre_commit_hook()
+    assert hook["id"] == "schedcli-check" and hook["entry"] == "schedcli check"
+    assert hook["require_serial"] == "true"  # check spreads the files over cores itself
+    files = re.compile(hook["files"])
+    for name in ("t.jsonl", "t.jsonl.gz", "golden/t.dump.jsonl"):
+        assert files.search(name), name
+    assert not files.search("t.csv")
+    suite = held_out_suite(tmp_path)
+    changed = [
+        suite / "golden" / "decode-beside-prefill.dump.jsonl",
+        suite / "clear-shutdown.jsonl",
+    ]
+    r = run_cli(*hook["entry"].split()[1:], *map(str, changed), "-j", "1")
+    assert r.returncode == 1
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("pass") and lines[0].split()[1].endswith("clear-shutdown.jsonl")
+    assert lines[1].startswith("FAIL") and "decode-beside-prefill.jsonl" in lines[1]

@@ -89,8 +89,9 @@ class Suite:
 
 
 def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
-    """Every trace under ``paths``, sorted, each with its golden's path (None when there
-    is none and none would be written); goldens no trace claims are orphans."""
+    """Every trace under ``paths``, sorted, each with its golden's path; goldens in a given
+    folder's golden folder that no trace claims are orphans. A golden given by name stands
+    for its trace (a commit that changes only a golden checks the trace it belongs to)."""
     traces: list[Path] = []
     folders: set[Path] = set()
     for given in paths:
@@ -98,14 +99,15 @@ def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
         if p.is_dir():
             folders.add(p)
             traces += [c for c in sorted(p.iterdir()) if c.is_file() and _is_trace(c.name)]
+        elif p.is_file() and p.name.endswith(DUMP_SUFFIX):
+            traces += _traces_of(p, golden_dir)
         elif p.is_file():
             traces.append(p)
-            folders.add(p.parent)
         else:
             raise UsageError(f"{given}: no such file or folder")
     suite = Suite()
     claimed: set[Path] = set()
-    for trace in dict.fromkeys(traces):
+    for trace in sorted(set(traces)):
         golden = _golden_of(trace, golden_dir)
         claimed.add(golden.resolve())
         suite.traces.append((str(trace), str(golden)))
@@ -116,6 +118,16 @@ def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
                 if g.resolve() not in claimed and str(g) not in suite.orphans:
                     suite.orphans.append(str(g))
     return suite
+
+
+def _traces_of(golden: Path, golden_dir: str | None) -> list[Path]:
+    """The trace a golden belongs to, by the default layout (``DIR/golden/NAME.dump.jsonl``
+    for ``DIR/NAME.jsonl``); none under ``--golden-dir``, which holds every folder's."""
+    if golden_dir is not None:
+        return []
+    stem = golden.name.removesuffix(DUMP_SUFFIX)
+    found = [golden.parent.parent / f"{stem}{suffix}" for suffix in TRACE_SUFFIXES]
+    return [t for t in found if t.is_file()][:1]
 
 
 def _is_trace(name: str) -> bool:
