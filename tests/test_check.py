@@ -320,3 +320,28 @@ def test_the_pre_commit_hook_checks_the_changed_traces_and_the_traces_of_changed
     lines = r.stdout.decode().splitlines()
     assert lines[0].startswith("pass") and lines[0].split()[1].endswith("clear-shutdown.jsonl")
     assert lines[1].startswith("FAIL") and "decode-beside-prefill.jsonl" in lines[1]
+
+
+def test_a_junit_reader_reads_the_report_with_its_counts_and_failure_texts(
+    tmp_path: Path,
+) -> None:
+    # junitparser reads JUnit XML as CI systems' report pages do.
+    from junitparser import Failure, JUnitXml, Skipped
+
+    report = tmp_path / "junit.xml"
+    suite = held_out_suite(tmp_path)
+    run_cli("check", str(suite), "--junit-xml", str(report), "--strict", "-j", "1")
+    xml = JUnitXml.fromfile(str(report))
+    (read,) = list(xml)
+    assert (read.tests, read.failures, read.errors, read.skipped) == (7, 4, 0, 0)
+    results = {case.name: case.result for case in read}
+    assert results["rotation-fairness.jsonl"] == []
+    (failure,) = results["decode-beside-prefill.jsonl"]
+    assert isinstance(failure, Failure) and "1 step and 0 other records differ" in failure.message
+    assert "only in B" in (failure.text or "")
+    (orphan,) = results["ghost.dump.jsonl"]
+    assert isinstance(orphan, Failure) and orphan.message == "a golden no trace claims"
+    run_cli("check", str(suite), "--junit-xml", str(report), "--allow-unchecked", "-j", "1")
+    (read,) = list(JUnitXml.fromfile(str(report)))
+    (skipped,) = {case.name: case.result for case in read}["long-prompts-and-chat.jsonl"]
+    assert isinstance(skipped, Skipped) and read.skipped == 1
