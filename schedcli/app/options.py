@@ -406,7 +406,8 @@ CheckPathsArgument = Annotated[
     list[str] | None,
     typer.Argument(
         metavar="[PATH]...",
-        help="Trace files (*.jsonl, *.jsonl.gz) and folders of them (default: traces).",
+        help="Trace files (*.jsonl, *.jsonl.gz) and folders of them (default: [tool.schedcli] "
+        "traces in pyproject.toml, else traces).",
         show_default=False,
     ),
 ]
