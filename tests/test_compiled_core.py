@@ -122,12 +122,18 @@ def copy_sources(tmp_path: Path) -> Path:
     return copy
 
 
-def test_an_edited_source_is_run_as_pure_python(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def built_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The compiled modules' sources copied, with the record a build leaves beside them."""
     monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
     copy = copy_sources(tmp_path)
     (copy / _compiled.DIGEST_FILE).write_text(_compiled.build_record(copy))
+    return copy
+
+
+def test_an_edited_source_is_run_as_pure_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = built_copy(tmp_path, monkeypatch)
     (copy / "engine" / "replay.py").write_text("# edited\n")
     assert _compiled._why_pure(copy) == _compiled.STALE
 
@@ -135,9 +141,7 @@ def test_an_edited_source_is_run_as_pure_python(
 def test_an_edit_of_the_same_size_is_run_as_pure_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
-    copy = copy_sources(tmp_path)
-    (copy / _compiled.DIGEST_FILE).write_text(_compiled.build_record(copy))
+    copy = built_copy(tmp_path, monkeypatch)
     source = copy / "engine" / "clock.py"
     text = source.read_bytes()
     before = source.stat().st_mtime_ns
@@ -151,9 +155,7 @@ def test_a_source_rewritten_unchanged_is_trusted_by_its_digest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A checkout or a copy gives files new times; the digest then decides, and it matches.
-    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
-    copy = copy_sources(tmp_path)
-    (copy / _compiled.DIGEST_FILE).write_text(_compiled.build_record(copy))
+    copy = built_copy(tmp_path, monkeypatch)
     source = copy / "engine" / "clock.py"
     os.utime(source, ns=(1, 1))
     assert _compiled.source_stamps(copy) not in (copy / _compiled.DIGEST_FILE).read_text()
