@@ -345,3 +345,14 @@ def test_a_junit_reader_reads_the_report_with_its_counts_and_failure_texts(
     (read,) = list(JUnitXml.fromfile(str(report)))
     (skipped,) = {case.name: case.result for case in read}["long-prompts-and-chat.jsonl"]
     assert isinstance(skipped, Skipped) and read.skipped == 1
+
+
+def test_update_never_blesses_a_failing_expect_and_leaves_no_temporary_file(
+    tmp_path: Path,
+) -> None:
+    suite = held_out_suite(tmp_path)
+    r = run_cli("check", str(suite), "--update", "-j", "1")
+    assert r.returncode == 1  # cancel-and-rejoin's expect still fails
+    goldens = suite / "golden"
+    assert not (goldens / "cancel-and-rejoin.dump.jsonl").exists()
+    assert [p.name for p in goldens.iterdir() if p.name.startswith(".")] == []

@@ -11,6 +11,7 @@ import io
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,8 +200,18 @@ class _Tee:
 
 def check_trace(job: Job) -> Verdict:
     """One trace replayed once: its expects checked as they come, its dump compared with
-    its golden (when there is one) step by step, and the golden rewritten on ``update``."""
-    trace, golden, dry_run = job.trace, job.golden, job.dry_run
+    its golden (when there is one) step by step, and on ``update`` written beside it to
+    take its place if it differs or is missing."""
+    new = _NewGolden(job.golden, job.dry_run) if job.update and job.golden else None
+    try:
+        return _check(job, new)
+    finally:
+        if new is not None:
+            new.drop()  # unless kept
+
+
+def _check(job: Job, new: _NewGolden | None) -> Verdict:
+    trace, golden = job.trace, job.golden
     tee = _Tee()
     with open_replay(trace, policy=job.policy, params=job.params, note=lambda _: None) as opened:
         opened.policy.explaining = True  # a difference's reasons, kept as it is found
@@ -212,9 +223,8 @@ def check_trace(job: Job) -> Verdict:
             label = f"replay under {opened.policy_name}"
             comparison = GoldenComparison(golden, label, lambda: engine)
             tee.sinks.append(comparison)
-        dump: list[Record] | None = [] if job.update else None
-        if dump is not None:
-            tee.sinks.append(dump.append)
+        if new is not None:
+            tee.sinks.append(new)
         try:
             opened.run(engine)
         except ExpectMismatch as e:
@@ -225,41 +235,29 @@ def check_trace(job: Job) -> Verdict:
             return Verdict(trace, None, FAIL, f"expect differs at step {m.step}", text, m.line)
         if comparison is not None:
             comparison.finish()
-    checked = engine.checked or engine.outcomes_checked
     coverage = []
-    if checked:
-        coverage.append(
-            f"checked {engine.checked} of {_count(engine.get_work_events, 'batch', 'batches')}"
-        )
+    if engine.checked or engine.outcomes_checked:
+        batches = _count(engine.get_work_events, "batch", "batches")
+        coverage.append(f"checked {engine.checked} of {batches}")
         if engine.outcomes_checked:
             coverage[-1] += f" and {_count(engine.outcomes_checked, 'submit outcome')}"
     if comparison is not None:
         coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
     verdict = Verdict(trace, None, PASS, "; ".join(coverage))
-    if comparison is None:
-        _new_golden(verdict, golden, dump, dry_run)
-    else:
-        _compared(verdict, golden, comparison, dump, dry_run)
+    if comparison is not None:
+        _compared(verdict, golden, comparison, new)
+    elif new is not None:
+        verdict.updated = new.keep(f"new golden, {_count(new.steps, 'step')}")
+        if not new.dry_run:
+            verdict.golden = golden
+            verdict.coverage = "; ".join(filter(None, [verdict.coverage, "golden: written"]))
     if not verdict.coverage:
         verdict.status, verdict.coverage = UNCHECKED, "nothing to check: no expect, no golden"
     return verdict
 
 
-def _new_golden(
-    verdict: Verdict, golden: str | None, dump: list[Record] | None, dry_run: bool
-) -> None:
-    """A trace without a golden: with --update, one written (or said would be)."""
-    if golden is None or dump is None:
-        return
-    steps = sum(1 for r in dump if "batch" in r)
-    verdict.updated = _write(golden, dump, f"new golden, {_count(steps, 'step')}", dry_run)
-    if not dry_run:
-        verdict.golden = golden
-        verdict.coverage = "; ".join(filter(None, [verdict.coverage, "golden: written"]))
-
-
 def _compared(
-    verdict: Verdict, golden: str | None, comparison: Any, dump: list[Record] | None, dry_run: bool
+    verdict: Verdict, golden: str | None, comparison: Any, new: _NewGolden | None
 ) -> None:
     verdict.golden = golden
     if comparison.same:
@@ -269,14 +267,49 @@ def _compared(
         f"{_count(result.steps_differing, 'step')} and "
         f"{_count(result.events_differing, 'other record')} differ"
     )
-    if dump is not None:
-        verdict.updated = _write(golden, dump, differ, dry_run)
-        if not dry_run:
+    if new is not None:
+        verdict.updated = new.keep(differ)
+        if not new.dry_run:
             return  # the golden is now this replay's dump
     verdict.status = FAIL
     verdict.coverage += f"; {differ}"
     verdict.detail = _golden_detail(comparison)
     verdict.line = comparison.first_line
+
+
+class _Dropped(Exception):
+    """Leaves an atomic output unwritten."""
+
+
+class _NewGolden:
+    """``--update``: the replay's dump written beside the golden as it is made (never held
+    in memory), put in the golden's place only by ``keep``; with ``dry_run``, only its
+    steps counted."""
+
+    def __init__(self, golden: str, dry_run: bool) -> None:
+        self.golden, self.dry_run = golden, dry_run
+        self.steps = 0
+        self._stack = ExitStack()
+        self._write: JsonlWriter | None = None
+        if not dry_run:
+            Path(golden).parent.mkdir(parents=True, exist_ok=True)
+            self._write = JsonlWriter(self._stack.enter_context(atomic_output(golden)))
+
+    def __call__(self, record: Record) -> None:
+        if "batch" in record:
+            self.steps += 1
+        if self._write is not None:
+            self._write(record)
+
+    def keep(self, what: str) -> str:
+        """The golden replaced (atomically); what was (or would be) done, said."""
+        if self.dry_run:
+            return f"would write {self.golden} ({what})"
+        self._stack.close()
+        return f"wrote {self.golden} ({what})"
+
+    def drop(self) -> None:
+        self._stack.__exit__(_Dropped, _Dropped(), None)
 
 
 def _golden_detail(comparison: Any) -> str:
@@ -289,19 +322,6 @@ def _golden_detail(comparison: Any) -> str:
         if only_golden and comparison.first_left_known:
             parts.append(why_left("the replay", comparison.first_left, only_golden))
     return "\n".join(_plain(p) for p in parts)
-
-
-def _write(golden: str | None, dump: list[Record], what: str, dry_run: bool) -> str:
-    """The golden rewritten whole and atomically; what was (or would be) done, said."""
-    assert golden is not None
-    if dry_run:
-        return f"would write {golden} ({what})"
-    Path(golden).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(golden) as out:
-        write = JsonlWriter(out)
-        for record in dump:
-            write(record)
-    return f"wrote {golden} ({what})"
 
 
 def _plain(renderable: Any) -> str:
