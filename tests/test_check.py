@@ -356,3 +356,24 @@ def test_update_never_blesses_a_failing_expect_and_leaves_no_temporary_file(
     goldens = suite / "golden"
     assert not (goldens / "cancel-and-rejoin.dump.jsonl").exists()
     assert [p.name for p in goldens.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_golden_failure_says_why_the_replay_left_out_what_the_golden_has(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "s"
+    (suite / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "decode-beside-prefill.jsonl", suite)
+    records = [
+        orjson.loads(x)
+        for x in (GOLDENS / "decode-beside-prefill.dump.jsonl").read_bytes().splitlines()
+    ]
+    batches = [r for r in records if "batch" in r]
+    batches[0]["batch"].append(batches[1]["batch"][-1])  # the golden dispatches it a step early
+    (suite / "golden" / "decode-beside-prefill.dump.jsonl").write_bytes(
+        b"".join(orjson.dumps(r) + b"\n" for r in records)
+    )
+    code, found = verdicts(suite)
+    assert code == 1
+    detail = str(found["decode-beside-prefill.jsonl"]["detail"])
+    assert "why the replay left out what the other side dispatched" in detail, detail

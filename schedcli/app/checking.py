@@ -245,7 +245,7 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
         coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
     verdict = Verdict(trace, None, PASS, "; ".join(coverage))
     if comparison is not None:
-        _compared(verdict, golden, comparison, new)
+        _compared(verdict, job, comparison, new)
     elif new is not None:
         verdict.updated = new.keep(f"new golden, {_count(new.steps, 'step')}")
         if not new.dry_run:
@@ -256,10 +256,8 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
     return verdict
 
 
-def _compared(
-    verdict: Verdict, golden: str | None, comparison: Any, new: _NewGolden | None
-) -> None:
-    verdict.golden = golden
+def _compared(verdict: Verdict, job: Job, comparison: Any, new: _NewGolden | None) -> None:
+    verdict.golden = job.golden
     if comparison.same:
         return
     result = comparison.result
@@ -272,8 +270,9 @@ def _compared(
         if not new.dry_run:
             return  # the golden is now this replay's dump
     verdict.status = FAIL
-    verdict.coverage += f"; {differ}"
-    verdict.detail = _golden_detail(comparison)
+    first = comparison.result.first
+    verdict.coverage += f"; {differ}" + (f", the first at step {first.step}" if first else "")
+    verdict.detail = _golden_detail(job, comparison)
     verdict.line = comparison.first_line
 
 
@@ -312,15 +311,22 @@ class _NewGolden:
         self._stack.__exit__(_Dropped, _Dropped(), None)
 
 
-def _golden_detail(comparison: Any) -> str:
+def _golden_detail(job: Job, comparison: Any) -> str:
+    """The first differing step side by side, and why the replay left out what the golden
+    has there (its reasons kept as the step was compared, else by replaying to it)."""
     from .render import diff_view, why_left
 
     parts: list[Any] = [diff_view(comparison.result)]
     first = comparison.result.first
     if first is not None:
         only_golden, _ = first.moved()
-        if only_golden and comparison.first_left_known:
-            parts.append(why_left("the replay", comparison.first_left, only_golden))
+        if only_golden:
+            left = comparison.first_left
+            if not comparison.first_left_known:  # found past the step
+                from .explain import explain_step
+
+                left = explain_step(job.trace, first.step, job.policy, job.params).left
+            parts.append(why_left("the replay", left, only_golden))
     return "\n".join(_plain(p) for p in parts)
 
 
