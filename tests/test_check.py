@@ -377,3 +377,16 @@ def test_a_golden_failure_says_why_the_replay_left_out_what_the_golden_has(
     assert code == 1
     detail = str(found["decode-beside-prefill.jsonl"]["detail"])
     assert "why the replay left out what the other side dispatched" in detail, detail
+
+
+def test_the_plugin_refuses_a_bad_path_or_configuration_as_pytest_refuses_usage(
+    pytester: pytest.Pytester,
+) -> None:
+    result = pytester.runpytest_subprocess("--schedcli=nowhere")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "nowhere: no such file or folder" in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    pytester.makepyprojecttoml("[tool.schedcli]\npytset = true\n")
+    result = pytester.runpytest_subprocess("--schedcli")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "did you mean 'pytest'?" in result.stderr.str()

@@ -51,6 +51,16 @@ def _paths(config: pytest.Config) -> list[str] | None:
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
+    from ..model.errors import SchedcliError
+    from .usage import error_text
+
+    try:
+        _collect(session, config, items)
+    except SchedcliError as e:  # a bad [tool.schedcli] or PATH: pytest's usage error
+        raise pytest.UsageError(error_text(e)) from None
+
+
+def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     paths = _paths(config)
     if paths is None:
         return
