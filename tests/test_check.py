@@ -390,3 +390,17 @@ def test_the_plugin_refuses_a_bad_path_or_configuration_as_pytest_refuses_usage(
     result = pytester.runpytest_subprocess("--schedcli")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "did you mean 'pytest'?" in result.stderr.str()
+
+
+def test_folders_below_are_searched_and_their_goldens_found_beside_them(tmp_path: Path) -> None:
+    suite = held_out_suite(tmp_path)
+    deeper = suite / "more" / "deeper"
+    (deeper / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "rejections.jsonl", deeper)
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", deeper / "golden")
+    (suite / ".hidden").mkdir()
+    shutil.copy(TRACES / "rejections.jsonl", suite / ".hidden")
+    _, found = verdicts(suite)
+    assert found["rejections.jsonl"]["status"] == "pass"
+    assert found["rejections.jsonl"]["trace"] == str(deeper / "rejections.jsonl")
+    assert len([v for v in found.values() if v["trace"]]) == 7

@@ -90,16 +90,18 @@ class Suite:
 
 
 def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
-    """Every trace under ``paths``, sorted, each with its golden's path; goldens in a given
-    folder's golden folder that no trace claims are orphans. A golden given by name stands
-    for its trace (a commit that changes only a golden checks the trace it belongs to)."""
+    """Every trace in ``paths`` and the folders below them, sorted, each with its golden's
+    path; goldens in a searched folder's golden folder that no trace claims are orphans.
+    A golden given by name stands for its trace (a commit that changes only a golden
+    checks the trace it belongs to)."""
     traces: list[Path] = []
     folders: set[Path] = set()
     for given in paths:
         p = Path(given)
         if p.is_dir():
-            folders.add(p)
-            traces += [c for c in sorted(p.iterdir()) if c.is_file() and _is_trace(c.name)]
+            for folder in _folders(p):
+                folders.add(folder)
+                traces += [c for c in folder.iterdir() if c.is_file() and _is_trace(c.name)]
         elif p.is_file() and p.name.endswith(DUMP_SUFFIX):
             traces += _traces_of(p, golden_dir)
         elif p.is_file():
@@ -119,6 +121,14 @@ def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
                 if g.resolve() not in claimed and str(g) not in suite.orphans:
                     suite.orphans.append(str(g))
     return suite
+
+
+def _folders(top: Path) -> Iterator[Path]:
+    """``top`` and every folder below it but golden folders and hidden ones."""
+    yield top
+    for child in sorted(top.iterdir()):
+        if child.is_dir() and child.name != "golden" and not child.name.startswith("."):
+            yield from _folders(child)
 
 
 def _traces_of(golden: Path, golden_dir: str | None) -> list[Path]:
