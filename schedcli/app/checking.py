@@ -114,12 +114,10 @@ def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
         golden = _golden_of(trace, golden_dir)
         claimed.add(golden.resolve())
         suite.traces.append((str(trace), str(golden)))
-    for folder in sorted(folders):
-        where = Path(golden_dir) if golden_dir else folder / "golden"
+    for where in sorted({Path(golden_dir) if golden_dir else f / "golden" for f in folders}):
         if where.is_dir():
-            for g in sorted(where.glob(f"*{DUMP_SUFFIX}")):
-                if g.resolve() not in claimed and str(g) not in suite.orphans:
-                    suite.orphans.append(str(g))
+            goldens = sorted(where.glob(f"*{DUMP_SUFFIX}"))
+            suite.orphans += [str(g) for g in goldens if g.resolve() not in claimed]
     return suite
 
 
@@ -154,10 +152,7 @@ def _golden_of(trace: Path, golden_dir: str | None) -> Path:
 def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
     """Each trace's verdict, in the suite's order, the traces checked on ``req.jobs``
     processes."""
-    jobs = []
-    for trace, golden in suite.traces:
-        settings = req.config.settings_for(trace)
-        jobs.append(Job(trace, golden, settings.policy, settings.params, req.update, req.dry_run))
+    jobs = suite_jobs(req, suite)
     workers = min(req.jobs or 1, len(jobs))
     if workers < 2:
         yield from map(check_job, jobs)
@@ -176,6 +171,15 @@ class Job:
     params: dict[str, object]
     update: bool
     dry_run: bool
+
+
+def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
+    """Each trace of the suite as a job, under its folder's policy and parameters."""
+    jobs = []
+    for trace, golden in suite.traces:
+        settings = req.config.settings_for(trace)
+        jobs.append(Job(trace, golden, settings.policy, settings.params, req.update, req.dry_run))
+    return jobs
 
 
 def check_job(job: Job) -> Verdict:
@@ -247,10 +251,9 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
             comparison.finish()
     coverage = []
     if engine.checked or engine.outcomes_checked:
-        batches = _count(engine.get_work_events, "batch", "batches")
-        coverage.append(f"checked {engine.checked} of {batches}")
-        if engine.outcomes_checked:
-            coverage[-1] += f" and {_count(engine.outcomes_checked, 'submit outcome')}"
+        from .replaying import checked_text
+
+        coverage.append(checked_text(engine))
     if comparison is not None:
         coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
     verdict = Verdict(trace, None, PASS, "; ".join(coverage))
@@ -322,22 +325,12 @@ class _NewGolden:
 
 
 def _golden_detail(job: Job, comparison: Any) -> str:
-    """The first differing step side by side, and why the replay left out what the golden
-    has there (its reasons kept as the step was compared, else by replaying to it)."""
-    from .render import diff_view, why_left
+    def reasons_at(step: int) -> Any:
+        from .explain import explain_step
 
-    parts: list[Any] = [diff_view(comparison.result)]
-    first = comparison.result.first
-    if first is not None:
-        only_golden, _ = first.moved()
-        if only_golden:
-            left = comparison.first_left
-            if not comparison.first_left_known:  # found past the step
-                from .explain import explain_step
+        return explain_step(job.trace, step, job.policy, job.params).left
 
-                left = explain_step(job.trace, first.step, job.policy, job.params).left
-            parts.append(why_left("the replay", left, only_golden))
-    return "\n".join(_plain(p) for p in parts)
+    return "\n".join(_plain(view) for view in comparison.views(reasons_at))
 
 
 def _plain(renderable: Any) -> str:
@@ -349,8 +342,8 @@ def _plain(renderable: Any) -> str:
     return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip().splitlines())
 
 
-def _count(n: int, noun: str, nouns: str = "") -> str:
-    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def exit_code(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..engine.replay import Replayer
 from ..formats.dump import read_dump
@@ -63,3 +64,18 @@ class GoldenComparison:
     @property
     def same(self) -> bool:
         return self.result.identical
+
+    def views(self, reasons_at: Callable[[int], Left]) -> list[Any]:
+        """The difference for people: the first differing step side by side, then why the
+        replay left out what the golden has there (its reasons kept as the step was
+        compared; else ``reasons_at(step)``, found past it)."""
+        from .render import diff_view, why_left
+
+        views: list[Any] = [diff_view(self.result)]
+        first = self.result.first
+        if first is not None:
+            only_golden, _ = first.moved()
+            if only_golden:
+                left = self.first_left if self.first_left_known else reasons_at(first.step)
+                views.append(why_left("the replay", left, only_golden))
+        return views

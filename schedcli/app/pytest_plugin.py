@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from .config import Config
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,16 +37,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _paths(config: pytest.Config) -> list[str] | None:
-    """The suites to collect, or None when the plugin is not asked for."""
-    from .config import load_config
-
+def _paths(config: pytest.Config, settings: Config) -> list[str] | None:
+    """The suites asked for (empty: the configured ones), or None when the plugin is not
+    asked for."""
     asked: list[str] | None = config.getoption("schedcli")
-    settings = load_config(config.rootpath)
     if asked is not None:
-        return [p for p in asked if p] or settings.traces or ["traces"]
+        return [p for p in asked if p]
     if settings.pytest and config.args_source != pytest.Config.ArgsSource.ARGS:
-        return settings.traces or ["traces"]
+        return []
     return None
 
 
@@ -61,18 +62,17 @@ def pytest_collection_modifyitems(
 
 
 def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    paths = _paths(config)
-    if paths is None:
-        return
-    from .checking import CheckRequest, Job, find_suite
+    from .checking import CheckRequest, find_suite, suite_jobs
     from .config import load_config
 
-    req = CheckRequest(paths).with_config(load_config(config.rootpath))
+    settings = load_config(config.rootpath)
+    paths = _paths(config, settings)
+    if paths is None:
+        return
     update = bool(config.getoption("schedcli_update"))
-    for trace, golden in find_suite(req.paths, req.golden_dir).traces:
-        settings = req.config.settings_for(trace)
-        job = Job(trace, golden, settings.policy, settings.params, update, False)
-        collector = TraceFile.from_parent(session, path=Path(trace).resolve())
+    req = CheckRequest(paths, update=update).with_config(settings)
+    for job in suite_jobs(req, find_suite(req.paths, req.golden_dir)):
+        collector = TraceFile.from_parent(session, path=Path(job.trace).resolve())
         items.append(TraceItem.from_parent(collector, name="check", job=job, req=req))
 
 

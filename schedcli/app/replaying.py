@@ -204,17 +204,10 @@ class GoldenCheck(Output):
         if golden is None or golden.same:
             return
         err = self._err()
-        from .render import diff_view, why_left
-
-        err.print(diff_view(golden.result), soft_wrap=True)
-        first = golden.result.first
-        if first is not None:
-            only_golden, _ = first.moved()
-            if only_golden:
-                left = golden.first_left
-                if not golden.first_left_known:  # found past the step: replay to it
-                    left = _reasons_at(self._req, first.step)
-                err.print(why_left("the replay", left, only_golden))
+        diff, *why = golden.views(lambda step: _reasons_at(self._req, step))
+        err.print(diff, soft_wrap=True)
+        for view in why:
+            err.print(view)
         raise CheckFailed(f"{self._name}: dump differs from golden {self._golden}")
 
 
@@ -241,14 +234,19 @@ def _check_coverage(
             "(record one, or drop --check)",
         )
     total = engine.get_work_events
-    said = f"checked {engine.checked} of {total} batches"
-    if engine.outcomes_checked:
-        said += f" and {engine.outcomes_checked} submit outcomes"
-    err().print(f"{name}: {said}", soft_wrap=True, highlight=False)
+    err().print(f"{name}: {checked_text(engine)}", soft_wrap=True, highlight=False)
     if req.require_all and engine.checked < total:
         raise CheckFailed(
             f"{name}: {total - engine.checked} of {total} batches record no expect (--require-all)"
         )
+
+
+def checked_text(engine: Replayer) -> str:
+    """What ``--check`` compared, as ``replay --check`` and ``check`` both say it."""
+    said = f"checked {engine.checked} of {engine.get_work_events} batches"
+    if engine.outcomes_checked:
+        said += f" and {engine.outcomes_checked} submit outcomes"
+    return said
 
 
 def update_command(req: ReplayRequest) -> str:
