@@ -51,7 +51,8 @@ class Config:
 
 
 def find_pyproject(start: Path) -> Path | None:
-    for folder in (start.resolve(), *start.resolve().parents):
+    here = start.resolve()
+    for folder in (here, *here.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             return candidate
