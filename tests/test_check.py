@@ -404,3 +404,34 @@ def test_folders_below_are_searched_and_their_goldens_found_beside_them(tmp_path
     assert found["rejections.jsonl"]["status"] == "pass"
     assert found["rejections.jsonl"]["trace"] == str(deeper / "rejections.jsonl")
     assert len([v for v in found.values() if v["trace"]]) == 7
+
+
+def test_an_interrupted_check_stops_soon_and_leaves_no_partial_golden(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bench.replay_bench import generate
+
+    suite = tmp_path / "s"
+    suite.mkdir()
+    for i in range(12):
+        generate(suite / f"t{i:02d}.jsonl", 40_000, seed=i)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedcli", "check", str(suite), "--update", "-j", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    goldens = suite / "golden"
+    deadline = time.monotonic() + 60
+    while not any(goldens.glob("*.dump.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = len(list(goldens.glob("*.dump.jsonl")))
+    proc.send_signal(signal.SIGINT)  # to the command alone, as a supervisor's stop is
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
+    written = len(list(goldens.glob("*.dump.jsonl")))
+    assert written <= before + 1  # the workers stopped; no queued trace was begun
+    assert [p.name for p in goldens.iterdir() if p.name.startswith(".")] == []

@@ -8,9 +8,10 @@ A trace ``DIR/NAME.jsonl`` (or ``.jsonl.gz``) has its golden at
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,8 +158,23 @@ def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
     if workers < 2:
         yield from map(check_job, jobs)
         return
-    with ProcessPoolExecutor(workers) as pool:
-        yield from pool.map(check_job, jobs)
+    # On leaving, early or not, the pool terminates its workers: a stop signal to this
+    # process stops the traces being checked (each worker's own stop handler cleans up)
+    # and starts no more.
+    with multiprocessing.Pool(workers, initializer=_worker_signals) as pool:
+        yield from pool.imap(check_job, jobs)
+
+
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to the command (which terminates it), and on termination
+    exits quietly through its ``finally`` blocks (a golden being written is not put in
+    place: its temporary file goes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_quietly)
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @dataclass
