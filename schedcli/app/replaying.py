@@ -67,6 +67,15 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
         raise UsageError("--update-golden needs --golden FILE")
     if req.require_all and not req.check:
         raise UsageError("--require-all applies to --check")
+    from ..formats.requests import is_request_trace
+
+    if is_request_trace(req.trace):
+        from .request_level import run_request_replay
+
+        def outputs_for(stack: ExitStack, engine: Callable[[], Replayer]) -> list[Output]:
+            return _outputs(stack, req, WaitHook(), engine, err)
+
+        return run_request_replay(req, err, outputs_for)
     flush_before_wait = WaitHook()  # live input: write each record out before waiting
     with ExitStack() as stack:
         # Every output, from the options alone, before the trace is opened.
@@ -216,6 +225,10 @@ def _reasons_at(req: ReplayRequest, step: int) -> Left:
     replay is deterministic); None from a pipe, which cannot be read twice."""
     if req.trace == "-" or req.follow:
         return None
+    from ..formats.requests import is_request_trace
+
+    if is_request_trace(req.trace):
+        return None  # kept as the difference was found, or not derived
     from .explain import explain_step
 
     return explain_step(req.trace, step, req.policy, req.params).left

@@ -21,7 +21,7 @@ from ..formats.writer import TraceWriter
 from ..model.errors import InvariantError, SchedcliError, UsageError
 from ..model.records import Record
 from ..model.task import Task
-from ..policies.registry import build_policy, policy_reference
+from ..policies.registry import build_policy, is_request_policy, policy_reference
 from .progress import ProgressBar
 from .render import simulation_tables
 from .sweep_report import group_reasons
@@ -58,6 +58,10 @@ class SimulateRequest:
 
 def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
     """Simulate, write the trace, timeline and metrics asked for, and show the summary."""
+    if is_request_policy(req.policy):
+        from .request_level import run_request_simulate
+
+        return run_request_simulate(req, out, err)
     to_stderr = req.summary_to_stderr()
     built = build_policy(req.policy, req.params or {})
     built.promise_serial_calls()  # the simulated runner is its only caller
@@ -112,6 +116,14 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
                 soft_wrap=True,
             )
         raise stopped
+    show_summary(req, result, out, err, to_stderr)
+    return result
+
+
+def show_summary(
+    req: SimulateRequest, result: SimResult, out: Console, err: Console, to_stderr: bool
+) -> None:
+    """The metrics file, the summary (table or JSON), and a note on rejected requests."""
     summary = result.summary()
     if req.metrics:
         with atomic_output(req.metrics) as f:
@@ -122,7 +134,6 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
     else:
         view.print(simulation_tables(summary))
     _note_rejections(result, err)
-    return result
 
 
 def _trace_meta(req: SimulateRequest, size: int) -> Record:

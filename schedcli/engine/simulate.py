@@ -99,6 +99,9 @@ class SimResult:
     good: int = 0
     slo_ttft: float | None = None
     slo_tpot: float | None = None
+    # Request-level policies: requests preempted (counted each time); the runner does
+    # not chunk for them (chunk_size 0 is left out of the summary).
+    preemptions: int | None = None
 
     def finish(self, req: _Live) -> None:
         """A request produced its last token (or gave up): its latencies and SLO verdict."""
@@ -127,7 +130,10 @@ class SimResult:
             "policy": self.policy,
             "params": self.params,
             "cost_model": self.cost.as_dict(),
-            "chunk_size": self.chunk_size,
+        }
+        if self.chunk_size:
+            out["chunk_size"] = self.chunk_size
+        out |= {
             "requests": self.requests,
             "finished": self.finished,
             "cancelled": self.cancelled,
@@ -147,6 +153,8 @@ class SimResult:
             ),
             "jain_fairness_service_rate": jain_index(self.service_rate),
         }
+        if self.preemptions is not None:
+            out["preemptions"] = self.preemptions
         for key in (
             "queue_delay",
             "queue_delay_steps",

@@ -135,6 +135,21 @@ class PerfettoWriter:
             args["passed_over"] = passed_over
         return args
 
+    def preempted(self, step: int, ts_us: float, sids: Sequence[Id]) -> None:
+        """A request-level step's preemptions: a mark on each request's track."""
+        for sid in sids:
+            self._event(
+                {
+                    "name": "preempted",
+                    "ph": "i",
+                    "s": "t",
+                    "ts": _us(ts_us),
+                    "pid": PID,
+                    "tid": self._track(sid),
+                    "args": {"step": step},
+                }
+            )
+
     def record(self, record: dict[str, Any]) -> None:
         """A replay dump record (batch records become slices; others are not drawn)."""
         if "batch" in record:
@@ -142,6 +157,8 @@ class PerfettoWriter:
             self.batch(
                 step, step * STEP_US, STEP_US, record["batch"], record["tokens"], record["queued"]
             )
+            if record.get("preempted"):
+                self.preempted(step, step * STEP_US, record["preempted"])
 
     __call__ = record
 

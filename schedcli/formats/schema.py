@@ -88,8 +88,12 @@ class Clear(Struct, tag_field="op", tag="clear", forbid_unknown_fields=True, gc=
     meta: Any = None
 
 
+Level = Annotated[Literal["task", "request"], Meta(extra={"noun": '"task" or "request"'})]
+
+
 class HeaderFields(Struct, forbid_unknown_fields=True):
     schedcli: int
+    level: Level = "task"
     policy: str | None = None
     params: dict[str, Any] | None = None
     meta: Any = None
@@ -232,3 +236,55 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
                 return problem
         return None
     return None  # Any
+
+
+# --- request level (docs/trace-format.md, "Request-level traces") --------------------
+
+Positive = Annotated[int, Meta(ge=1, le=INT_MAX)]
+Ids = Annotated[list[Id], Meta(extra={"noun": "an array of request ids", "item": "each rid"})]
+
+
+class Arrive(Struct, tag_field="op", tag="arrive", forbid_unknown_fields=True, gc=False):
+    """A request reaches the scheduler: its prompt's length (or ids), its output limit."""
+
+    rid: Id
+    max_tokens: Positive
+    prompt_tokens: Positive | None = None
+    tokens: Tokens | None = None
+    priority: I64 = 0
+    t: Seconds | None = None
+    meta: Any = None
+
+
+class Abort(Struct, tag_field="op", tag="abort", forbid_unknown_fields=True, gc=False):
+    rid: Id
+    t: Seconds | None = None
+    meta: Any = None
+
+
+class Scheduled(Struct, array_like=True, forbid_unknown_fields=True, gc=False):
+    """``[rid, tokens]``: one request's tokens in a recorded step."""
+
+    rid: Id
+    tokens: Count
+
+
+class StepExpect(Struct, forbid_unknown_fields=True, gc=False):
+    batch: list[Scheduled]
+    preempted: Ids = []
+    finished: Ids = []
+
+
+class Step(Struct, tag_field="op", tag="step", forbid_unknown_fields=True, gc=False):
+    """One scheduler step: planned, run, and its outputs handed back."""
+
+    expect: StepExpect | None = None
+    stop: Ids | None = None
+    wall: Annotated[float, Meta(ge=0)] | None = None
+    t: Seconds | None = None
+    meta: Any = None
+
+
+RequestEventStruct = Arrive | Abort | Step
+REQUEST_EVENTS: dict[str, type[Struct]] = {"arrive": Arrive, "abort": Abort, "step": Step}
+request_decoder: Final = msgspec.json.Decoder(RequestEventStruct)

@@ -46,6 +46,7 @@ class Header:
     policy: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     meta: Any = None
+    level: str = "task"
 
 
 class Event:
@@ -220,7 +221,7 @@ def parse_header(obj: dict[str, Any], line: int) -> Header:
             f"this schedcli reads version {FORMAT_VERSION}"
         )
     params = obj.get("params") or {}
-    return Header(line, obj.get("policy"), params, obj.get("meta"))
+    return Header(line, obj.get("policy"), params, obj.get("meta"), obj.get("level", "task"))
 
 
 # --- duplicate keys and nesting -------------------------------------------------------
@@ -562,6 +563,14 @@ class TraceReader:
                     self._fail(item.line, problem)
         if start < len(items):
             yield first_line + start, items[start:]
+
+    def raw_lines(self) -> Iterator[tuple[int, bytes, bool]]:
+        """Every line after the header, undecoded: ``(line, bytes, ends in a newline)``
+        (the request-level reader decodes its own events)."""
+        lines, self._first_lines = self._first_lines, []
+        yield from lines
+        for first_line, body, complete, _ in self._chunks:
+            yield from lines_of(first_line, body, complete, self.name, self._max_line_bytes)
 
     def runs(self) -> Iterator[Run]:
         """Every event, as runs of lines in a row (see ``Line``): the replay's fast path.

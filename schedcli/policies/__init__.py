@@ -22,8 +22,13 @@ BUILTIN_POLICIES: dict[str, type[Scheduler]] = {
     )
 }
 
+# Request-level policies (model/requests.py), imported when asked for: vLLM's scheduler
+# needs the ``vllm`` extra.
+REQUEST_POLICIES: dict[str, str] = {"vllm": "schedcli.policies.vllm:VllmScheduler"}
+
 __all__ = [
     "BUILTIN_POLICIES",
+    "REQUEST_POLICIES",
     "DecodeFirstScheduler",
     "FairScheduler",
     "FcfsScheduler",

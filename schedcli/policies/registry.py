@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..model.errors import InputError, UsageError
+from ..model.requests import RequestScheduler
 from ..model.scheduler import Param, Scheduler, check_params
-from . import BUILTIN_POLICIES
+from . import BUILTIN_POLICIES, REQUEST_POLICIES
 from .entry_points import Plugin, find
 
 ENTRY_POINT_GROUP = "schedcli.policies"
@@ -115,6 +116,10 @@ def _import_from_cwd_first(module_name: str) -> Any:
 
 
 def _import_class(spec: str) -> type[Scheduler]:
+    return _check_class(_import_attr(spec), f"policy plugin {spec!r}")
+
+
+def _import_attr(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UsageError(f"policy {spec!r}: an import string is 'package.module:ClassName'")
@@ -129,13 +134,18 @@ def _import_class(spec: str) -> type[Scheduler]:
             obj = getattr(obj, part)
         except AttributeError:
             raise UsageError(f"policy plugin {spec!r}: {module_name} has no {attr!r}") from None
-    return _check_class(obj, f"policy plugin {spec!r}")
+    return obj
 
 
 def resolve_policy(spec: str) -> type[Scheduler]:
     """A policy class from a registered name or a ``module:Class`` import string."""
     if ":" in spec:
         return _import_class(spec)
+    if spec in REQUEST_POLICIES:
+        raise UsageError(
+            f"policy {spec!r} is request-level: it takes whole requests (simulate, sweep, and "
+            "request-level traces), not a task-level trace's tasks"
+        )
     sources = policy_sources()
     source = sources.get(spec)
     if source is None:
@@ -234,6 +244,34 @@ def build_policy(
     ``cls``, when the caller already resolved ``spec``, saves resolving it again.
     """
     cls = cls or resolve_policy(spec)
+    return _build(cls, spec, params)  # type: ignore[no-any-return]
+
+
+def is_request_policy(spec: str) -> bool:
+    """Whether ``spec`` names a request-level policy (built-in ``vllm``, or a
+    ``module:Class`` whose class is a RequestScheduler)."""
+    if spec in REQUEST_POLICIES:
+        return True
+    if ":" not in spec or spec.count(":") != 1:
+        return False
+    try:
+        obj = _import_attr(spec)
+    except UsageError:
+        return False
+    return inspect.isclass(obj) and issubclass(obj, RequestScheduler)
+
+
+def build_request_policy(spec: str, params: Mapping[str, object] | None = None) -> RequestScheduler:
+    """A request-level policy, built and its parameters checked as ``build_policy`` does."""
+    if spec in REQUEST_POLICIES:
+        module, _, attr = REQUEST_POLICIES[spec].partition(":")
+        cls = getattr(importlib.import_module(module), attr)
+    else:
+        cls = _import_attr(spec)
+    return _build(cls, spec, params)  # type: ignore[no-any-return]
+
+
+def _build(cls: Any, spec: str, params: Mapping[str, object] | None) -> Any:
     label = cls.name or spec
     given = dict(params or {})
     kwargs: dict[str, object] = {}

@@ -1,0 +1,182 @@
+"""``simulate`` and ``replay`` for request-level policies (``-p vllm``) and traces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+from ..engine.replay import PolicyCrashed
+from ..engine.request_replay import RequestExpectMismatch, RequestReplayer
+from ..engine.request_sim import simulate_requests
+from ..engine.run import incomplete_trace
+from ..engine.simulate import SimResult
+from ..formats.interrupt import Stopped, stop_reason
+from ..formats.output import atomic_output
+from ..formats.perfetto import PerfettoWriter
+from ..formats.requests import RequestReader, RequestTraceWriter, is_request_trace
+from ..formats.trace import Header, open_trace
+from ..formats.workload import read_workload
+from ..model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
+from ..model.requests import RequestScheduler
+from ..model.task import Task
+from ..policies.registry import build_request_policy, config_label
+from .outputs import Fanout, Opened
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .replaying import ReplayRequest
+    from .simulating import SimulateRequest
+
+
+def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
+    """``simulate -p vllm``: the workload through a request-level policy (see run_simulate)."""
+    if req.chunk_size is not None:
+        raise UsageError(
+            f"--chunk-size is for task-level policies; {req.policy!r} chunks prompts itself "
+            "(max_num_batched_tokens, long_prefill_token_threshold)"
+        )
+    from .simulating import _progress, _timeline_feeder, show_summary
+
+    to_stderr = req.summary_to_stderr()
+    policy = build_request_policy(req.policy, req.params or {})
+    label = policy.name or req.policy
+    declared = policy.params()
+    with ExitStack() as stack:
+        stack.callback(policy.close)
+        trace: RequestTraceWriter | None = None
+        if req.output is not None:
+            cost = req.cost
+            meta = {
+                "generated_by": "schedcli simulate",
+                "workload": req.workload,
+                "cost_model": cost.as_dict(),
+            }
+            trace = RequestTraceWriter(
+                stack.enter_context(atomic_output(req.output)), label, declared, meta
+            )
+        timeline: PerfettoWriter | None = None
+        if req.perfetto:
+            timeline = PerfettoWriter(
+                stack.enter_context(atomic_output(req.perfetto)),
+                title=f"schedcli simulate {req.workload} ({label})",
+                budget=policy.token_budget,
+            )
+        progress = _progress(req.workload, err)
+        try:
+            result = simulate_requests(
+                read_workload(req.workload),
+                policy,
+                policy_name=label,
+                params=declared,
+                cost=req.cost,
+                trace=trace,
+                slo_ttft=req.slo_ttft,
+                slo_tpot=req.slo_tpot,
+                on_progress=lambda requests, t: progress.update(requests, t=t),
+                on_batch=_with_preemptions(timeline, _timeline_feeder(timeline), policy)
+                if timeline is not None
+                else None,
+            )
+        except (InvariantError, PolicyCrashed, Stopped) as e:
+            if trace is not None:
+                trace.partial(stop_reason(e))
+            progress.stop()
+            raise
+        finally:
+            progress.stop()
+        if timeline is not None:
+            timeline.close()
+    show_summary(req, result, out, err, to_stderr)
+    return result
+
+
+def _with_preemptions(timeline: PerfettoWriter, feeder: Any, policy: RequestScheduler) -> Any:
+    def on_batch(step: int, start: float, end: float, batch: list[Task], queued: int) -> None:
+        feeder(step, start, end, batch, queued)
+        last = getattr(policy, "_last", None)
+        if last is not None and last.preempted:
+            timeline.preempted(step, start * 1e6, last.preempted)
+
+    return on_batch
+
+
+def request_policy_for(
+    header: Header, name: str, policy: str | None, params: dict[str, str]
+) -> tuple[RequestScheduler, str]:
+    """The command line's policy, else the header's; the header's params, then ours."""
+    spec = policy or header.policy
+    if spec is None:
+        raise InputError(name, header.line, "a request-level trace names its policy (vllm)")
+    given: dict[str, object] = {}
+    if policy is None or policy == header.policy:
+        given.update(header.params)
+    given.update(params)
+    built = build_request_policy(spec, given)
+    return built, config_label(built.name or spec, {})
+
+
+def run_request_replay(
+    req: ReplayRequest, err: Callable[[], Console], outputs_for: Callable[..., list[Any]]
+) -> None:
+    """``replay`` of a request-level trace: views, --check, --golden, --perfetto."""
+    if req.steps is not None or req.session is not None:
+        raise UsageError("--steps and --session are not yet supported for request-level traces")
+    with ExitStack() as stack:
+        reader = stack.enter_context(open_trace(req.trace, max_line_bytes=req.max_line_bytes))
+        assert reader.header is not None
+        policy, label = request_policy_for(reader.header, reader.name, req.policy, req.params or {})
+        stack.callback(policy.close)
+        engine: RequestReplayer | None = None
+        outputs = outputs_for(stack, lambda: engine)
+        opened = Opened(
+            reader.name, label, policy.token_budget, lambda: engine.totals.steps if engine else 0
+        )
+        for output in outputs:
+            output.opened(opened)
+        fan = Fanout(outputs)
+        engine = RequestReplayer(
+            policy,
+            fan.emit,
+            policy_name=label,
+            check=req.check,
+            drain=req.drain,
+            on_left=fan.on_left,
+        )
+        events = RequestReader(reader)
+
+        def at_end() -> None:
+            if events.partial is not None and not req.allow_incomplete:
+                raise InputError(
+                    reader.name, events.partial[0], incomplete_trace(events.partial[1])
+                )
+
+        try:
+            totals = engine.run(events, at_end)
+        except RequestExpectMismatch as e:
+            for output in outputs:
+                output.close(None, e)
+            from .render_requests import request_mismatch_view
+
+            err().print(request_mismatch_view(e.mismatch))
+            raise
+        except (SchedcliError, Stopped) as e:
+            for output in outputs:
+                output.close(None, e)
+            raise
+        for output in outputs:
+            output.close(totals, None)
+    if req.check:
+        if engine.checked == 0:
+            raise InputError(
+                reader.name, None, "nothing to check: no step in this trace records an expect"
+            )
+        err().print(f"{reader.name}: checked {engine.checked} of {engine.step_events} steps")
+    for output in outputs:
+        verdict = getattr(output, "verdict", None)
+        if verdict is not None:
+            verdict()
+
+
+__all__ = ["CheckFailed", "is_request_trace", "run_request_replay", "run_request_simulate"]

@@ -1,0 +1,247 @@
+"""Replaying a request-level trace: arrivals, aborts and steps fed to a RequestScheduler.
+
+Every step event is one ``step()`` of the policy (a literal call log); a trace without
+step events is drained at its end. Each step becomes a batch record shaped as a task-level
+one (one entry per scheduled request, ``tid`` = ``rid@position``), so views, goldens and
+``diff`` read both levels alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..formats.requests import RequestEvent, arrival, expect_of
+from ..formats.schema import Abort, Arrive
+from ..model.errors import CheckFailed, InvariantError
+from ..model.records import Left, Record
+from ..model.requests import RequestScheduler, StepPlan
+from ..model.task import DECODE, PREFILL, Id, Task
+from .ledger import Totals
+from .replay import PolicyCrashed
+
+STUCK_AFTER = 1000
+
+
+@dataclass
+class RequestMismatch:
+    """The first step whose plan differs from the trace's ``expect``."""
+
+    step: int
+    line: int
+    expected: dict[str, Any]
+    got: dict[str, Any]
+    reasons: list[tuple[Id, str, str]]
+
+
+class RequestExpectMismatch(CheckFailed):
+    def __init__(self, mismatch: RequestMismatch) -> None:
+        self.mismatch = mismatch
+        super().__init__(
+            f"line {mismatch.line}: step {mismatch.step} differs from the recorded step"
+        )
+
+
+def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> Record:
+    entries = [
+        {
+            "tid": f"{s.rid}@{s.position}",
+            "sid": s.rid,
+            "kind": PREFILL if s.prefill else DECODE,
+            "size": s.tokens,
+        }
+        for s in plan.batch
+    ]
+    return {
+        "step": step,
+        "batch": entries,
+        "tokens": plan.tokens,
+        "queued": waiting,
+        "running": running,
+        "preempted": plan.preempted,
+        "finished": plan.finished,
+    }
+
+
+def left_of(reasons: list[tuple[Id, str, str]]) -> Left:
+    """Reasons as the task-level views show them: one waiting request as one task."""
+    return [(Task(f"{rid}", rid, PREFILL, 0), code, detail) for rid, code, detail in reasons]
+
+
+class RequestReplayer:
+    """Feeds events to ``policy``; ``emit`` receives the dump's records in order."""
+
+    def __init__(
+        self,
+        policy: RequestScheduler,
+        emit: Callable[[Record], None],
+        *,
+        policy_name: str,
+        check: bool = False,
+        drain: bool = False,
+        on_left: Callable[[int, Left], None] | None = None,
+    ) -> None:
+        self.policy, self.emit, self.policy_name = policy, emit, policy_name
+        self.check, self.drain, self.on_left = check, drain, on_left
+        self.totals = Totals(mode="request", budget=policy.token_budget)
+        self.step_events = 0
+        self.checked = 0
+        self.finished = 0
+        self.aborted = 0
+        self.preemptions = 0
+        self.current_line = 0
+        self.last_reasons: list[tuple[Id, str, str]] = []
+
+    # The engine's protocol with outputs (the golden comparison asks for these).
+    @property
+    def upcoming_step(self) -> int:
+        return self.totals.steps
+
+    def run(self, events: Iterable[tuple[int, RequestEvent]], at_end: Callable[[], None]) -> Totals:
+        for line, event in events:
+            self.current_line = line
+            self.feed(line, event)
+        at_end()
+        if self.drain or self.step_events == 0:
+            self._drain()
+        return self.finish()
+
+    def feed(self, line: int, event: RequestEvent) -> None:
+        if type(event) is Arrive:
+            self._arrive(line, event)
+        elif type(event) is Abort:
+            self._abort(line, event.rid)
+        else:
+            self.step_events += 1
+            stop = frozenset(event.stop or ())  # type: ignore[union-attr]
+            plan = self._step(stop)
+            expect = event.expect  # type: ignore[union-attr]
+            if self.check and expect is not None:
+                self._compare(line, plan, expect)
+
+    def _arrive(self, line: int, event: Arrive) -> None:
+        try:
+            reason = self.policy.add(arrival(event))
+        except Exception as e:
+            raise self._crashed("add", e) from e
+        if reason is None:
+            self.totals.accepted += 1
+        else:
+            self.totals.rejected += 1
+            self.emit(
+                {
+                    "line": line,
+                    "op": "arrive",
+                    "accepted": False,
+                    "rid": event.rid,
+                    "reason": reason,
+                }
+            )
+
+    def _abort(self, line: int, rid: Id) -> None:
+        try:
+            was = self.policy.abort(rid)
+        except Exception as e:
+            raise self._crashed("abort", e) from e
+        if was is not None:
+            self.aborted += 1
+        self.emit({"line": line, "op": "abort", "rid": rid, "was": was})
+
+    def _step(self, stop: frozenset[Id]) -> StepPlan:
+        try:
+            plan = self.policy.step(stop)
+            running, waiting = self.policy.counts()
+        except Exception as e:
+            raise self._crashed("step", e) from e
+        totals = self.totals
+        step = totals.steps
+        totals.steps += 1
+        tokens = plan.tokens
+        totals.tokens += tokens
+        totals.peak_tokens = max(totals.peak_tokens, tokens)
+        budget = totals.budget
+        if budget is not None and tokens > budget:
+            raise self._broken(step, f"scheduled {tokens} tokens over its budget of {budget}")
+        self.finished += len(plan.finished)
+        self.preemptions += len(plan.preempted)
+        self.emit(batch_record(step, plan, running, waiting))
+        if self.on_left is not None or self.check:
+            self.last_reasons = self.policy.reasons()
+            if self.on_left is not None:
+                self.on_left(step, left_of(self.last_reasons))
+        return plan
+
+    def _compare(self, line: int, plan: StepPlan, expect: Any) -> None:
+        self.checked += 1
+        got = expect_of(plan)
+        want = {
+            "batch": [[s.rid, s.tokens] for s in expect.batch],
+            "preempted": list(expect.preempted),
+            "finished": list(expect.finished),
+        }
+        if _same(got, want):
+            return
+        step = self.totals.steps - 1
+        raise RequestExpectMismatch(RequestMismatch(step, line, want, got, self.last_reasons))
+
+    def _drain(self) -> None:
+        empty = 0
+        while self.policy.has_work():
+            plan = self._step(frozenset())
+            empty = 0 if plan.batch else empty + 1
+            if empty >= STUCK_AFTER:
+                raise self._broken(
+                    self.totals.steps, f"{STUCK_AFTER} empty steps in a row while requests wait"
+                )
+
+    def finish(self) -> Totals:
+        totals = self.totals
+        held = self.policy.held()
+        totals.queued = len(held)
+        totals.still_queued = held
+        totals.dispatched, totals.cancelled = self.finished, self.aborted
+        if totals.accepted != self.finished + self.aborted + len(held):
+            raise self._broken(
+                totals.steps,
+                f"{totals.accepted} requests accepted but {self.finished} finished, "
+                f"{self.aborted} aborted and {len(held)} still held",
+            )
+        end: Record = {
+            "steps": totals.steps,
+            "requests": totals.accepted,
+            "finished": self.finished,
+            "aborted": self.aborted,
+            "rejected": totals.rejected,
+            "preemptions": self.preemptions,
+            "held": len(held),
+            "tokens": totals.tokens,
+            "mode": "request",
+        }
+        if held:
+            end["still_queued"] = held
+        self.emit({"end": end})
+        return totals
+
+    def _broken(self, step: int, message: str) -> InvariantError:
+        return InvariantError(
+            f"policy {self.policy_name!r} broke the request-level contract at step {step}: "
+            f"{message}"
+        )
+
+    def _crashed(self, call: str, e: Exception) -> PolicyCrashed:
+        return PolicyCrashed(
+            f"policy {self.policy_name!r} raised in {call} at step {self.totals.steps}: "
+            f"{type(e).__name__}: {e}"
+        )
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Ids compare with their type: 1 and "1" are different requests."""
+
+    def typed(value: Any) -> Any:
+        if isinstance(value, list):
+            return [typed(v) for v in value]
+        return (type(value).__name__, value)
+
+    return bool(typed(a) == typed(b))
