@@ -115,7 +115,8 @@ class RequestReplayer:
         else:
             self.step_events += 1
             stop = frozenset(event.stop or ())  # type: ignore[union-attr]
-            plan = self._step(stop)
+            given = event.sampled  # type: ignore[union-attr]
+            plan = self._step(stop, {p.rid: p.tokens for p in given} if given else None)
             expect = event.expect  # type: ignore[union-attr]
             if self.check and expect is not None:
                 self._compare(line, plan, expect)
@@ -148,9 +149,9 @@ class RequestReplayer:
             self.aborted += 1
         self.emit({"line": line, "op": "abort", "rid": rid, "was": was})
 
-    def _step(self, stop: frozenset[Id]) -> StepPlan:
+    def _step(self, stop: frozenset[Id], sampled: dict[Id, int] | None = None) -> StepPlan:
         try:
-            plan = self.policy.step(stop)
+            plan = self.policy.step(stop, sampled)
             running, waiting = self.policy.counts()
         except Exception as e:
             raise self._crashed("step", e) from e

@@ -7,7 +7,7 @@ was given: arrivals, aborts and steps, each step with what it scheduled as its `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Any, Protocol
 
 import msgspec
 import orjson
@@ -166,10 +166,14 @@ def is_request_trace(path: str) -> bool:
     return type(obj) is dict and obj.get("level") == LEVEL
 
 
+class Sink(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
 class RequestTraceWriter:
     """Writes a request-level trace: the header, then arrivals, aborts and steps."""
 
-    def __init__(self, out: IO[bytes], policy: str, params: dict[str, Any], meta: Any) -> None:
+    def __init__(self, out: Sink, policy: str, params: dict[str, Any], meta: Any) -> None:
         self._out = out
         header: dict[str, Any] = {"schedcli": 1, "level": LEVEL, "policy": policy}
         header["params"] = params
@@ -206,12 +210,15 @@ class RequestTraceWriter:
         plan: StepPlan,
         *,
         stop: list[Id] | None = None,
+        sampled: list[list[Any]] | None = None,
         wall: float | None = None,
         t: float | None = None,
     ) -> None:
         obj: dict[str, Any] = {"op": "step"}
         if stop:
             obj["stop"] = stop
+        if sampled:
+            obj["sampled"] = sampled
         if wall is not None:
             obj["wall"] = wall
         if t is not None:

@@ -263,7 +263,8 @@ class Abort(Struct, tag_field="op", tag="abort", forbid_unknown_fields=True, gc=
 
 
 class Scheduled(Struct, array_like=True, forbid_unknown_fields=True, gc=False):
-    """``[rid, tokens]``: one request's tokens in a recorded step."""
+    """``[rid, n]``: one request's tokens in a recorded step (``expect.batch``), or the
+    token id it sampled (``sampled``)."""
 
     rid: Id
     tokens: Count
@@ -280,6 +281,7 @@ class Step(Struct, tag_field="op", tag="step", forbid_unknown_fields=True, gc=Fa
 
     expect: StepExpect | None = None
     stop: Ids | None = None
+    sampled: list[Scheduled] | None = None
     wall: Annotated[float, Meta(ge=0)] | None = None
     t: Seconds | None = None
     meta: Any = None

@@ -93,7 +93,11 @@ class RequestScheduler(ABC):
     def has_work(self) -> bool: ...
 
     @abstractmethod
-    def step(self, stop: frozenset[Id] = frozenset()) -> StepPlan: ...
+    def step(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> StepPlan:
+        """``sampled``: the token each request sampled, where recorded (prefix caching
+        hashes outputs too); else any token."""
 
     @abstractmethod
     def counts(self) -> tuple[int, int]:

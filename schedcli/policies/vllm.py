@@ -30,7 +30,7 @@ from ..model.task import Id
 # The version whose internals this module calls (pyproject's ``vllm`` extra pins it).
 VLLM_VERSION = "0.33.0"
 TOKEN = 1  # the token every step samples
-STOP = 2  # the token a trace's ``stop`` samples: a stop token id of every request
+STOP = -1  # what a trace's ``stop`` samples: every request's stop token, never a real id
 ON_OFF = ("true", "false")
 
 
@@ -140,12 +140,14 @@ class VllmScheduler(RequestScheduler):
         keys = [k for k, r in self._sched.requests.items() if not r.is_finished()]
         return [self._rid[k] for k in sorted(keys, key=self._order.__getitem__)]
 
-    def step(self, stop: frozenset[Id] = frozenset()) -> StepPlan:
+    def step(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> StepPlan:
         sched, v = self._sched, self._vllm
         out = sched.schedule()
         keys = list(out.num_scheduled_tokens)
         batch: list[Slice] = []
-        sampled: list[list[int]] = []
+        tokens: list[list[int]] = []
         for key in keys:
             request = sched.requests[key]
             n = out.num_scheduled_tokens[key]
@@ -155,11 +157,17 @@ class VllmScheduler(RequestScheduler):
             )
             done = request.num_computed_tokens >= request.num_tokens
             batch.append(Slice(self._rid[key], n, position, not decode, done))
-            sampled.append([STOP if self._rid[key] in stop else TOKEN] if done else [])
+            rid = self._rid[key]
+            if not done:
+                tokens.append([])
+            elif rid in stop:
+                tokens.append([STOP])
+            else:
+                tokens.append([sampled.get(rid, TOKEN) if sampled else TOKEN])
         runner = v.ModelRunnerOutput(
             req_ids=keys,
             req_id_to_index={k: i for i, k in enumerate(keys)},
-            sampled_token_ids=sampled,
+            sampled_token_ids=tokens,
         )
         finished = [
             o.request_id
@@ -345,7 +353,15 @@ def _model_dir(max_len: int) -> str:
     return str(folder)
 
 
-def _build(v: _Vllm, p: dict[str, Any]) -> Any:
+def build_scheduler(params: dict[str, Any], cls: Any = None, **kwargs: Any) -> Any:
+    """A vLLM scheduler (``cls``, default vLLM's own ``Scheduler``) built as ``-p vllm``
+    builds it, from its parameters (defaults for those not given): for a recorder's test
+    and a bare loop that drive vLLM themselves."""
+    values = {p.name: p.default for p in VllmScheduler.PARAMS} | params
+    return _build(_load(), values, cls, **kwargs)
+
+
+def _build(v: _Vllm, p: dict[str, Any], cls: Any = None, **kwargs: Any) -> Any:
     max_len = int(p["max_model_len"])
     block_size = int(p["block_size"])
     blocks = int(p["num_gpu_blocks"])
@@ -382,9 +398,10 @@ def _build(v: _Vllm, p: dict[str, Any]) -> Any:
         kv_cache_tensors=[],
         kv_cache_groups=[v.KVCacheGroupSpec(["layer"], spec)],
     )
-    return v.Scheduler(
+    return (cls or v.Scheduler)(
         vllm_config=config,
         kv_cache_config=kv,
         structured_output_manager=v.StructuredOutputManager(config),
         block_size=block_size,
+        **kwargs,
     )

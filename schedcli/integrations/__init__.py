@@ -1,0 +1,1 @@
+"""Recorders that live inside other runtimes (each needs that runtime installed)."""
