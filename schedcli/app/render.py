@@ -341,7 +341,10 @@ def policies_table(described: Sequence[Mapping[str, Any]]) -> Table:
         name = Text(d["name"])
         if d["origin"] != "built-in":
             name.append(f"\n{d['origin']}", "dim")
-        table.add_row(name, params or "-", d["rule"])
+        rule = Text(d["rule"])
+        if d.get("note"):
+            rule.append(f"\n{d['note']}", "yellow")
+        table.add_row(name, params or "-", rule)
     return table
 
 

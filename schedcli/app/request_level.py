@@ -180,3 +180,58 @@ def run_request_replay(
 
 
 __all__ = ["CheckFailed", "is_request_trace", "run_request_replay", "run_request_simulate"]
+
+
+def _opened_events(reader: Any, allow_incomplete: bool) -> tuple[RequestReader, Callable[[], None]]:
+    events = RequestReader(reader)
+
+    def at_end() -> None:
+        if events.partial is not None and not allow_incomplete:
+            raise InputError(reader.name, events.partial[0], incomplete_trace(events.partial[1]))
+
+    return events, at_end
+
+
+def request_stats(
+    path: str, policy: str | None, params: dict[str, Any], *, drain: bool, allow_incomplete: bool
+) -> tuple[dict[str, Any], str]:
+    """``stats`` of a request-level trace: replayed, its steps measured as a dump's are."""
+    from ..engine.request_replay import request_trace_metrics
+    from ..formats.source import display_name
+
+    summary = request_trace_metrics(
+        path, policy, params, drain=drain, allow_incomplete=allow_incomplete
+    )
+    return summary, f"{display_name(path)} under {policy or 'vllm'}"
+
+
+def validate_request_trace(
+    path: str,
+    collect: Callable[[InputError], None],
+    policy: str | None,
+    params: dict[str, Any],
+    allow_incomplete: bool,
+) -> int:
+    """Every problem of a request-level trace to ``collect``; the valid events. The
+    policy's parameters are checked as a replay would take them, without building it."""
+    from ..policies.registry import check_request_params
+
+    with open_trace(path, on_error=collect) as reader:
+        assert reader.header is not None
+        header = reader.header
+        spec = policy or header.policy
+        given = dict(header.params) if policy in (None, header.policy) else {}
+        given.update(params)
+        try:
+            if spec is None:
+                raise InputError(reader.name, header.line, "a request-level trace names its policy")
+            check_request_params(spec, given)
+        except InputError as e:
+            collect(e)
+        except UsageError as e:
+            collect(InputError(reader.name, header.line, str(e)))
+        events = RequestReader(reader)
+        count = sum(1 for _ in events)
+        if events.partial is not None and not allow_incomplete:
+            collect(InputError(reader.name, events.partial[0], incomplete_trace(events.partial[1])))
+    return count

@@ -50,6 +50,14 @@ def stats_of(
                 "a dump is one schedule already: --policy, --param and --drain apply to traces"
             )
         return _dump_stats(path, allow_incomplete), f"{display_name(path)} (dump)"
+    from ..formats.requests import is_request_trace
+
+    if is_request_trace(path):
+        from .request_level import request_stats
+
+        return request_stats(
+            path, policy, dict(params), drain=drain, allow_incomplete=allow_incomplete
+        )
     with open_replay(
         path, policy=policy, params=params, allow_incomplete=allow_incomplete
     ) as opened:

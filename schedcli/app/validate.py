@@ -48,6 +48,18 @@ def validate_trace(
         problems.append(error_text(err))
 
     events = 0
+    from ..formats.requests import is_request_trace
+
+    if is_request_trace(path):
+        from .request_level import validate_request_trace
+
+        try:
+            events = validate_request_trace(
+                path, collect, policy, dict(params or {}), allow_incomplete
+            )
+        except InputError as e:
+            problems.append(error_text(e))
+        return problems, events
     try:
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
             line = reader.header.line if reader.header is not None else None

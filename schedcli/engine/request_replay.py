@@ -14,7 +14,7 @@ from typing import Any
 
 from ..formats.requests import RequestEvent, arrival, expect_of
 from ..formats.schema import Abort, Arrive
-from ..model.errors import CheckFailed, InvariantError
+from ..model.errors import CheckFailed, InputError, InvariantError
 from ..model.records import Left, Record
 from ..model.requests import RequestScheduler, StepPlan
 from ..model.task import DECODE, PREFILL, Id, Task
@@ -246,3 +246,53 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
         return (type(value).__name__, value)
 
     return bool(typed(a) == typed(b))
+
+
+def request_trace_metrics(
+    path: str,
+    policy: str | None,
+    params: dict[str, Any],
+    *,
+    drain: bool = False,
+    allow_incomplete: bool = False,
+) -> dict[str, Any]:
+    """A request-level trace replayed, its steps measured as a dump's are (``stats``)."""
+    from contextlib import ExitStack
+
+    from ..formats.dump import batch_tasks
+    from ..formats.requests import RequestReader
+    from ..formats.trace import open_trace
+    from ..policies.registry import build_request_policy
+    from .metrics import StepMetrics
+    from .run import incomplete_trace
+
+    with ExitStack() as stack:
+        reader = stack.enter_context(open_trace(path))
+        header = reader.header
+        assert header is not None
+        spec = policy or header.policy
+        if spec is None:
+            raise InputError(reader.name, header.line, "a request-level trace names its policy")
+        given: dict[str, object] = dict(header.params) if policy in (None, header.policy) else {}
+        built = build_request_policy(spec, given | params)
+        stack.callback(built.close)
+        metrics = StepMetrics(built.token_budget, waits_known=False)
+
+        def measure(record: Record) -> None:
+            if "batch" in record:
+                metrics.dispatched(batch_tasks(record), record["step"])
+
+        engine = RequestReplayer(built, measure, policy_name=built.name or spec, drain=drain)
+        events = RequestReader(reader)
+
+        def at_end() -> None:
+            partial = events.partial
+            if partial is not None and not allow_incomplete:
+                raise InputError(reader.name, partial[0], incomplete_trace(partial[1]))
+
+        totals = engine.run(events, at_end)
+    summary = metrics.summary()
+    summary["rejected"] = totals.rejected
+    summary["queued"] = totals.queued
+    summary["preemptions"] = engine.preemptions
+    return summary

@@ -25,12 +25,22 @@ from typing import Any
 import orjson
 
 from ..formats.kinds import sniff_kind
+from ..formats.requests import is_request_trace
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
-from ..policies.registry import build_policy, policy_source, resolve_policy
+from ..policies.registry import (
+    build_policy,
+    build_request_policy,
+    declared_params,
+    is_request_policy,
+    policy_class,
+    policy_source,
+)
 from .cost import CostModel
 from .metrics import StepMetrics
+from .request_replay import request_trace_metrics
+from .request_sim import simulate_requests
 from .run import open_replay
 from .simulate import chunk_size_for, simulate
 
@@ -115,10 +125,10 @@ def points(plan: Plan, note: Callable[[str], None] | None = None) -> list[Point]
     """
     if not plan.workloads or not plan.policies:
         raise UsageError("a sweep needs at least one workload and one policy (-p)")
-    classes = {policy: resolve_policy(policy) for policy in plan.policies}
+    classes = {policy: policy_class(policy) for policy in plan.policies}
     declared = {policy: {p.name for p in cls.PARAMS} for policy, cls in classes.items()}
     _check_grid_keys(plan.grid, declared, note)
-    sources = {policy: policy_source(cls) for policy, cls in classes.items()}
+    sources = {policy: _source(policy, cls) for policy, cls in classes.items()}
     out: list[Point] = []
     for workload in plan.workloads:
         sha = file_sha256(workload)
@@ -138,6 +148,20 @@ def points(plan: Plan, note: Callable[[str], None] | None = None) -> list[Point]
                     seen.add(marker)
                     out.append(point)
     return out
+
+
+def _source(policy: str, cls: Any) -> str | None:
+    """What a point's result depends on in the policy: its source, and for a request-level
+    policy the runtime it drives (vLLM's installed version)."""
+    source = policy_source(cls)
+    if source is None or not is_request_policy(policy):
+        return source
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{source}+vllm=={version('vllm')}"
+    except PackageNotFoundError:
+        return source
 
 
 def _check_grid_keys(
@@ -184,7 +208,7 @@ def _point(
     combo: dict[str, str],
 ) -> Point:
     params = {k: v for k, v in combo.items() if k in declared}
-    built = build_policy(policy, params)  # checks the values, and fills in the defaults
+    filled = declared_params(policy, params)  # checks the values, and fills in the defaults
     run = {key: _run_value(key, text) for key, text in combo.items() if key in RUN_KEYS}
     cost = plan.cost.as_dict()
     for key in ("cost_a", "cost_b", "cost_c"):
@@ -192,7 +216,7 @@ def _point(
             cost[key[-1]] = run[key]
     chunk = run.get("chunk_size")
     scale = run.get("time_scale", 1.0)
-    return Point(workload, sha, kind, policy, built.params(), cost, scale, chunk, plan.capacity)
+    return Point(workload, sha, kind, policy, filled, cost, scale, chunk, plan.capacity)
 
 
 def _run_value(key: str, text: str) -> Any:
@@ -217,7 +241,7 @@ def run_point(point: Point, data: bytes | None = None) -> dict[str, Any]:
             os.unlink(f.name)
     record: dict[str, Any] = {
         "workload": point.workload,
-        "policy": build_policy(point.policy, point.params).name or point.policy,
+        "policy": policy_class(point.policy).name or point.policy,
         "params": point.params,
         "cost_model": point.cost,
     }
@@ -234,6 +258,8 @@ def run_point(point: Point, data: bytes | None = None) -> dict[str, Any]:
 
 def _replay_metrics(point: Point) -> dict[str, Any]:
     """A trace's point: the replay's step metrics (what ``schedcli stats`` shows)."""
+    if is_request_trace(point.workload):
+        return request_trace_metrics(point.workload, point.policy, point.params)
     with open_replay(point.workload, policy=point.policy, params=point.params) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
         totals = opened.run(opened.replayer(lambda _: None, observer=metrics))
@@ -248,11 +274,25 @@ def _at(point: Point, path: str) -> Point:
 
 
 def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> dict[str, Any]:
-    policy = build_policy(point.policy, point.params)
     requests: Iterator[Request] = read_workload(point.workload)
     if scale != 1.0:
         requests = (_scaled(r, scale) for r in requests)
     slo = capacity or point.capacity
+    if is_request_policy(point.policy):
+        built = build_request_policy(point.policy, point.params)
+        try:
+            return simulate_requests(
+                requests,
+                built,
+                policy_name=point.policy,
+                params=built.params(),
+                cost=CostModel(**point.cost),
+                slo_ttft=slo.slo_ttft if slo is not None else None,
+                slo_tpot=slo.slo_tpot if slo is not None else None,
+            ).summary()
+        finally:
+            built.close()
+    policy = build_policy(point.policy, point.params)
     result = simulate(
         requests,
         policy,

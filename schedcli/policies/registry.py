@@ -263,12 +263,57 @@ def is_request_policy(spec: str) -> bool:
 
 def build_request_policy(spec: str, params: Mapping[str, object] | None = None) -> RequestScheduler:
     """A request-level policy, built and its parameters checked as ``build_policy`` does."""
+    return _build(_request_class(spec), spec, params)  # type: ignore[no-any-return]
+
+
+def check_request_params(spec: str, params: Mapping[str, object]) -> None:
+    """A request-level policy's parameters checked by name and type, the policy unbuilt
+    (building vLLM's takes seconds and its extra)."""
+    cls = _request_class(spec)
+    declared = {p.name: p for p in cls.PARAMS}
+    values: dict[str, object] = {}
+    for key, value in params.items():
+        p = declared.get(key)
+        if p is None:
+            hint = difflib.get_close_matches(key, list(declared), n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise UsageError(
+                f"policy {cls.name or spec!r} has no parameter {key!r}{did_you_mean}; "
+                f"it takes {', '.join(declared)}"
+            )
+        values[key] = _coerce(p, value)
+    try:
+        check_params(cls.PARAMS, values)
+    except ValueError as e:
+        raise UsageError(f"policy {cls.name or spec!r}: {e}") from e
+
+
+def policy_class(spec: str) -> Any:
+    """The class ``spec`` names, task-level or request-level."""
+    return _request_class(spec) if is_request_policy(spec) else resolve_policy(spec)
+
+
+def declared_params(spec: str, params: Mapping[str, object]) -> dict[str, Any]:
+    """Every declared parameter's value, ``params`` over the defaults, checked, for a
+    request-level policy without building it (for a task-level one, its ``params()``)."""
+    if not is_request_policy(spec):
+        return build_policy(spec, params).params()
+    check_request_params(spec, params)
+    cls = _request_class(spec)
+    values = {p.name: p.default for p in cls.PARAMS}
+    given = {k: _coerce({p.name: p for p in cls.PARAMS}[k], v) for k, v in params.items()}
+    check_params(cls.PARAMS, given)
+    return values | given
+
+
+def _request_class(spec: str) -> Any:
     if spec in REQUEST_POLICIES:
         module, _, attr = REQUEST_POLICIES[spec].partition(":")
-        cls = getattr(importlib.import_module(module), attr)
-    else:
-        cls = _import_attr(spec)
-    return _build(cls, spec, params)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attr)
+    cls = _import_attr(spec)
+    if not (inspect.isclass(cls) and issubclass(cls, RequestScheduler)):
+        raise UsageError(f"policy {spec!r} is not a request-level policy (RequestScheduler)")
+    return cls
 
 
 def _build(cls: Any, spec: str, params: Mapping[str, object] | None) -> Any:
@@ -326,8 +371,17 @@ def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, A
 
 
 def describe_policies() -> list[dict[str, Any]]:
-    """Every registered policy, built-ins first; a plugin that cannot load is an error."""
-    return [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
+    """Every registered policy, built-ins first, then the request-level ones (with a note
+    when their runtime is missing); a plugin that cannot load is an error."""
+    found = [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
+    for name in REQUEST_POLICIES:
+        cls = _request_class(name)
+        described = describe_policy(name, cls, "built-in, request-level")
+        missing = cls.available() if hasattr(cls, "available") else None
+        if missing is not None:
+            described["note"] = missing
+        found.append(described)
+    return found
 
 
 DEFAULT_POLICY = "decode-first"

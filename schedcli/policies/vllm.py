@@ -80,6 +80,11 @@ class VllmScheduler(RequestScheduler):
     def create(cls, **params: Any) -> VllmScheduler:
         return cls(**params)
 
+    @staticmethod
+    def available() -> str | None:
+        """None when vLLM can be loaded; else what to install."""
+        return available()
+
     @property
     def token_budget(self) -> int | None:
         return self._budget
@@ -296,7 +301,7 @@ def available() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed: pip install 'schedcli[vllm]'"
+        return f"needs vLLM {VLLM_VERSION}: pip install 'schedcli[vllm]'"
     return None
 
 
@@ -306,6 +311,14 @@ def _load() -> _Vllm:
         missing = available()
         if missing is not None:
             raise ValueError(missing)
+        from importlib.metadata import version
+
+        found = version("vllm")
+        if found != VLLM_VERSION:
+            raise ValueError(
+                f"-p vllm drives vLLM {VLLM_VERSION}'s internals, and {found} is installed: "
+                f"pip install 'vllm=={VLLM_VERSION}' (docs/policies.md: moving the pin)"
+            )
         _quiet_environment()
         _loaded = _Vllm()
     return _loaded
