@@ -17,7 +17,7 @@ from ..formats.schema import Abort, Arrive
 from ..model.errors import CheckFailed, InputError, InvariantError
 from ..model.records import Left, Record
 from ..model.requests import RequestScheduler, StepPlan
-from ..model.task import DECODE, PREFILL, Id, Task
+from ..model.task import DECODE, PREFILL, Id
 from .ledger import Totals
 from .replay import PolicyCrashed
 
@@ -64,11 +64,6 @@ def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> Recor
     }
 
 
-def left_of(reasons: list[tuple[Id, str, str]]) -> Left:
-    """Reasons as the task-level views show them: one waiting request as one task."""
-    return [(Task(f"{rid}", rid, PREFILL, 0), code, detail) for rid, code, detail in reasons]
-
-
 class RequestReplayer:
     """Feeds events to ``policy``; ``emit`` receives the dump's records in order."""
 
@@ -91,6 +86,7 @@ class RequestReplayer:
         self.aborted = 0
         self.preemptions = 0
         self.current_line = 0
+        self.last_batch_step = -1
         self.last_reasons: list[tuple[Id, str, str]] = []
 
     # The engine's protocol with outputs (the golden comparison asks for these).
@@ -166,11 +162,12 @@ class RequestReplayer:
             raise self._broken(step, f"scheduled {tokens} tokens over its budget of {budget}")
         self.finished += len(plan.finished)
         self.preemptions += len(plan.preempted)
+        self.last_batch_step = step
         self.emit(batch_record(step, plan, running, waiting))
         if self.on_left is not None or self.check:
             self.last_reasons = self.policy.reasons()
             if self.on_left is not None:
-                self.on_left(step, left_of(self.last_reasons))
+                self.on_left(step, self.policy.left_behind())
         return plan
 
     def _compare(self, line: int, plan: StepPlan, expect: Any) -> None:

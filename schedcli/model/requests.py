@@ -11,8 +11,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .records import Left
 from .scheduler import Param
-from .task import Id
+from .task import PREFILL, Id, Task
 
 # Why a waiting request was left out of a step (``RequestScheduler.reasons``).
 PREEMPTED = "preempted"
@@ -110,6 +111,10 @@ class RequestScheduler(ABC):
     def reasons(self) -> list[tuple[Id, str, str]]:
         """After a step: each waiting request it left out, with a code and a detail."""
         return []
+
+    def left_behind(self) -> Left:
+        """``reasons`` as task-level views show them: a waiting request as one task."""
+        return [(Task(rid, rid, PREFILL, 0), code, detail) for rid, code, detail in self.reasons()]
 
     def params(self) -> dict[str, Any]:
         """The parameters in force (declared ones, resolved), for headers and reports."""

@@ -1,0 +1,293 @@
+"""vLLM's own scheduler inside schedcli (``-p vllm``, the ``vllm`` extra): simulated, swept,
+recorded through the subclass, replayed exactly.
+
+Skipped without the extra, except under CI (``SCHEDCLI_REQUIRE_VLLM``), which installs it.
+vLLM loads once per test process (about 20 s); each test builds its own small scheduler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import Cli
+from tests.helpers import ROOT
+
+if not os.environ.get("SCHEDCLI_REQUIRE_VLLM"):
+    pytest.importorskip("vllm", reason="the vllm extra is not installed")
+
+SMALL = {
+    "max_num_batched_tokens": 256,
+    "max_num_seqs": 8,
+    "num_gpu_blocks": 64,
+    "block_size": 16,
+}
+
+
+def _params(**overrides: Any) -> list[str]:
+    return [f"-P{k}={v}" for k, v in (SMALL | overrides).items()]
+
+
+def _bare_loop() -> Any:
+    spec = importlib.util.spec_from_file_location("vllm_bare", ROOT / "bench" / "vllm_bare.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.bare_loop
+
+
+def _workload(tmp_path: Path, n: int = 40, seed: int = 7) -> tuple[Path, list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    t = 0.0
+    requests = []
+    for i in range(n):
+        t += rng.expovariate(80.0)
+        requests.append(
+            {
+                "sid": f"r{i}" if i % 3 else i,
+                "arrival": round(t, 6),
+                "prompt_tokens": rng.randint(1, 500),
+                "output_tokens": rng.randint(1, 60),
+                "priority": rng.randint(0, 2),
+            }
+        )
+    path = tmp_path / "workload.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in requests))
+    return path, requests
+
+
+def _steps(trace: Path) -> list[tuple[Any, Any, Any]]:
+    found = []
+    for line in trace.read_bytes().splitlines()[1:]:
+        event = orjson.loads(line)
+        if event.get("op") == "step":
+            e = event["expect"]
+            found.append((e["batch"], e["preempted"], e["finished"]))
+    return found
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_simulate_agrees_step_for_step_with_a_bare_loop_over_vllm(
+    cli: Cli, tmp_path: Path, policy: str
+) -> None:
+    workload, requests = _workload(tmp_path)
+    trace = tmp_path / "sim.jsonl"
+    r = cli("simulate", workload, "-p", "vllm", *_params(policy=policy), "-o", trace)
+    assert r.code == 0, r.stderr
+    params = SMALL | {"policy": policy}
+    held_out = _bare_loop()(requests, params)
+    ours = _steps(trace)
+    assert ours == [(b, p, f) for b, p, f in held_out]
+    assert sum(len(p) for _, p, _ in held_out) > 0  # the case preempts: it is exercised
+    assert sum(len(f) for _, _, f in ours) == len(requests)
+
+
+def test_a_simulated_run_replays_with_check_and_a_changed_config_fails_with_reasons(
+    cli: Cli, tmp_path: Path
+) -> None:
+    workload, _ = _workload(tmp_path, n=25)
+    trace = tmp_path / "sim.jsonl"
+    assert cli("simulate", workload, "-p", "vllm", *_params(), "-o", trace).code == 0
+    r = cli("replay", trace, "--check", "-f", "jsonl")
+    assert r.code == 0, r.stderr
+    assert "checked" in r.stderr and r.lines[-1].startswith(b'{"end":')
+    r = cli("replay", trace, "--check", "-P", "max_num_seqs=1", "-f", "jsonl")
+    assert r.code == 1
+    assert "differs from the recorded step" in r.stderr
+    assert "why the replay left out what the recording scheduled" in r.stderr
+    assert "max_num_seqs" in r.stderr
+    assert r.lines[-1].startswith(b'{"partial":')
+
+
+def _record(path: Path, params: dict[str, Any], multi_turn: bool = False) -> dict[str, int]:
+    """Drive RecordingScheduler as vLLM's engine core does: requests arrive, clients abort,
+    some requests stop on a stop token, the KV cache is small enough to preempt."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request, RequestStatus
+
+    from schedcli.integrations.vllm import RecordingScheduler
+    from schedcli.policies.vllm import _load, build_scheduler
+
+    sched = build_scheduler(params, RecordingScheduler, trace_path=str(path))
+    hasher = _load().hasher(params["block_size"])
+    rng = random.Random(11)
+    stop_token = 7
+    history: dict[str, list[int]] = {}
+    seen = {"aborted": 0, "stopped": 0, "preempted": 0, "added": 0}
+    for step in range(400):
+        if seen["added"] < 30 and rng.random() < 0.5:
+            n = seen["added"]
+            prompt = [rng.randint(100, 900) for _ in range(rng.randint(1, 300))]
+            if multi_turn and n and n % 2 == 0:
+                prompt = history[f"q{n - 1}"] + [rng.randint(100, 900) for _ in range(20)]
+            rid = f"q{n}"
+            sched.add_request(
+                Request(
+                    request_id=rid,
+                    prompt_token_ids=prompt,
+                    sampling_params=SamplingParams(
+                        max_tokens=rng.randint(1, 40), stop_token_ids=[stop_token]
+                    ),
+                    pooling_params=None,
+                    arrival_time=float(step),
+                    block_hasher=hasher,
+                )
+            )
+            history[rid] = list(prompt)
+            seen["added"] += 1
+        live = [r for r, q in sched.requests.items() if not q.is_finished()]
+        if live and rng.random() < 0.04:
+            sched.finish_requests([rng.choice(live)], RequestStatus.FINISHED_ABORTED)
+            seen["aborted"] += 1
+        if not sched.get_num_unfinished_requests():
+            if seen["added"] >= 30:
+                break
+            continue
+        out = sched.schedule()
+        seen["preempted"] += len(out.preempted_req_ids or ())
+        keys = list(out.num_scheduled_tokens)
+        sampled = []
+        for key in keys:
+            req = sched.requests[key]
+            if req.num_computed_tokens < req.num_tokens:
+                sampled.append([])
+                continue
+            token = stop_token if rng.random() < 0.05 else rng.randint(100, 900)
+            seen["stopped"] += token == stop_token
+            history[key].append(token)
+            sampled.append([token])
+        sched.update_from_output(
+            out,
+            ModelRunnerOutput(
+                req_ids=keys,
+                req_id_to_index={k: i for i, k in enumerate(keys)},
+                sampled_token_ids=sampled,
+            ),
+        )
+    sched.shutdown()
+    return seen
+
+
+RECORDED = {"max_num_batched_tokens": 128, "max_num_seqs": 6, "num_gpu_blocks": 40}
+
+
+def test_a_recording_made_through_the_subclass_replays_exactly(cli: Cli, tmp_path: Path) -> None:
+    trace = tmp_path / "live.jsonl.gz"
+    seen = _record(trace, RECORDED | {"block_size": 16})
+    assert seen["aborted"] and seen["stopped"] and seen["preempted"]  # every path exercised
+    r = cli("replay", trace, "--check", "-f", "jsonl")
+    assert r.code == 0, r.stderr
+    end = orjson.loads(r.lines[-1])["end"]
+    assert end["aborted"] > 0 and end["preemptions"] > 0 and end["held"] == 0
+    r = cli("replay", trace, "--check", "-P", "max_num_seqs=2")
+    assert r.code == 1
+    assert "step" in r.stderr and "why the replay left out" in r.stderr
+
+
+def test_prefix_caching_replays_exactly_because_sampled_tokens_are_recorded(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Each second request's prompt is the one before with its outputs (a chat's next turn):
+    # its cache hits include blocks of generated tokens, which a replay must sample alike.
+    trace = tmp_path / "turns.jsonl"
+    _record(trace, RECORDED | {"block_size": 4, "num_gpu_blocks": 400}, multi_turn=True)
+    assert cli("replay", trace, "--check").code == 0
+    stripped = tmp_path / "no-sampled.jsonl"
+    lines = []
+    for line in trace.read_bytes().splitlines():
+        event = orjson.loads(line)
+        event.pop("sampled", None)
+        lines.append(orjson.dumps(event))
+    stripped.write_bytes(b"\n".join(lines) + b"\n")
+    assert cli("replay", stripped, "--check").code == 1
+
+
+def test_a_request_trace_has_goldens_validate_and_stats(cli: Cli, tmp_path: Path) -> None:
+    workload, _ = _workload(tmp_path, n=12)
+    trace = tmp_path / "sim.jsonl"
+    assert cli("simulate", workload, "-p", "vllm", *_params(), "-o", trace).code == 0
+    golden = tmp_path / "golden.dump.jsonl"
+    r = cli("replay", trace, "--golden", golden, "--update-golden")
+    assert r.code == 0, r.stderr
+    assert cli("replay", trace, "--golden", golden).code == 0
+    r = cli("replay", trace, "-P", "max_num_seqs=2", "--golden", golden)
+    assert r.code == 1 and "differs" in r.stderr
+    r = cli("validate", trace)
+    assert r.code == 0 and "valid" in r.stderr
+    r = cli("stats", trace, "-f", "json")
+    assert r.code == 0, r.stderr
+    assert orjson.loads(r.stdout)["preemptions"] >= 0
+    r = cli("diff", golden, golden)
+    assert r.code == 0
+
+
+def test_sweep_compares_decode_first_with_vllm_on_one_workload(cli: Cli, tmp_path: Path) -> None:
+    workload, _ = _workload(tmp_path, n=15)
+    out = tmp_path / "sweep.jsonl"
+    r = cli(
+        "sweep",
+        workload,
+        "-p",
+        "decode-first",
+        "-p",
+        "vllm",
+        "--grid",
+        "max_num_seqs=2,8",
+        "-o",
+        out,
+        "-j",
+        "1",
+        "--fresh",
+    )
+    assert r.code == 0, r.stderr
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert [r["policy"] for r in records] == ["decode-first", "vllm", "vllm"]
+    assert [r["params"].get("max_num_seqs") for r in records[1:]] == [2, 8]
+    assert all(r["metrics"]["finished"] == 15 for r in records)
+    assert "preemptions" in records[1]["metrics"]
+
+
+def test_simulate_output_is_identical_under_any_hash_seed(tmp_path: Path) -> None:
+    workload, _ = _workload(tmp_path, n=12)
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "schedcli",
+                "simulate",
+                str(workload),
+                "-p",
+                "vllm",
+                *_params(),
+                "-o",
+                "-",
+                "--metrics",
+                str(tmp_path / f"m{seed}.json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        for seed in ("0", "4242")
+    ]
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    assert all(run.returncode == 0 for run in runs)
+    assert outputs[0] == outputs[1] and outputs[0].count(b'"op":"step"') > 5
+    assert (tmp_path / "m0.json").read_bytes() == (tmp_path / "m4242.json").read_bytes()
+
+
+def test_policies_lists_vllm_as_request_level(cli: Cli) -> None:
+    r = cli("policies", "-f", "json")
+    described = {d["name"]: d for d in orjson.loads(r.stdout)}
+    assert described["vllm"]["origin"] == "built-in, request-level"
+    assert "note" not in described["vllm"]  # installed here
