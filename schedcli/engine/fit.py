@@ -14,6 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..formats.requests import RequestReader, is_request_trace
+from ..formats.schema import Arrive
+from ..formats.schema import Step as StepEvent
 from ..formats.trace import open_trace
 from ..model.errors import InputError
 from ..model.limits import MAX_SECONDS
@@ -69,6 +72,11 @@ def read_steps(paths: Sequence[str]) -> tuple[list[Step], int]:
     steps: list[Step] = []
     idle = 0
     for path in paths:
+        if is_request_trace(path):
+            more, empty = _request_steps(path)
+            steps += more
+            idle += empty
+            continue
         queued: dict[tuple[type, Id], Task] = {}
         last: tuple[float, Step] | None = None
         clocked = False
@@ -98,6 +106,53 @@ def read_steps(paths: Sequence[str]) -> tuple[list[Step], int]:
                 last = (event.t, step)
         if not clocked:
             raise InputError(path, None, "no get_work with a time: nothing to fit")
+    return steps, idle
+
+
+def _request_steps(path: str) -> tuple[list[Step], int]:
+    """A request-level recording's steps, each timed by its ``wall`` (schedule to outputs).
+    Decodes and context come from each request's computed tokens, followed through the
+    steps (context is left out where prefix caching may have skipped some)."""
+    steps: list[Step] = []
+    idle = 0
+    timed = False
+    cached = False
+    known: dict[tuple[type, Id], list[int]] = {}  # rid -> [known tokens, computed, prompt]
+    with open_trace(path) as reader:
+        for _, event in RequestReader(reader):
+            if type(event) is Arrive:
+                prompt = len(event.tokens) if event.tokens is not None else event.prompt_tokens
+                known[id_key(event.rid)] = [prompt or 0, 0, prompt or 0]
+                continue
+            if type(event) is not StepEvent or event.expect is None:
+                continue
+            cached = cached or event.sampled is not None
+            tokens = decodes = context = 0
+            for s in event.expect.batch:
+                state = known.get(id_key(s.rid))
+                tokens += s.tokens
+                if state is None:
+                    continue
+                if s.tokens == 1 and state[1] == state[0] - 1 and state[0] > state[2]:
+                    decodes += 1
+                state[1] += s.tokens
+                context += state[1]
+                if state[1] >= state[0]:
+                    state[0] += 1  # it sampled a token
+            for rid in event.expect.preempted:
+                if id_key(rid) in known:
+                    known[id_key(rid)][1] = 0
+            for rid in event.expect.finished:
+                known.pop(id_key(rid), None)
+            if event.wall is None:
+                continue
+            timed = True
+            if tokens == 0:
+                idle += 1
+            else:
+                steps.append(Step(tokens, decodes, None if cached else context, event.wall))
+    if not timed:
+        raise InputError(path, None, "no step with a wall time: nothing to fit")
     return steps, idle
 
 

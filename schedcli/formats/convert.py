@@ -168,6 +168,10 @@ def _write_rows(
             "prompt_tokens": row.prompt,
             "output_tokens": row.output,
         }
+        if row.cancel_after is not None:
+            record["cancel_after"] = round(row.cancel_after * options.time_scale, 9)
+        if row.priority:
+            record["priority"] = row.priority
         if meta:
             record["meta"] = meta
         write(record)

@@ -30,6 +30,8 @@ class Row:
     prompt: int
     output: int
     meta: dict[str, Any] | None = None
+    priority: int = 0
+    cancel_after: float | None = None  # seconds after arrival the client gave up
 
 
 @dataclass

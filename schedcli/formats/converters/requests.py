@@ -1,0 +1,138 @@
+"""schedcli's own request-level traces (a vLLM recording, ``simulate -p vllm -o``): the
+traffic they carry, as a workload any policy runs.
+
+A request's output is the tokens it sampled before it finished (counted from the steps:
+``sampled`` where recorded, else each slice that reached its last known token); a client
+abort becomes ``cancel_after``; a request still held at the end keeps its ``max_tokens``.
+Rows leave in arrival order, each once its request has ended: memory follows the requests
+in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import orjson
+
+from ..requests import decode_request_event
+from ..schema import Abort, Arrive
+from ..trace import LineError
+from ._common import Converter, ConvertOptions, ConvertReport, Lines, Row, bad
+
+
+@dataclass
+class _Request:
+    line: int
+    arrival: float
+    prompt: int
+    max_tokens: int
+    priority: int
+    rid: object
+    computed: int = 0
+    produced: int = 0
+    ended: bool = False
+    cancel_after: float | None = None
+
+
+def _key(rid: object) -> tuple[type, object]:
+    return (type(rid), rid)
+
+
+def read(lines: Lines, name: str, options: ConvertOptions, report: ConvertReport) -> Iterator[Row]:
+    held: dict[tuple[type, object], _Request] = {}  # in arrival order
+    for lineno, raw, complete in lines:
+        if lineno == 1 or b'"schedcli"' in raw[:32]:
+            continue  # the header
+        try:
+            event = decode_request_event(raw, complete)
+        except LineError as e:
+            if b'"partial"' in raw:
+                break  # a writer's stop marker: what came before is whole
+            yield bad(lineno, str(e))
+            continue
+        if type(event) is Arrive:
+            if event.t is None:
+                yield bad(lineno, "arrive has no t: the traffic's arrival times are unknown")
+                continue
+            prompt = len(event.tokens) if event.tokens is not None else event.prompt_tokens
+            assert prompt is not None
+            held[_key(event.rid)] = _Request(
+                lineno, event.t, prompt, event.max_tokens, event.priority, event.rid
+            )
+        elif type(event) is Abort:
+            req = held.get(_key(event.rid))
+            if req is not None and not req.ended:
+                req.ended = True
+                req.cancel_after = max(0.0, (event.t or req.arrival) - req.arrival)
+        else:
+            _account(event, held)
+        yield from _ready(held)
+    for req in held.values():
+        req.ended = True
+    yield from _ready(held)
+
+
+def _account(step: object, held: dict[tuple[type, object], _Request]) -> None:
+    expect = getattr(step, "expect", None)
+    sampled = getattr(step, "sampled", None)
+    if expect is None:
+        return
+    samplers = {_key(p.rid) for p in sampled} if sampled is not None else None
+    for s in expect.batch:
+        req = held.get(_key(s.rid))
+        if req is None:
+            continue
+        req.computed += s.tokens
+        known = req.prompt + req.produced
+        if (samplers is not None and _key(s.rid) in samplers) or (
+            samplers is None and req.computed >= known
+        ):
+            req.produced += 1
+    for rid in expect.preempted:
+        req = held.get(_key(rid))
+        if req is not None:
+            req.computed = 0  # recomputed from the start when it resumes
+    for rid in expect.finished:
+        req = held.get(_key(rid))
+        if req is not None:
+            req.ended = True
+
+
+def _ready(held: dict[tuple[type, object], _Request]) -> Iterator[Row]:
+    """The ended requests at the head of the arrival order, as rows."""
+    while held:
+        key, req = next(iter(held.items()))
+        if not req.ended:
+            return
+        del held[key]
+        output = max(req.produced, 1) if req.cancel_after is None else req.max_tokens
+        meta: dict[str, object] = {"rid": req.rid}
+        yield Row(
+            req.line,
+            req.arrival,
+            req.prompt,
+            output,
+            meta,
+            priority=req.priority,
+            cancel_after=req.cancel_after,
+        )
+
+
+def detect(first: bytes) -> bool:
+    if b'"level"' not in first:
+        return False
+    try:
+        header = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return False
+    return type(header) is dict and "schedcli" in header and header.get("level") == "request"
+
+
+CONVERTER = Converter(
+    "requests",
+    detect=detect,
+    read=read,
+    quirks="schedcli's request-level traces (a vLLM recording): outputs as sampled, "
+    "aborts as cancel_after",
+)
