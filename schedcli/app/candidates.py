@@ -15,6 +15,7 @@ from typing import IO, Any
 
 import orjson
 
+from ..formats.requests import RequestReader
 from ..formats.source import display_name, numbered_lines, open_binary
 from ..formats.trace import open_trace, partial_marker
 
@@ -26,7 +27,7 @@ MARK = 1024
 
 
 def has_expect(e: Event) -> bool:
-    return e.get("op") == "get_work" and "expect" in e
+    return e.get("op") in ("get_work", "step") and "expect" in e
 
 
 class Ranges:
@@ -80,7 +81,9 @@ class Lines:
         with open_binary(path, self.name) as stream, open(raw, "wb") as out:
             shutil.copyfileobj(stream, out, _CHUNK)
         with open_trace(raw, name=self.name) as reader:  # every line valid, as replay reads
-            for _ in reader:
+            header = reader.header
+            self.level = header.level if header is not None else "task"
+            for _ in RequestReader(reader) if self.level == "request" else reader:
                 pass
         self.header: bytes | None = None
         self.count = 0

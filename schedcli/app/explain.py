@@ -206,6 +206,20 @@ def explain_command(
     given = [v for v in (step, task, session) if v is not None]
     if len(given) != 1:
         raise UsageError("explain one thing: give exactly one of --step, --task, --session")
+    from ..formats.requests import is_request_trace
+
+    if is_request_trace(path):
+        from .request_explain import explain_request_life, explain_request_step
+
+        if step is not None:
+            view = explain_request_step(path, step, policy, params)
+            show(fmt, view, step_view, StepView.to_json)
+        elif session is not None:
+            lives = explain_request_life(path, parse_id_option(session), policy, params)
+            show(fmt, lives, lives_view, lambda found: [life.to_json() for life in found])
+        else:
+            raise UsageError("a request-level trace holds requests: explain --session RID")
+        return
     if step is not None:
         show(fmt, explain_step(path, step, policy, params), step_view, StepView.to_json)
         return

@@ -50,8 +50,17 @@ class Failure:
 Test = Callable[[str], Failure | None]
 
 
-def failure_test(until: str, policy: str | None, params: Mapping[str, object]) -> Test:
+def failure_test(
+    until: str, policy: str | None, params: Mapping[str, object], level: str = "task"
+) -> Test:
     """How a candidate fails: ``check``, ``contract``, ``diff:POLICY`` or ``cmd:SHELL``."""
+    if level == "request" and until in ("check", "contract"):
+        return lambda path: _request_replay_fails(path, policy, params, check=until == "check")
+    if level == "request" and until.startswith("diff:"):
+        raise UsageError(
+            "--until diff: compares task-level traces; for a request-level one, "
+            "shrink --until check under the other configuration (-P)"
+        )
     if until == "check":
         return lambda path: _replay_fails(path, policy, params, check=True)
     if until == "contract":
@@ -126,6 +135,50 @@ def _replay_fails(
         where, message = found.groups()
         line = int(where[5:]) if where.startswith("line ") and where[5:].isdigit() else 0
         return Failure(line, ("contract", _COUNT.sub("N", message)))
+    except SchedcliError:
+        return None
+    return None
+
+
+def _request_replay_fails(
+    path: str, policy: str | None, params: Mapping[str, object], *, check: bool
+) -> Failure | None:
+    """A request-level trace's failure: the requests the first differing step scheduled
+    only in the recording, only in the replay, or with other token counts (a step that
+    names a request not held then could not have been recorded: no failure)."""
+    from ..engine.request_replay import RequestExpectMismatch, RequestReplayer
+    from ..formats.requests import RequestReader
+    from ..formats.trace import open_trace
+    from .request_level import request_policy_for
+
+    try:
+        with open_trace(path) as reader:
+            assert reader.header is not None
+            built, label = request_policy_for(
+                reader.header, reader.name, policy, {k: str(v) for k, v in params.items()}
+            )
+            try:
+                engine = RequestReplayer(built, _discard, policy_name=label, check=check)
+                engine.run(RequestReader(reader), lambda: None)
+            finally:
+                built.close()
+    except RequestExpectMismatch as e:
+        m = e.mismatch
+        held = {id_key(r) for r in m.held}
+        want = {id_key(r): n for r, n in m.expected["batch"]}
+        got = {id_key(r): n for r, n in m.got["batch"]}
+        if not all(k in held for k in want):
+            return None
+        missing = tuple(sorted((k for k in want if k not in got), key=repr))
+        extra = tuple(sorted((k for k in got if k not in want), key=repr))
+        other = tuple(sorted((k for k in want if k in got and want[k] != got[k]), key=repr))
+        if missing or extra or other:
+            return Failure(m.line, ("check", missing, extra, other))
+        return Failure(
+            m.line, ("steps", tuple(want), m.expected["preempted"] != m.got["preempted"])
+        )
+    except InvariantError as e:
+        return None if check else Failure(0, ("contract", _COUNT.sub("N", str(e))))
     except SchedcliError:
         return None
     return None
@@ -262,8 +315,12 @@ def shrink(
     """The smallest trace found that fails like ``path``. Stopped early (``max_time``, or
     a stop signal), it is the smallest found so far, and ``stopped`` says why. The caller
     closes ``Shrunk.lines``."""
-    test = failure_test(until, policy, params)
     lines = Lines(path)
+    try:
+        test = failure_test(until, policy, params, lines.level)
+    except BaseException:
+        lines.close()
+        raise
     try:
         return _shrink(lines, until, test, max_time, keep_expects, progress)
     except BaseException:

@@ -33,6 +33,7 @@ class RequestMismatch:
     expected: dict[str, Any]
     got: dict[str, Any]
     reasons: list[tuple[Id, str, str]]
+    held: list[Id]  # the requests held when the step began, in arrival order
 
 
 class RequestExpectMismatch(CheckFailed):
@@ -87,6 +88,7 @@ class RequestReplayer:
         self.preemptions = 0
         self.current_line = 0
         self.last_batch_step = -1
+        self._live: dict[tuple[type, Id], Id] = {}  # under check: requests held, in order
         self.last_reasons: list[tuple[Id, str, str]] = []
 
     # The engine's protocol with outputs (the golden comparison asks for these).
@@ -110,12 +112,16 @@ class RequestReplayer:
             self._abort(line, event.rid)
         else:
             self.step_events += 1
+            held = list(self._live.values())
             stop = frozenset(event.stop or ())  # type: ignore[union-attr]
             given = event.sampled  # type: ignore[union-attr]
             plan = self._step(stop, {p.rid: p.tokens for p in given} if given else None)
             expect = event.expect  # type: ignore[union-attr]
-            if self.check and expect is not None:
-                self._compare(line, plan, expect)
+            if self.check:
+                for rid in plan.finished:
+                    self._live.pop((type(rid), rid), None)
+                if expect is not None:
+                    self._compare(line, plan, expect, held)
 
     def _arrive(self, line: int, event: Arrive) -> None:
         try:
@@ -124,6 +130,8 @@ class RequestReplayer:
             raise self._crashed("add", e) from e
         if reason is None:
             self.totals.accepted += 1
+            if self.check:
+                self._live[(type(event.rid), event.rid)] = event.rid
         else:
             self.totals.rejected += 1
             self.emit(
@@ -143,6 +151,7 @@ class RequestReplayer:
             raise self._crashed("abort", e) from e
         if was is not None:
             self.aborted += 1
+            self._live.pop((type(rid), rid), None)
         self.emit({"line": line, "op": "abort", "rid": rid, "was": was})
 
     def _step(self, stop: frozenset[Id], sampled: dict[Id, int] | None = None) -> StepPlan:
@@ -170,7 +179,7 @@ class RequestReplayer:
                 self.on_left(step, self.policy.left_behind())
         return plan
 
-    def _compare(self, line: int, plan: StepPlan, expect: Any) -> None:
+    def _compare(self, line: int, plan: StepPlan, expect: Any, held: list[Id]) -> None:
         self.checked += 1
         got = expect_of(plan)
         want = {
@@ -181,7 +190,7 @@ class RequestReplayer:
         if _same(got, want):
             return
         step = self.totals.steps - 1
-        raise RequestExpectMismatch(RequestMismatch(step, line, want, got, self.last_reasons))
+        raise RequestExpectMismatch(RequestMismatch(step, line, want, got, self.last_reasons, held))
 
     def _drain(self) -> None:
         empty = 0

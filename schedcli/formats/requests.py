@@ -6,6 +6,7 @@ was given: arrivals, aborts and steps, each step with what it scheduled as its `
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -155,8 +156,8 @@ def is_request_trace(path: str) -> bool:
             head = f.readline(1 << 16)
             while head and not head.strip():
                 head = f.readline(1 << 16)
-    except (OSError, InputError, EOFError):
-        return False
+    except (OSError, InputError, EOFError, zlib.error):
+        return False  # a corrupt or unreadable file: the task-level reader locates it
     if b'"level"' not in head or b'"schedcli"' not in head:
         return False
     try:

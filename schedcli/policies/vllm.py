@@ -75,6 +75,7 @@ class VllmScheduler(RequestScheduler):
         self._order: dict[str, int] = {}
         self._arrived = 0
         self._last: StepPlan | None = None
+        self._free = self._running = 0
 
     @classmethod
     def create(cls, **params: Any) -> VllmScheduler:
@@ -150,6 +151,9 @@ class VllmScheduler(RequestScheduler):
     ) -> StepPlan:
         sched, v = self._sched, self._vllm
         out = sched.schedule()
+        # The pool as the first waiting request found it: it fails, nothing more is taken.
+        self._free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        self._running = len(sched.running)
         keys = list(out.num_scheduled_tokens)
         batch: list[Slice] = []
         tokens: list[list[int]] = []
@@ -204,8 +208,9 @@ class VllmScheduler(RequestScheduler):
         preempted = set(plan.preempted)
         left = plan.tokens
         budget_left = self._budget - left
-        running = len(sched.running)
-        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        running, free = self._running, self._free
+        watermark = int(sched.kv_cache_manager.watermark_blocks) if running else 0
+        full = bool(getattr(sched, "scheduler_reserve_full_isl", False))
         found: list[tuple[Id, str, str]] = []
         for s in plan.batch:
             request = sched.requests.get(self._key.get(s.rid, ""))
@@ -238,8 +243,10 @@ class VllmScheduler(RequestScheduler):
             elif not self._chunked and need > budget_left:
                 found.append((rid, TOKEN_BUDGET, f"needs {need} tokens whole; {budget_left} left"))
             else:
-                blocks = -(-min(need, budget_left) // self._block_size)
-                found.append((rid, KV_BLOCKS, f"needs ~{blocks} KV blocks; {free} free"))
+                tokens = request.num_tokens if full else min(need, budget_left)
+                blocks = -(-tokens // self._block_size) + watermark
+                kept = f" (with {watermark} kept free)" if watermark else ""
+                found.append((rid, KV_BLOCKS, f"needs {blocks} KV blocks{kept}; {free} free"))
             if head is None and rid not in preempted:
                 head = rid
         return found

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 # Each is the module ``<name>.py`` here, whose ``CONVERTER`` has that name; in the order
 # ``auto`` tries them.
-NAMES: Final = ("requests", "azure", "mooncake", "vidur", "lengths", "burstgpt")
+NAMES: Final = ("azure", "mooncake", "vidur", "lengths", "burstgpt", "requests")
 
 
 @functools.cache
