@@ -348,7 +348,13 @@ def run_diff(
 ) -> bool:
     """``schedcli diff``: one trace under two configurations, or two dumps; the result on
     stdout, with each side's reasons at the first difference. Whether they are the same."""
-    if len(inputs) == 1:
+    from ..formats.requests import is_request_trace
+
+    if len(inputs) == 1 and is_request_trace(inputs[0]):
+        from .request_diff import diff_request_trace
+
+        result = diff_request_trace(inputs[0], a, b, drain=drain, allow_incomplete=allow_incomplete)
+    elif len(inputs) == 1:
         progress = trace_progress("comparing", inputs[0])
         try:
             result = diff_trace(
@@ -373,6 +379,7 @@ def run_diff(
 
 def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None:
     """Each side's reasons at the first differing step (a replay is deterministic)."""
+    from ..formats.requests import is_request_trace
     from .explain import explain_step
 
     first = result.first
@@ -383,6 +390,8 @@ def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None
         if tids:
             if first.left is not None:
                 left = first.left[i]
+            elif is_request_trace(trace):
+                continue  # reasons are kept only as the difference is found
             else:  # found past the step: its reasons from a replay to it
                 left = explain_step(trace, first.step, side.policy, side.params).left
             console.print(why_left(label, left, tids))

@@ -102,7 +102,7 @@ class RequestReplayer:
             self.feed(line, event)
         at_end()
         if self.drain or self.step_events == 0:
-            self._drain()
+            self.drain_all()
         return self.finish()
 
     def feed(self, line: int, event: RequestEvent) -> None:
@@ -192,7 +192,8 @@ class RequestReplayer:
         step = self.totals.steps - 1
         raise RequestExpectMismatch(RequestMismatch(step, line, want, got, self.last_reasons, held))
 
-    def _drain(self) -> None:
+    def drain_all(self) -> None:
+        """Steps while the policy has work (a trace with no steps, or ``--drain``)."""
         empty = 0
         while self.policy.has_work():
             plan = self._step(frozenset())

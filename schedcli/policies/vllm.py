@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..model.records import Left
 from ..model.requests import (
     KV_BLOCKS,
     LONG_PREFILL,
@@ -25,7 +26,7 @@ from ..model.requests import (
     StepPlan,
 )
 from ..model.scheduler import Param
-from ..model.task import Id
+from ..model.task import PREFILL, Id, Task
 
 # The version whose internals this module calls (pyproject's ``vllm`` extra pins it).
 VLLM_VERSION = "0.33.0"
@@ -249,6 +250,16 @@ class VllmScheduler(RequestScheduler):
                 found.append((rid, KV_BLOCKS, f"needs {blocks} KV blocks{kept}; {free} free"))
             if head is None and rid not in preempted:
                 head = rid
+        return found
+
+    def left_behind(self) -> Left:
+        """Reasons as the views match them: a waiting request as the slice it would run
+        (``RID@POSITION``, its computed tokens), so it pairs with the other side's."""
+        found: list[tuple[Task, str, str]] = []
+        for rid, code, detail in self.reasons():
+            request = self._sched.requests.get(self._key.get(rid, ""))
+            position = int(request.num_computed_tokens) if request is not None else 0
+            found.append((Task(f"{rid}@{position}", rid, PREFILL, 0), code, detail))
         return found
 
     def close(self) -> None:
