@@ -291,3 +291,84 @@ def test_policies_lists_vllm_as_request_level(cli: Cli) -> None:
     described = {d["name"]: d for d in orjson.loads(r.stdout)}
     assert described["vllm"]["origin"] == "built-in, request-level"
     assert "note" not in described["vllm"]  # installed here
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A simulated request-level trace (30 requests) that fails --check under
+    max_num_seqs=3: built once for this module's tests."""
+    from schedcli.app.inprocess import run_cli_in_process
+
+    folder = tmp_path_factory.mktemp("crowded")
+    workload, _ = _workload(folder, n=30, seed=3)
+    trace = folder / "sim.jsonl"
+    run = run_cli_in_process(
+        ["simulate", str(workload), "-p", "vllm", *_params(), "-o", str(trace)]
+    )
+    assert run.code == 0, run.stderr
+    return trace
+
+
+def test_shrink_reduces_a_failing_request_trace_to_one_that_fails_alike(
+    cli: Cli, tmp_path: Path, crowded: Path
+) -> None:
+    out = tmp_path / "small.jsonl"
+    r = cli("shrink", crowded, "--until", "check", "-P", "max_num_seqs=3", "-o", out)
+    assert r.code == 0, r.stderr
+    before = len(crowded.read_bytes().splitlines())
+    after = out.read_bytes().splitlines()
+    assert len(after) < before // 4
+    assert cli("replay", out, "--check").code == 0  # it fails only under the change
+    r = cli("replay", out, "--check", "-P", "max_num_seqs=3")
+    assert r.code == 1 and "max_num_seqs" in r.stderr
+
+
+def test_explain_shows_a_step_s_requests_and_a_request_s_life(cli: Cli, crowded: Path) -> None:
+    r = cli("explain", crowded, "--step", "6", "-P", "max_num_seqs=3", "-f", "json")
+    assert r.code == 0, r.stderr
+    view = orjson.loads(r.stdout)
+    assert view["step"] == 6 and view["policy"] == "vllm"
+    codes = {entry["reason"] for entry in view["left"]}
+    assert codes and codes <= {"max_num_seqs", "token_budget", "kv_blocks", "queue", "preempted"}
+    assert len(view["batch"]) <= 3
+    waiting = view["left"][0]["sid"]
+    r = cli("explain", crowded, "--session", str(waiting), "-P", "max_num_seqs=3", "-f", "json")
+    assert r.code == 0, r.stderr
+    (life,) = orjson.loads(r.stdout)
+    assert life["passed_over"] and life["outcome"]["what"] == "finished"
+    r = cli("explain", crowded, "--task", "r1")
+    assert r.code == 2 and "explain --session" in r.stderr
+
+
+def test_diff_of_two_configurations_shows_the_first_step_and_why(cli: Cli, crowded: Path) -> None:
+    r = cli("diff", crowded, "--b-param", "max_num_seqs=3")
+    assert r.code == 1
+    assert b"why B left out what the other side dispatched" in r.stdout
+    assert b"max_num_seqs" in r.stdout
+    assert cli("diff", crowded).code == 0
+
+
+def test_the_replay_table_counts_reasons_and_the_timeline_marks_preemptions(
+    cli: Cli, tmp_path: Path, crowded: Path
+) -> None:
+    r = cli("replay", crowded, "-f", "table", "-P", "max_num_seqs=3")
+    assert r.code == 0, r.stderr
+    assert b"max_num_seqs" in r.stdout and b"summary" in r.stdout
+    workload, _ = _workload(tmp_path)
+    timeline = tmp_path / "t.json"
+    r = cli("simulate", workload, "-p", "vllm", *_params(), "--perfetto", timeline)
+    assert r.code == 0, r.stderr
+    events = orjson.loads(timeline.read_bytes())["traceEvents"]
+    assert any(e["name"] == "preempted" and e["ph"] == "i" for e in events)
+    assert any(e["name"] == "waiting by reason" for e in events) is False  # simulate: no reasons
+
+
+def test_a_recording_converts_to_traffic_every_policy_runs(cli: Cli, tmp_path: Path) -> None:
+    trace = tmp_path / "live.jsonl"
+    _record(trace, RECORDED | {"block_size": 16})
+    workload = tmp_path / "traffic.jsonl"
+    assert cli("convert", "auto", trace, "-o", workload).code == 0
+    for policy in ("decode-first", "vllm"):
+        r = cli("simulate", workload, "-p", policy, "-f", "json")
+        assert r.code == 0, r.stderr
+        assert orjson.loads(r.stdout)["requests"] == 30

@@ -310,6 +310,12 @@ def _request_class(spec: str) -> Any:
     if spec in REQUEST_POLICIES:
         module, _, attr = REQUEST_POLICIES[spec].partition(":")
         return getattr(importlib.import_module(module), attr)
+    if ":" not in spec:
+        known = ", ".join(REQUEST_POLICIES)
+        raise UsageError(
+            f"policy {spec!r} is not a request-level policy: a request-level trace or "
+            f"policy needs one ({known}, or a RequestScheduler as module:Class)"
+        )
     cls = _import_attr(spec)
     if not (inspect.isclass(cls) and issubclass(cls, RequestScheduler)):
         raise UsageError(f"policy {spec!r} is not a request-level policy (RequestScheduler)")
