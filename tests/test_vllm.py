@@ -372,3 +372,20 @@ def test_a_recording_converts_to_traffic_every_policy_runs(cli: Cli, tmp_path: P
         r = cli("simulate", workload, "-p", policy, "-f", "json")
         assert r.code == 0, r.stderr
         assert orjson.loads(r.stdout)["requests"] == 30
+
+
+def test_a_sweep_of_vllm_on_ray_gives_the_records_of_the_local_pool(tmp_path: Path) -> None:
+    if not os.environ.get("SCHEDCLI_REQUIRE_RAY"):  # CI installs the extra and requires it
+        pytest.importorskip("ray", reason="the ray extra is not installed")
+    from tests.helpers import run_cli
+
+    workload, _ = _workload(tmp_path, n=10)
+    args = [str(workload), "-p", "decode-first", "-p", "vllm", "--fresh"]
+    args += ["--grid", "max_num_seqs=2,8", "--grid", "num_gpu_blocks=64"]
+    records = []
+    for name, backend in (("local.jsonl", []), ("ray.jsonl", ["--backend", "ray"])):
+        out = tmp_path / name
+        r = run_cli("sweep", *args, *backend, "-j", "2", "-o", str(out), timeout=600)
+        assert r.returncode == 0, r.stderr.decode()
+        records.append(out.read_bytes())
+    assert records[0] == records[1] and records[0].count(b'"policy":"vllm"') == 2
