@@ -389,3 +389,84 @@ def test_a_sweep_of_vllm_on_ray_gives_the_records_of_the_local_pool(tmp_path: Pa
         assert r.returncode == 0, r.stderr.decode()
         records.append(out.read_bytes())
     assert records[0] == records[1] and records[0].count(b'"policy":"vllm"') == 2
+
+
+def test_an_async_scheduling_recording_replays_exactly(cli: Cli, tmp_path: Path) -> None:
+    """vLLM's default engine pipelines steps: it schedules step N+1 before step N's outputs
+    come back (a batch queue of two). RecordingAsyncScheduler records the plans and the
+    outputs apart, and the replay makes the same calls in the same order."""
+    from collections import deque
+
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request, RequestStatus
+
+    from schedcli.integrations.vllm import RecordingAsyncScheduler
+    from schedcli.policies.vllm import _load, build_scheduler
+
+    trace = tmp_path / "async.jsonl"
+    sched = build_scheduler(
+        RECORDED | {"block_size": 16}, RecordingAsyncScheduler, trace_path=str(trace)
+    )
+    hasher = _load().hasher(16)
+    rng = random.Random(23)
+    queue: deque[tuple[Any, list[str]]] = deque()
+    added = aborted = 0
+    for step in range(600):
+        if added < 25 and rng.random() < 0.5:
+            sched.add_request(
+                Request(
+                    request_id=f"a{added}",
+                    prompt_token_ids=[rng.randint(100, 900) for _ in range(rng.randint(1, 250))],
+                    sampling_params=SamplingParams(
+                        max_tokens=rng.randint(1, 30), stop_token_ids=[7]
+                    ),
+                    pooling_params=None,
+                    arrival_time=float(step),
+                    block_hasher=hasher,
+                )
+            )
+            added += 1
+        live = [r for r, q in sched.requests.items() if not q.is_finished()]
+        if live and rng.random() < 0.03:
+            sched.finish_requests([rng.choice(live)], RequestStatus.FINISHED_ABORTED)
+            aborted += 1
+        if sched.get_num_unfinished_requests() and len(queue) < 2:
+            out = sched.schedule()
+            samplers = [
+                k for k in out.num_scheduled_tokens if not sched.requests[k].is_prefill_chunk
+            ]
+            queue.append((out, samplers))
+            if len(queue) < 2:
+                continue
+        if not queue:
+            if added >= 25:
+                break
+            continue
+        out, samplers = queue.popleft()
+        keys = list(out.num_scheduled_tokens)
+        tokens = [
+            [7 if rng.random() < 0.05 else rng.randint(100, 900)] if k in samplers else []
+            for k in keys
+        ]
+        sched.update_from_output(
+            out,
+            ModelRunnerOutput(
+                req_ids=keys,
+                req_id_to_index={k: i for i, k in enumerate(keys)},
+                sampled_token_ids=tokens,
+            ),
+        )
+    sched.shutdown()
+    assert aborted
+    text = trace.read_bytes()
+    assert b'"op":"schedule"' in text and b'"op":"update"' in text
+    assert b'"async_scheduling":"true"' in text.splitlines()[0]
+    r = cli("replay", trace, "--check", "-f", "jsonl")
+    assert r.code == 0, r.stderr
+    assert orjson.loads(r.lines[-1])["end"]["held"] == 0
+    r = cli("replay", trace, "--check", "-P", "max_num_seqs=2")
+    assert r.code == 1 and "why the replay left out" in r.stderr
+    workload = tmp_path / "traffic.jsonl"
+    assert cli("convert", "auto", trace, "-o", workload).code == 0
+    assert len(workload.read_bytes().splitlines()) == 25

@@ -14,14 +14,14 @@ from ..model.task import show_id
 
 
 def _entries(side: dict[str, Any]) -> list[str]:
-    return [f"{show_id(rid)}: {tokens} tokens" for rid, tokens in side["batch"]]
+    return [f"{show_id(rid)}: {tokens} tokens" for rid, tokens in side.get("batch", ())]
 
 
 def request_mismatch_view(m: RequestMismatch) -> Group:
     """The recorded step and the replayed one side by side, then why the replay left out
     each request the recording scheduled (the policy's reasons at that step)."""
     table = Table(
-        title=f"step {m.step} (trace line {m.line}): differs from the recorded step",
+        title=f"step {m.step} (trace line {m.line}): differs from the recording",
         box=box.ROUNDED,
         title_justify="left",
     )
@@ -35,14 +35,14 @@ def request_mismatch_view(m: RequestMismatch) -> Group:
         style = "" if left == right else "red"
         table.add_row(str(i), Text(left, style), Text(right, style))
     for key in ("preempted", "finished"):
-        a, b = m.expected[key], m.got[key]
+        a, b = m.expected.get(key, []), m.got.get(key, [])
         if a or b:
             style = "" if a == b else "red"
             shown = [", ".join(show_id(r) for r in ids) or "-" for ids in (a, b)]
             table.add_row(key, Text(shown[0], style), Text(shown[1], style))
     parts: list[Any] = [table]
-    replayed = {(type(r), r) for r, _ in m.got["batch"]}
-    missing = [r for r, _ in m.expected["batch"] if (type(r), r) not in replayed]
+    replayed = {(type(r), r) for r, _ in m.got.get("batch", ())}
+    missing = [r for r, _ in m.expected.get("batch", ()) if (type(r), r) not in replayed]
     reasons = {(type(r), r): (code, detail) for r, code, detail in m.reasons}
     lines = []
     for rid in missing:

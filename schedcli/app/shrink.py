@@ -165,8 +165,8 @@ def _request_replay_fails(
     except RequestExpectMismatch as e:
         m = e.mismatch
         held = {id_key(r) for r in m.held}
-        want = {id_key(r): n for r, n in m.expected["batch"]}
-        got = {id_key(r): n for r, n in m.got["batch"]}
+        want = {id_key(r): n for r, n in m.expected.get("batch", ())}
+        got = {id_key(r): n for r, n in m.got.get("batch", ())}
         if not all(k in held for k in want):
             return None
         missing = tuple(sorted((k for k in want if k not in got), key=repr))

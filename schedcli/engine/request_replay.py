@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..formats.requests import RequestEvent, arrival, expect_of
-from ..formats.schema import Abort, Arrive
+from ..formats.schema import Abort, Arrive, Schedule, Step, Update
 from ..model.errors import CheckFailed, InputError, InvariantError
 from ..model.records import Left, Record
 from ..model.requests import RequestScheduler, StepPlan
@@ -77,6 +77,7 @@ class RequestReplayer:
         check: bool = False,
         drain: bool = False,
         on_left: Callable[[int, Left], None] | None = None,
+        trace_name: str = "the trace",
     ) -> None:
         self.policy, self.emit, self.policy_name = policy, emit, policy_name
         self.check, self.drain, self.on_left = check, drain, on_left
@@ -89,6 +90,8 @@ class RequestReplayer:
         self.current_line = 0
         self.last_batch_step = -1
         self._live: dict[tuple[type, Id], Id] = {}  # under check: requests held, in order
+        self._unanswered = 0  # split steps scheduled and not yet updated
+        self.trace_name = trace_name
         self.last_reasons: list[tuple[Id, str, str]] = []
 
     # The engine's protocol with outputs (the golden comparison asks for these).
@@ -106,22 +109,62 @@ class RequestReplayer:
         return self.finish()
 
     def feed(self, line: int, event: RequestEvent) -> None:
-        if type(event) is Arrive:
-            self._arrive(line, event)
-        elif type(event) is Abort:
-            self._abort(line, event.rid)
+        kind = type(event)
+        if kind is Arrive:
+            self._arrive(line, event)  # type: ignore[arg-type]
+        elif kind is Abort:
+            self._abort(line, event.rid)  # type: ignore[union-attr]
+        elif kind is Update:
+            self._update(line, event)  # type: ignore[arg-type]
         else:
             self.step_events += 1
             held = list(self._live.values())
-            stop = frozenset(event.stop or ())  # type: ignore[union-attr]
-            given = event.sampled  # type: ignore[union-attr]
-            plan = self._step(stop, {p.rid: p.tokens for p in given} if given else None)
-            expect = event.expect  # type: ignore[union-attr]
-            if self.check:
-                for rid in plan.finished:
-                    self._live.pop((type(rid), rid), None)
-                if expect is not None:
-                    self._compare(line, plan, expect, held)
+            if kind is Schedule:
+                plan = self._step(frozenset(), None, split=True)
+                self._unanswered += 1
+            else:
+                stop = frozenset(event.stop or ())  # type: ignore[union-attr]
+                given = event.sampled  # type: ignore[union-attr]
+                plan = self._step(stop, {p.rid: p.tokens for p in given} if given else None)
+            self._ended(plan.finished)
+            expect: Any = event.expect  # type: ignore[union-attr]
+            if self.check and expect is not None:
+                got = expect_of(plan)
+                want = {
+                    "batch": [[s.rid, s.tokens] for s in expect.batch],
+                    "preempted": list(expect.preempted),
+                }
+                if kind is Step:
+                    want["finished"] = list(expect.finished)
+                else:
+                    del got["finished"]
+                self._compare(line, got, want, held)
+
+    def _update(self, line: int, event: Update) -> None:
+        """A split step's outputs: the requests they finished, recorded when any did."""
+        stop = frozenset(event.stop or ())
+        sampled = {p.rid: p.tokens for p in event.sampled} if event.sampled else None
+        held = list(self._live.values())
+        if not self._unanswered:
+            raise InputError(self.trace_name, line, "update with no schedule before it to answer")
+        self._unanswered -= 1
+        try:
+            finished = self.policy.update(stop, sampled)
+        except Exception as e:
+            raise self._crashed("update", e) from e
+        self.finished += len(finished)
+        self._ended(finished)
+        if finished:
+            self.emit({"line": line, "op": "update", "finished": finished})
+        if self.check and event.expect is not None:
+            self._compare(
+                line, {"finished": finished}, {"finished": list(event.expect.finished)}, held
+            )
+
+    def _ended(self, finished: list[Id]) -> None:
+        if self.check:
+            for rid in finished:
+                self._live.pop((type(rid), rid), None)
 
     def _arrive(self, line: int, event: Arrive) -> None:
         try:
@@ -154,9 +197,11 @@ class RequestReplayer:
             self._live.pop((type(rid), rid), None)
         self.emit({"line": line, "op": "abort", "rid": rid, "was": was})
 
-    def _step(self, stop: frozenset[Id], sampled: dict[Id, int] | None = None) -> StepPlan:
+    def _step(
+        self, stop: frozenset[Id], sampled: dict[Id, int] | None = None, split: bool = False
+    ) -> StepPlan:
         try:
-            plan = self.policy.step(stop, sampled)
+            plan = self.policy.schedule() if split else self.policy.step(stop, sampled)
             running, waiting = self.policy.counts()
         except Exception as e:
             raise self._crashed("step", e) from e
@@ -179,21 +224,24 @@ class RequestReplayer:
                 self.on_left(step, self.policy.left_behind())
         return plan
 
-    def _compare(self, line: int, plan: StepPlan, expect: Any, held: list[Id]) -> None:
+    def _compare(
+        self, line: int, got: dict[str, Any], want: dict[str, Any], held: list[Id]
+    ) -> None:
         self.checked += 1
-        got = expect_of(plan)
-        want = {
-            "batch": [[s.rid, s.tokens] for s in expect.batch],
-            "preempted": list(expect.preempted),
-            "finished": list(expect.finished),
-        }
         if _same(got, want):
             return
         step = self.totals.steps - 1
         raise RequestExpectMismatch(RequestMismatch(step, line, want, got, self.last_reasons, held))
 
     def drain_all(self) -> None:
-        """Steps while the policy has work (a trace with no steps, or ``--drain``)."""
+        """Steps while the policy has work (a trace with no steps, or ``--drain``), the
+        outputs of split steps still unanswered first."""
+        while self._unanswered:
+            self._unanswered -= 1
+            finished = self.policy.update()
+            self.finished += len(finished)
+            if finished:
+                self.emit({"line": None, "op": "update", "finished": finished})
         empty = 0
         while self.policy.has_work():
             plan = self._step(frozenset())

@@ -17,7 +17,7 @@ from ..model.errors import InputError
 from ..model.requests import Arrival, StepPlan
 from ..model.task import Id
 from . import schema
-from .schema import Abort, Arrive, Step
+from .schema import Abort, Arrive, Schedule, Step, Update
 from .source import open_binary
 from .trace import (
     LineError,
@@ -27,21 +27,23 @@ from .trace import (
     partial_marker,
 )
 
-RequestEvent = Arrive | Abort | Step
+RequestEvent = Arrive | Abort | Step | Schedule | Update
 LEVEL = "request"
+OPS = ", ".join(f'"{op}"' for op in schema.REQUEST_EVENTS)
 
 
 def _explain(raw: bytes, complete: bool) -> str:
     obj = decode_object(raw, complete)
     op = obj.get("op")
     if op is None:
-        return 'a request-level event needs "op": "arrive", "abort" or "step"'
+        return f"a request-level event needs an op: {OPS}"
     cls = schema.REQUEST_EVENTS.get(op) if isinstance(op, str) else None
     if cls is None:
         shown = orjson.dumps(op).decode()
-        return f'unknown op {shown} in a request-level trace (ops: "arrive", "abort", "step")'
+        return f"unknown op {shown} in a request-level trace (ops: {OPS})"
     problem = schema.explain(obj, cls, f"{op}", skip=("op",))
-    if problem is None and cls is Step and isinstance(obj.get("expect"), dict):
+    expect = obj.get("expect")
+    if problem is None and cls in (Step, Schedule) and isinstance(expect, dict):
         problem = _explain_expect(obj["expect"])
     return problem or "not a valid request-level event"
 
@@ -204,6 +206,38 @@ class RequestTraceWriter:
         obj: dict[str, Any] = {"op": "abort", "rid": rid}
         if t is not None:
             obj["t"] = t
+        self._line(obj)
+
+    def schedule(self, plan: StepPlan, *, t: float | None = None) -> None:
+        """A split step's plan (async scheduling); ``update`` gives its outputs."""
+        obj: dict[str, Any] = {"op": "schedule"}
+        if t is not None:
+            obj["t"] = t
+        obj["expect"] = {
+            "batch": [[s.rid, s.tokens] for s in plan.batch],
+            "preempted": list(plan.preempted),
+        }
+        self._line(obj)
+
+    def update(
+        self,
+        finished: list[Id],
+        *,
+        stop: list[Id] | None = None,
+        sampled: list[list[Any]] | None = None,
+        wall: float | None = None,
+        t: float | None = None,
+    ) -> None:
+        obj: dict[str, Any] = {"op": "update"}
+        if stop:
+            obj["stop"] = stop
+        if sampled:
+            obj["sampled"] = sampled
+        if wall is not None:
+            obj["wall"] = wall
+        if t is not None:
+            obj["t"] = t
+        obj["expect"] = {"finished": list(finished)}
         self._line(obj)
 
     def step(

@@ -287,6 +287,40 @@ class Step(Struct, tag_field="op", tag="step", forbid_unknown_fields=True, gc=Fa
     meta: Any = None
 
 
-RequestEventStruct = Arrive | Abort | Step
-REQUEST_EVENTS: dict[str, type[Struct]] = {"arrive": Arrive, "abort": Abort, "step": Step}
+class ScheduleExpect(Struct, forbid_unknown_fields=True, gc=False):
+    batch: list[Scheduled]
+    preempted: Ids = []
+
+
+class Schedule(Struct, tag_field="op", tag="schedule", forbid_unknown_fields=True, gc=False):
+    """A split step's plan (vLLM's async scheduling): its outputs come with an update."""
+
+    expect: ScheduleExpect | None = None
+    t: Seconds | None = None
+    meta: Any = None
+
+
+class UpdateExpect(Struct, forbid_unknown_fields=True, gc=False):
+    finished: Ids = []
+
+
+class Update(Struct, tag_field="op", tag="update", forbid_unknown_fields=True, gc=False):
+    """The outputs of the oldest split step not yet updated."""
+
+    expect: UpdateExpect | None = None
+    stop: Ids | None = None
+    sampled: list[Scheduled] | None = None
+    wall: Annotated[float, Meta(ge=0)] | None = None
+    t: Seconds | None = None
+    meta: Any = None
+
+
+RequestEventStruct = Arrive | Abort | Step | Schedule | Update
+REQUEST_EVENTS: dict[str, type[Struct]] = {
+    "arrive": Arrive,
+    "abort": Abort,
+    "step": Step,
+    "schedule": Schedule,
+    "update": Update,
+}
 request_decoder: Final = msgspec.json.Decoder(RequestEventStruct)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import FinishReason
 from vllm.v1.request import RequestStatus
@@ -26,6 +27,7 @@ from ..formats.output import output_stream
 from ..formats.requests import RequestTraceWriter
 from ..formats.writer import LineBuffer
 from ..model.requests import Arrival, Slice, StepPlan
+from ..model.task import Id
 from ..policies.vllm import VLLM_VERSION
 
 TRACE_ENV = "SCHEDCLI_VLLM_TRACE"
@@ -49,6 +51,7 @@ def recorded_params(scheduler: Any) -> dict[str, Any]:
         "enable_prefix_caching": flag(cache.enable_prefix_caching),
         "policy": str(getattr(sched.policy, "value", sched.policy)),
         "max_model_len": int(config.model_config.max_model_len),
+        "async_scheduling": flag(isinstance(scheduler, AsyncScheduler)),
     }
 
 
@@ -88,15 +91,18 @@ def _sampled(runner_output: Any) -> list[list[Any]]:
     return found
 
 
-class RecordingScheduler(Scheduler):  # type: ignore[misc]
-    """vLLM's ``Scheduler``, recording each call to a request-level trace."""
+class _Recorder:
+    """The recording, over vLLM's Scheduler or AsyncScheduler (the class after it)."""
+
+    split: bool = False  # async scheduling: a step's schedule and its outputs apart
+    requests: dict[str, Any]
 
     def __init__(self, *args: Any, trace_path: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         path = trace_path or os.environ.get(TRACE_ENV)
         if not path:
             raise ValueError(
-                f"RecordingScheduler needs a trace path: set {TRACE_ENV} (the engine core "
+                f"{type(self).__name__} needs a trace path: set {TRACE_ENV} (the engine core "
                 "builds the scheduler itself) or pass trace_path="
             )
         self._recording = _Recording(self, path)
@@ -105,7 +111,7 @@ class RecordingScheduler(Scheduler):  # type: ignore[misc]
         rec = self._recording
         with rec.lock:
             fresh = request.request_id not in self.requests
-            super().add_request(request)
+            super().add_request(request)  # type: ignore[misc]
             if not fresh:
                 return  # a streaming session's next chunk: not a new request
             rec.order[request.request_id] = next(rec.arrivals)
@@ -124,7 +130,7 @@ class RecordingScheduler(Scheduler):  # type: ignore[misc]
     def finish_requests(self, request_ids: Any, finished_status: Any) -> Any:
         rec = self._recording
         with rec.lock:
-            aborted = super().finish_requests(request_ids, finished_status)
+            aborted = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
             if finished_status == RequestStatus.FINISHED_ABORTED:
                 for request in sorted(aborted, key=lambda r: rec.order[r.request_id]):
                     rec.writer.abort(request.request_id, t=self._now())
@@ -134,7 +140,7 @@ class RecordingScheduler(Scheduler):  # type: ignore[misc]
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         rec = self._recording
         with rec.lock:
-            out = super().schedule(*args, **kwargs)
+            out = super().schedule(*args, **kwargs)  # type: ignore[misc]
             batch = []
             for rid, n in out.num_scheduled_tokens.items():
                 request = self.requests[rid]
@@ -142,12 +148,16 @@ class RecordingScheduler(Scheduler):  # type: ignore[misc]
                 batch.append(Slice(rid, n, position, True))
             preempted = sorted(out.preempted_req_ids or (), key=rec.order.__getitem__)
             rec.scheduled[id(out)] = (batch, preempted, time.perf_counter())
+            if self.split:
+                rec.writer.schedule(StepPlan(batch, preempted), t=self._now())
             return out
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         rec = self._recording
         with rec.lock:
-            outputs = super().update_from_output(scheduler_output, model_runner_output)
+            outputs = super().update_from_output(  # type: ignore[misc]
+                scheduler_output, model_runner_output
+            )
             batch, preempted, began = rec.scheduled.pop(id(scheduler_output), ([], [], 0.0))
             finished: list[str] = []
             stopped: list[str] = []
@@ -159,23 +169,22 @@ class RecordingScheduler(Scheduler):  # type: ignore[misc]
                     if o.finish_reason != FinishReason.LENGTH:
                         stopped.append(o.request_id)  # a stop the replay must be told of
             by_arrival: Callable[[Any], int] = rec.order.__getitem__
-            plan = StepPlan(batch, list(preempted), sorted(finished, key=by_arrival))
+            ended: list[Id] = sorted(finished, key=by_arrival)
             wall = round(time.perf_counter() - began, 9) if began else None
             sampled = _sampled(model_runner_output) if rec.prefix_caching else None
-            rec.writer.step(
-                plan,
-                stop=sorted(stopped, key=by_arrival),
-                sampled=sampled,
-                wall=wall,
-                t=self._now(),
-            )
+            stop: list[Id] = sorted(stopped, key=by_arrival)
+            if self.split:
+                rec.writer.update(ended, stop=stop, sampled=sampled, wall=wall, t=self._now())
+            else:
+                plan = StepPlan(batch, list(preempted), list(ended))
+                rec.writer.step(plan, stop=stop, sampled=sampled, wall=wall, t=self._now())
             for rid in finished:
                 del rec.order[rid]
             return outputs
 
     def shutdown(self) -> None:
         try:
-            super().shutdown()
+            super().shutdown()  # type: ignore[misc]
         finally:
             self._recording.close()
 
@@ -185,3 +194,15 @@ class RecordingScheduler(Scheduler):  # type: ignore[misc]
 
     def _now(self) -> float:
         return round(time.perf_counter() - self._recording.started, 9)
+
+
+class RecordingScheduler(_Recorder, Scheduler):  # type: ignore[misc]
+    """vLLM's ``Scheduler`` (synchronous: a ``Scheduler`` subclass turns async scheduling
+    off), recording each step as one ``step`` event."""
+
+
+class RecordingAsyncScheduler(_Recorder, AsyncScheduler):  # type: ignore[misc]
+    """vLLM's ``AsyncScheduler``, recording each step's plan and its outputs apart
+    (``schedule`` and ``update`` events), in the order the engine core called them."""
+
+    split = True

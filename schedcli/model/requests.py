@@ -100,6 +100,17 @@ class RequestScheduler(ABC):
         """``sampled``: the token each request sampled, where recorded (prefix caching
         hashes outputs too); else any token."""
 
+    def schedule(self) -> StepPlan:
+        """Split steps (a recording of vLLM's async scheduling): plan one step; its
+        outputs come back with ``update``, oldest first."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its steps")
+
+    def update(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> list[Id]:
+        """The oldest planned step's outputs; the requests that finished."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its steps")
+
     @abstractmethod
     def counts(self) -> tuple[int, int]:
         """Requests held: (running, waiting)."""

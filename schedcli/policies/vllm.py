@@ -9,6 +9,7 @@ last known token (as the GPU runner does). vLLM loads once per process.
 from __future__ import annotations
 
 import os
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,13 @@ class VllmScheduler(RequestScheduler):
         Param("enable_prefix_caching", str, "true", "reuse cached prompt blocks", choices=ON_OFF),
         Param("policy", str, "fcfs", "waiting order", choices=("fcfs", "priority")),
         Param("max_model_len", int, 32768, "longest prompt + output a request may have", 2),
+        Param(
+            "async_scheduling",
+            str,
+            "false",
+            "AsyncScheduler (as a recording made with it)",
+            choices=ON_OFF,
+        ),
     )
     RULE = __doc__
 
@@ -77,6 +85,7 @@ class VllmScheduler(RequestScheduler):
         self._arrived = 0
         self._last: StepPlan | None = None
         self._free = self._running = 0
+        self._inflight: deque[tuple[Any, list[str], list[bool]]] = deque()
 
     @classmethod
     def create(cls, **params: Any) -> VllmScheduler:
@@ -150,51 +159,67 @@ class VllmScheduler(RequestScheduler):
     def step(
         self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
     ) -> StepPlan:
-        sched, v = self._sched, self._vllm
+        plan = self.schedule()
+        plan.finished = self.update(stop, sampled)
+        return plan
+
+    def schedule(self) -> StepPlan:
+        """One ``schedule()``: the step's slices and preemptions (its outputs come back
+        with ``update``, at once or, under async scheduling, after the next schedule)."""
+        sched = self._sched
         out = sched.schedule()
         # The pool as the first waiting request found it: it fails, nothing more is taken.
         self._free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         self._running = len(sched.running)
         keys = list(out.num_scheduled_tokens)
         batch: list[Slice] = []
-        tokens: list[list[int]] = []
         for key in keys:
             request = sched.requests[key]
             n = out.num_scheduled_tokens[key]
             position = request.num_computed_tokens - n  # schedule() already advanced it
-            decode = (
-                n == 1 and request.num_output_tokens > 0 and (position == request.num_tokens - 1)
+            decode = n == 1 and request.num_output_tokens > 0 and not request.is_prefill_chunk
+            batch.append(
+                Slice(self._rid[key], n, position, not decode, not request.is_prefill_chunk)
             )
-            done = request.num_computed_tokens >= request.num_tokens
-            batch.append(Slice(self._rid[key], n, position, not decode, done))
-            rid = self._rid[key]
-            if not done:
+        self._inflight.append((out, keys, [s.samples for s in batch]))
+        by_arrival = self._order.__getitem__
+        preempted = [self._rid[k] for k in sorted(out.preempted_req_ids or (), key=by_arrival)]
+        plan = StepPlan(batch, preempted)
+        self._last = plan
+        return plan
+
+    def update(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> list[Id]:
+        """The outputs of the oldest step scheduled: a token for each slice that reached
+        its request's end (``stop``'s a stop token); the requests that finished."""
+        if not self._inflight:
+            raise ValueError("update with no step scheduled")
+        out, keys, samples = self._inflight.popleft()
+        tokens: list[list[int]] = []
+        for key, samples_one in zip(keys, samples, strict=True):
+            rid = self._rid.get(key)
+            if not samples_one or rid is None:
                 tokens.append([])
             elif rid in stop:
                 tokens.append([STOP])
             else:
                 tokens.append([sampled.get(rid, TOKEN) if sampled else TOKEN])
-        runner = v.ModelRunnerOutput(
+        runner = self._vllm.ModelRunnerOutput(
             req_ids=keys,
             req_id_to_index={k: i for i, k in enumerate(keys)},
             sampled_token_ids=tokens,
         )
         finished = [
             o.request_id
-            for outputs in sched.update_from_output(out, runner).values()
+            for outputs in self._sched.update_from_output(out, runner).values()
             for o in outputs.outputs
             if o.finish_reason is not None
         ]
-        by_arrival = self._order.__getitem__
-        plan = StepPlan(
-            batch,
-            [self._rid[k] for k in sorted(out.preempted_req_ids or (), key=by_arrival)],
-            [self._rid[k] for k in sorted(finished, key=by_arrival)],
-        )
+        ended = [self._rid[k] for k in sorted(finished, key=self._order.__getitem__)]
         for key in finished:
             self._forget(key)
-        self._last = plan
-        return plan
+        return ended
 
     def _forget(self, key: str) -> None:
         rid = self._rid.pop(key)
@@ -281,6 +306,7 @@ class _Vllm:
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import sha256
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.outputs import ModelRunnerOutput
@@ -295,6 +321,7 @@ class _Vllm:
         )
         self.SchedulerConfig, self.VllmConfig = SchedulerConfig, VllmConfig
         self.SamplingParams, self.Scheduler = SamplingParams, Scheduler
+        self.AsyncScheduler = AsyncScheduler
         self.FullAttentionSpec, self.KVCacheConfig = FullAttentionSpec, KVCacheConfig
         self.KVCacheGroupSpec, self.ModelRunnerOutput = KVCacheGroupSpec, ModelRunnerOutput
         self.Request, self.RequestStatus = Request, RequestStatus
@@ -429,7 +456,8 @@ def _build(v: _Vllm, p: dict[str, Any], cls: Any = None, **kwargs: Any) -> Any:
         kv_cache_tensors=[],
         kv_cache_groups=[v.KVCacheGroupSpec(["layer"], spec)],
     )
-    return (cls or v.Scheduler)(
+    default = v.AsyncScheduler if _flag(p["async_scheduling"]) else v.Scheduler
+    return (cls or default)(
         vllm_config=config,
         kv_cache_config=kv,
         structured_output_manager=v.StructuredOutputManager(config),

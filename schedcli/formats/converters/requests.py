@@ -10,13 +10,15 @@ in flight.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
 from ..requests import decode_request_event
-from ..schema import Abort, Arrive
+from ..schema import Abort, Arrive, Schedule, Step, Update
 from ..trace import LineError
 from ._common import Converter, ConvertOptions, ConvertReport, Lines, Row, bad
 
@@ -33,6 +35,7 @@ class _Request:
     produced: int = 0
     ended: bool = False
     cancel_after: float | None = None
+    pending: list[None] = field(default_factory=list)  # tokens scheduled, not yet output
 
 
 def _key(rid: object) -> tuple[type, object]:
@@ -41,6 +44,7 @@ def _key(rid: object) -> tuple[type, object]:
 
 def read(lines: Lines, name: str, options: ConvertOptions, report: ConvertReport) -> Iterator[Row]:
     held: dict[tuple[type, object], _Request] = {}  # in arrival order
+    inflight: deque[set[Any]] = deque()  # split steps' samplers, awaiting their update
     for lineno, raw, complete in lines:
         if lineno == 1 or b'"schedcli"' in raw[:32]:
             continue  # the header
@@ -65,35 +69,52 @@ def read(lines: Lines, name: str, options: ConvertOptions, report: ConvertReport
             if req is not None and not req.ended:
                 req.ended = True
                 req.cancel_after = max(0.0, (event.t or req.arrival) - req.arrival)
-        else:
-            _account(event, held)
+        elif type(event) is Schedule:
+            inflight.append(_planned(event.expect, held))
+        elif type(event) is Update:
+            samplers = inflight.popleft() if inflight else set()
+            finished = event.expect.finished if event.expect is not None else ()
+            _outputs(samplers, event.sampled, finished, held)
+        elif type(event) is Step and event.expect is not None:
+            samplers = _planned(event.expect, held)
+            _outputs(samplers, event.sampled, event.expect.finished, held)
         yield from _ready(held)
     for req in held.values():
         req.ended = True
     yield from _ready(held)
 
 
-def _account(step: object, held: dict[tuple[type, object], _Request]) -> None:
-    expect = getattr(step, "expect", None)
-    sampled = getattr(step, "sampled", None)
-    if expect is None:
-        return
-    samplers = {_key(p.rid) for p in sampled} if sampled is not None else None
-    for s in expect.batch:
+def _planned(expect: object, held: dict[tuple[type, object], _Request]) -> set[Any]:
+    """A step's slices applied: the requests whose slice reached their last known token."""
+    samplers: set[Any] = set()
+    for s in getattr(expect, "batch", ()):
         req = held.get(_key(s.rid))
         if req is None:
             continue
         req.computed += s.tokens
-        known = req.prompt + req.produced
-        if (samplers is not None and _key(s.rid) in samplers) or (
-            samplers is None and req.computed >= known
-        ):
-            req.produced += 1
-    for rid in expect.preempted:
+        if req.computed >= req.prompt + req.produced + len(req.pending):
+            req.pending.append(None)  # a token on its way (async: before the last is known)
+            samplers.add(_key(s.rid))
+    for rid in getattr(expect, "preempted", ()):
         req = held.get(_key(rid))
         if req is not None:
             req.computed = 0  # recomputed from the start when it resumes
-    for rid in expect.finished:
+            req.pending.clear()
+    return samplers
+
+
+def _outputs(
+    samplers: set[Any], sampled: Any, finished: Any, held: dict[tuple[type, object], _Request]
+) -> None:
+    """A step's outputs: a token for each sampler (``sampled`` when recorded), ends."""
+    given = {_key(p.rid) for p in sampled} if sampled is not None else samplers
+    for key in given:
+        req = held.get(key)
+        if req is not None:
+            req.produced += 1
+            if req.pending:
+                req.pending.pop()
+    for rid in finished:
         req = held.get(_key(rid))
         if req is not None:
             req.ended = True
