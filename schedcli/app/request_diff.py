@@ -6,14 +6,14 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..engine.metrics import StepMetrics
-from ..engine.request_replay import RequestReplayer
+from ..engine.request_replay import RequestReplayer, refuse_partial
 from ..formats.dump import batch_tasks
 from ..formats.requests import RequestReader
 from ..formats.trace import open_trace
 from ..model.records import Record
 from ..policies.registry import config_label
 from .diff import Aligner, Config, DiffResult
-from .request_level import _opened_events, request_policy_for
+from .request_level import request_policy_for
 
 
 def diff_request_trace(
@@ -60,13 +60,12 @@ def diff_request_trace(
                 first.left = (pa.left_behind(), pb.left_behind())
 
         aligner.on_first = reasons_now
-        events: RequestReader
-        events, at_end = _opened_events(reader, allow_incomplete)
+        events = RequestReader(reader)
         for line, event in events:
             one.feed(line, event)
             two.feed(line, event)
             aligner.settle()
-        at_end()
+        refuse_partial(events, allow_incomplete)
         for side in (one, two):
             if side.drain or side.step_events == 0:
                 side.drain_all()

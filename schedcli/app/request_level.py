@@ -7,20 +7,23 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from ..engine.replay import PolicyCrashed
-from ..engine.request_replay import RequestExpectMismatch, RequestReplayer
+from ..engine.request_replay import (
+    RequestExpectMismatch,
+    RequestReplayer,
+    policy_for_request_trace,
+    refuse_partial,
+)
 from ..engine.request_sim import simulate_requests
-from ..engine.run import incomplete_trace
 from ..engine.simulate import SimResult
 from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
-from ..formats.requests import RequestReader, RequestTraceWriter, is_request_trace
+from ..formats.requests import RequestReader, RequestTraceWriter
 from ..formats.trace import Header, open_trace
 from ..formats.workload import read_workload
-from ..model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
+from ..model.errors import InputError, InvariantError, SchedcliError, UsageError
 from ..model.requests import RequestScheduler
-from ..model.task import Task
-from ..policies.registry import build_request_policy, config_label
+from ..policies.registry import build_request_policy
 from .outputs import Fanout, Opened
 
 if TYPE_CHECKING:
@@ -75,14 +78,12 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
                 slo_ttft=req.slo_ttft,
                 slo_tpot=req.slo_tpot,
                 on_progress=lambda requests, t: progress.update(requests, t=t),
-                on_batch=_with_preemptions(timeline, _timeline_feeder(timeline), policy)
-                if timeline is not None
-                else None,
+                on_batch=_timeline_feeder(timeline) if timeline is not None else None,
+                on_preempt=timeline.preempted if timeline is not None else None,
             )
         except (InvariantError, PolicyCrashed, Stopped) as e:
             if trace is not None:
-                trace.partial(stop_reason(e))
-            progress.stop()
+                trace.partial(stop_reason(e))  # the run so far, marked as such
             raise
         finally:
             progress.stop()
@@ -92,37 +93,17 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
     return result
 
 
-def _with_preemptions(timeline: PerfettoWriter, feeder: Any, policy: RequestScheduler) -> Any:
-    def on_batch(step: int, start: float, end: float, batch: list[Task], queued: int) -> None:
-        feeder(step, start, end, batch, queued)
-        last = getattr(policy, "_last", None)
-        if last is not None and last.preempted:
-            timeline.preempted(step, start * 1e6, last.preempted)
-
-    return on_batch
-
-
 def request_policy_for(
     header: Header, name: str, policy: str | None, params: dict[str, str]
 ) -> tuple[RequestScheduler, str]:
-    """The command line's policy, else the header's; the header's params, then ours."""
-    spec = policy or header.policy
-    if spec is None:
-        raise InputError(name, header.line, "a request-level trace names its policy (vllm)")
-    given: dict[str, object] = {}
-    if policy is None or policy == header.policy:
-        given.update(header.params)
-    given.update(params)
-    built = build_request_policy(spec, given)
-    return built, config_label(built.name or spec, {})
+    """The policy a request-level trace replays under (``policy_for_request_trace``)."""
+    return policy_for_request_trace(header, name, policy, dict(params))
 
 
 def run_request_replay(
     req: ReplayRequest, err: Callable[[], Console], outputs_for: Callable[..., list[Any]]
 ) -> None:
     """``replay`` of a request-level trace: views, --check, --golden, --perfetto."""
-    if req.steps is not None or req.session is not None:
-        raise UsageError("--steps and --session are not yet supported for request-level traces")
     with ExitStack() as stack:
         reader = stack.enter_context(open_trace(req.trace, max_line_bytes=req.max_line_bytes))
         assert reader.header is not None
@@ -145,15 +126,8 @@ def run_request_replay(
             on_left=fan.on_left,
         )
         events = RequestReader(reader)
-
-        def at_end() -> None:
-            if events.partial is not None and not req.allow_incomplete:
-                raise InputError(
-                    reader.name, events.partial[0], incomplete_trace(events.partial[1])
-                )
-
         try:
-            totals = engine.run(events, at_end)
+            totals = engine.run(events, lambda: refuse_partial(events, req.allow_incomplete))
         except RequestExpectMismatch as e:
             for output in outputs:
                 output.close(None, e)
@@ -179,19 +153,6 @@ def run_request_replay(
             verdict()
 
 
-__all__ = ["CheckFailed", "is_request_trace", "run_request_replay", "run_request_simulate"]
-
-
-def _opened_events(reader: Any, allow_incomplete: bool) -> tuple[RequestReader, Callable[[], None]]:
-    events = RequestReader(reader)
-
-    def at_end() -> None:
-        if events.partial is not None and not allow_incomplete:
-            raise InputError(reader.name, events.partial[0], incomplete_trace(events.partial[1]))
-
-    return events, at_end
-
-
 def request_stats(
     path: str, policy: str | None, params: dict[str, Any], *, drain: bool, allow_incomplete: bool
 ) -> tuple[dict[str, Any], str]:
@@ -199,10 +160,10 @@ def request_stats(
     from ..engine.request_replay import request_trace_metrics
     from ..formats.source import display_name
 
-    summary = request_trace_metrics(
+    summary, label = request_trace_metrics(
         path, policy, params, drain=drain, allow_incomplete=allow_incomplete
     )
-    return summary, f"{display_name(path)} under {policy or 'vllm'}"
+    return summary, f"{display_name(path)} under {label}"
 
 
 def validate_request_trace(
@@ -232,6 +193,8 @@ def validate_request_trace(
             collect(InputError(reader.name, header.line, str(e)))
         events = RequestReader(reader)
         count = sum(1 for _ in events)
-        if events.partial is not None and not allow_incomplete:
-            collect(InputError(reader.name, events.partial[0], incomplete_trace(events.partial[1])))
+        try:
+            refuse_partial(events, allow_incomplete)
+        except InputError as e:
+            collect(e)
     return count

@@ -303,6 +303,21 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return bool(typed(a) == typed(b))
 
 
+def policy_for_request_trace(
+    header: Any, name: str, policy: str | None, params: dict[str, Any]
+) -> tuple[RequestScheduler, str]:
+    """The policy a request-level trace replays under, built: the command line's, else the
+    header's; the header's params apply to its own policy, then ours over them."""
+    from ..policies.registry import build_request_policy
+
+    spec = policy or header.policy
+    if spec is None:
+        raise InputError(name, header.line, "a request-level trace names its policy (vllm)")
+    given: dict[str, object] = dict(header.params) if policy in (None, header.policy) else {}
+    built = build_request_policy(spec, given | params)
+    return built, built.name or spec
+
+
 def request_trace_metrics(
     path: str,
     policy: str | None,
@@ -310,26 +325,20 @@ def request_trace_metrics(
     *,
     drain: bool = False,
     allow_incomplete: bool = False,
-) -> dict[str, Any]:
-    """A request-level trace replayed, its steps measured as a dump's are (``stats``)."""
+) -> tuple[dict[str, Any], str]:
+    """A request-level trace replayed, its steps measured as a dump's are (``stats``);
+    and the label of the policy it ran under."""
     from contextlib import ExitStack
 
     from ..formats.dump import batch_tasks
     from ..formats.requests import RequestReader
     from ..formats.trace import open_trace
-    from ..policies.registry import build_request_policy
     from .metrics import StepMetrics
-    from .run import incomplete_trace
 
     with ExitStack() as stack:
         reader = stack.enter_context(open_trace(path))
-        header = reader.header
-        assert header is not None
-        spec = policy or header.policy
-        if spec is None:
-            raise InputError(reader.name, header.line, "a request-level trace names its policy")
-        given: dict[str, object] = dict(header.params) if policy in (None, header.policy) else {}
-        built = build_request_policy(spec, given | params)
+        assert reader.header is not None
+        built, label = policy_for_request_trace(reader.header, reader.name, policy, params)
         stack.callback(built.close)
         metrics = StepMetrics(built.token_budget, waits_known=False)
 
@@ -337,17 +346,21 @@ def request_trace_metrics(
             if "batch" in record:
                 metrics.dispatched(batch_tasks(record), record["step"])
 
-        engine = RequestReplayer(built, measure, policy_name=built.name or spec, drain=drain)
+        engine = RequestReplayer(built, measure, policy_name=label, drain=drain)
         events = RequestReader(reader)
-
-        def at_end() -> None:
-            partial = events.partial
-            if partial is not None and not allow_incomplete:
-                raise InputError(reader.name, partial[0], incomplete_trace(partial[1]))
-
-        totals = engine.run(events, at_end)
+        totals = engine.run(events, lambda: refuse_partial(events, allow_incomplete))
     summary = metrics.summary()
     summary["rejected"] = totals.rejected
     summary["queued"] = totals.queued
     summary["preemptions"] = engine.preemptions
-    return summary
+    return summary, label
+
+
+def refuse_partial(events: Any, allow_incomplete: bool) -> None:
+    """After the last event: a trace its writer marked partial is bad input, unless
+    ``allow_incomplete`` (as for task-level traces)."""
+    from .run import incomplete_trace
+
+    partial = events.partial
+    if partial is not None and not allow_incomplete:
+        raise InputError(events.name, partial[0], incomplete_trace(partial[1]))

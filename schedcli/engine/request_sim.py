@@ -23,6 +23,7 @@ from .replay import PolicyCrashed
 from .simulate import STUCK_AFTER, SimResult, _Live
 
 OnStep = Callable[[int, float, float, list[Task], int], None]
+OnPreempt = Callable[[int, float, list[Id]], None]  # step, start in microseconds, requests
 
 
 class _RequestRunner:
@@ -36,6 +37,7 @@ class _RequestRunner:
     ) -> None:
         self.policy, self.result, self.name = policy, result, name
         self.trace, self.on_batch = trace, on_batch
+        self.on_preempt: OnPreempt | None = None
         self.live: dict[Id, _Live] = {}
         self.deadlines: list[tuple[float, int, Id]] = []
         self.t = 0.0
@@ -103,6 +105,8 @@ class _RequestRunner:
         result.decode_tokens += decodes
         result.prefill_tokens += tokens - decodes
         self.preemptions += len(plan.preempted)
+        if self.on_preempt is not None and plan.preempted:
+            self.on_preempt(self.step, start * 1e6, plan.preempted)
         self._produce(plan, start, end)
         self.t = end
         self.step += 1
@@ -149,11 +153,14 @@ def simulate_requests(
     slo_tpot: float | None = None,
     on_progress: Callable[[int, float], None] | None = None,
     on_batch: OnStep | None = None,
+    on_preempt: OnPreempt | None = None,
 ) -> SimResult:
-    """Run the workload through a request-level ``policy`` (see ``simulate``)."""
+    """Run the workload through a request-level ``policy`` (see ``simulate``);
+    ``on_preempt`` hears of each step's preemptions."""
     result = SimResult(policy_name, params, cost, 0, budget=policy.token_budget)
     result.slo_ttft, result.slo_tpot = slo_ttft, slo_tpot
     runner = _RequestRunner(policy, result, policy_name, trace, on_batch)
+    runner.on_preempt = on_preempt
     arrivals = iter(requests)
     pending = next(arrivals, None)
     result.start = runner.t = pending.arrival if pending is not None else 0.0

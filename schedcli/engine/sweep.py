@@ -259,7 +259,7 @@ def run_point(point: Point, data: bytes | None = None) -> dict[str, Any]:
 def _replay_metrics(point: Point) -> dict[str, Any]:
     """A trace's point: the replay's step metrics (what ``schedcli stats`` shows)."""
     if is_request_trace(point.workload):
-        return request_trace_metrics(point.workload, point.policy, point.params)
+        return request_trace_metrics(point.workload, point.policy, point.params)[0]
     with open_replay(point.workload, policy=point.policy, params=point.params) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
         totals = opened.run(opened.replayer(lambda _: None, observer=metrics))
