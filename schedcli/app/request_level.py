@@ -17,7 +17,6 @@ from ..engine.request_sim import simulate_requests
 from ..engine.simulate import SimResult
 from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output
-from ..formats.perfetto import PerfettoWriter
 from ..formats.requests import RequestReader, RequestTraceWriter
 from ..formats.trace import Header, open_trace
 from ..formats.workload import read_workload
@@ -40,7 +39,7 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
             f"--chunk-size is for task-level policies; {req.policy!r} chunks prompts itself "
             "(max_num_batched_tokens, long_prefill_token_threshold)"
         )
-    from .simulating import _progress, _timeline_feeder, show_summary
+    from .simulating import _progress, _timeline_feeder, open_timeline, raise_kept, show_summary
 
     to_stderr = req.summary_to_stderr()
     policy = build_request_policy(req.policy, req.params or {})
@@ -59,14 +58,9 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
             trace = RequestTraceWriter(
                 stack.enter_context(atomic_output(req.output)), label, declared, meta
             )
-        timeline: PerfettoWriter | None = None
-        if req.perfetto:
-            timeline = PerfettoWriter(
-                stack.enter_context(atomic_output(req.perfetto)),
-                title=f"schedcli simulate {req.workload} ({label})",
-                budget=policy.token_budget,
-            )
+        timeline = open_timeline(req, stack, label, policy.token_budget)
         progress = _progress(req.workload, err)
+        stopped: SchedcliError | Stopped | None = None
         try:
             result = simulate_requests(
                 read_workload(req.workload),
@@ -82,13 +76,15 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
                 on_preempt=timeline.preempted if timeline is not None else None,
             )
         except (InvariantError, PolicyCrashed, Stopped) as e:
+            stopped = e  # the files keep the run so far, the trace marked partial
             if trace is not None:
-                trace.partial(stop_reason(e))  # the run so far, marked as such
-            raise
+                trace.partial(stop_reason(e))
         finally:
             progress.stop()
         if timeline is not None:
             timeline.close()
+    if stopped is not None:
+        raise_kept(req, stopped, err)
     show_summary(req, result, out, err, to_stderr)
     return result
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from rich.console import Console
@@ -74,13 +74,7 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
             trace = TraceWriter(stack.enter_context(atomic_output(req.output)))
             # The policy as a replay resolves it (a plugin's module:Class).
             trace.header(policy_reference(type(built)), declared, _trace_meta(req, size))
-        timeline: PerfettoWriter | None = None
-        if req.perfetto:
-            timeline = PerfettoWriter(
-                stack.enter_context(atomic_output(req.perfetto)),
-                title=f"schedcli simulate {req.workload} ({label})",
-                budget=built.token_budget,
-            )
+        timeline = open_timeline(req, stack, label, built.token_budget)
         progress = _progress(req.workload, err)
         stopped: SchedcliError | Stopped | None = None
         try:
@@ -107,17 +101,23 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
         if timeline is not None:
             timeline.close()
     if stopped is not None:
-        kept = [name for name in (req.output, req.perfetto) if name not in (None, "-")]
-        if kept:
-            err.print(
-                f"note: the run so far is in {' and '.join(str(k) for k in kept)} "
-                "(the trace marked partial)",
-                highlight=False,
-                soft_wrap=True,
-            )
-        raise stopped
+        raise_kept(req, stopped, err)
     show_summary(req, result, out, err, to_stderr)
     return result
+
+
+def raise_kept(req: SimulateRequest, stopped: BaseException, err: Console) -> NoReturn:
+    """A run stopped early: its files (written whole, the trace marked partial) said, and
+    the stop raised again."""
+    kept = [name for name in (req.output, req.perfetto) if name not in (None, "-")]
+    if kept:
+        err.print(
+            f"note: the run so far is in {' and '.join(str(k) for k in kept)} "
+            "(the trace marked partial)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    raise stopped
 
 
 def show_summary(
@@ -134,6 +134,19 @@ def show_summary(
     else:
         view.print(simulation_tables(summary))
     _note_rejections(result, err)
+
+
+def open_timeline(
+    req: SimulateRequest, stack: ExitStack, label: str, budget: int | None
+) -> PerfettoWriter | None:
+    """``--perfetto FILE``'s writer, its file closed with ``stack``; None without it."""
+    if not req.perfetto:
+        return None
+    return PerfettoWriter(
+        stack.enter_context(atomic_output(req.perfetto)),
+        title=f"schedcli simulate {req.workload} ({label})",
+        budget=budget,
+    )
 
 
 def _trace_meta(req: SimulateRequest, size: int) -> Record:

@@ -228,15 +228,7 @@ class RequestTraceWriter:
         wall: float | None = None,
         t: float | None = None,
     ) -> None:
-        obj: dict[str, Any] = {"op": "update"}
-        if stop:
-            obj["stop"] = stop
-        if sampled:
-            obj["sampled"] = sampled
-        if wall is not None:
-            obj["wall"] = wall
-        if t is not None:
-            obj["t"] = t
+        obj = _outputs("update", stop, sampled, wall, t)
         obj["expect"] = {"finished": list(finished)}
         self._line(obj)
 
@@ -249,20 +241,32 @@ class RequestTraceWriter:
         wall: float | None = None,
         t: float | None = None,
     ) -> None:
-        obj: dict[str, Any] = {"op": "step"}
-        if stop:
-            obj["stop"] = stop
-        if sampled:
-            obj["sampled"] = sampled
-        if wall is not None:
-            obj["wall"] = wall
-        if t is not None:
-            obj["t"] = t
+        obj = _outputs("step", stop, sampled, wall, t)
         obj["expect"] = expect_of(plan)
         self._line(obj)
 
     def partial(self, reason: str) -> None:
         self._line({"partial": {"reason": reason}})
+
+
+def _outputs(
+    op: str,
+    stop: list[Id] | None,
+    sampled: list[list[Any]] | None,
+    wall: float | None,
+    t: float | None,
+) -> dict[str, Any]:
+    """The fields a step's outputs give (``step`` and ``update`` events), those given."""
+    obj: dict[str, Any] = {"op": op}
+    if stop:
+        obj["stop"] = stop
+    if sampled:
+        obj["sampled"] = sampled
+    if wall is not None:
+        obj["wall"] = wall
+    if t is not None:
+        obj["t"] = t
+    return obj
 
 
 def expect_of(plan: StepPlan) -> dict[str, Any]:

@@ -270,18 +270,7 @@ def check_request_params(spec: str, params: Mapping[str, object]) -> None:
     """A request-level policy's parameters checked by name and type, the policy unbuilt
     (building vLLM's takes seconds and its extra)."""
     cls = _request_class(spec)
-    declared = {p.name: p for p in cls.PARAMS}
-    values: dict[str, object] = {}
-    for key, value in params.items():
-        p = declared.get(key)
-        if p is None:
-            hint = difflib.get_close_matches(key, list(declared), n=1)
-            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise UsageError(
-                f"policy {cls.name or spec!r} has no parameter {key!r}{did_you_mean}; "
-                f"it takes {', '.join(declared)}"
-            )
-        values[key] = _coerce(p, value)
+    values = _declared(cls, cls.name or spec, params)
     try:
         check_params(cls.PARAMS, values)
     except ValueError as e:
@@ -298,12 +287,13 @@ def declared_params(spec: str, params: Mapping[str, object]) -> dict[str, Any]:
     request-level policy without building it (for a task-level one, its ``params()``)."""
     if not is_request_policy(spec):
         return build_policy(spec, params).params()
-    check_request_params(spec, params)
     cls = _request_class(spec)
-    values = {p.name: p.default for p in cls.PARAMS}
-    given = {k: _coerce({p.name: p for p in cls.PARAMS}[k], v) for k, v in params.items()}
-    check_params(cls.PARAMS, given)
-    return values | given
+    given = _declared(cls, cls.name or spec, params)
+    try:
+        check_params(cls.PARAMS, given)
+    except ValueError as e:
+        raise UsageError(f"policy {cls.name or spec!r}: {e}") from e
+    return {p.name: p.default for p in cls.PARAMS} | given
 
 
 def _request_class(spec: str) -> Any:
@@ -322,22 +312,29 @@ def _request_class(spec: str) -> Any:
     return cls
 
 
+def _declared(cls: Any, label: str, given: Mapping[str, object]) -> dict[str, object]:
+    """``given`` in the declared parameters' types; a name not declared is a UsageError
+    with the name meant, if one is close."""
+    declared = {p.name: p for p in cls.PARAMS}
+    values: dict[str, object] = {}
+    for key, value in given.items():
+        p = declared.get(key)
+        if p is None:
+            hint = difflib.get_close_matches(key, list(declared), n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise UsageError(
+                f"policy {label!r} has no parameter {key!r}{did_you_mean}; "
+                f"it takes {', '.join(declared)}"
+            )
+        values[key] = _coerce(p, value)
+    return values
+
+
 def _build(cls: Any, spec: str, params: Mapping[str, object] | None) -> Any:
     label = cls.name or spec
     given = dict(params or {})
-    kwargs: dict[str, object] = {}
     if cls.PARAMS:
-        declared = {p.name: p for p in cls.PARAMS}
-        for key, value in given.items():
-            p = declared.get(key)
-            if p is None:
-                hint = difflib.get_close_matches(key, list(declared), n=1)
-                did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-                raise UsageError(
-                    f"policy {label!r} has no parameter {key!r}{did_you_mean}; "
-                    f"it takes {', '.join(declared)}"
-                )
-            kwargs[key] = _coerce(p, value)
+        kwargs = _declared(cls, label, given)
     else:
         kwargs = {k: _parse_loose(v) for k, v in given.items()}
     try:
