@@ -351,13 +351,21 @@ def test_diff_of_two_configurations_shows_the_first_step_and_why(cli: Cli, crowd
 def test_the_replay_table_counts_reasons_and_the_timeline_marks_preemptions(
     cli: Cli, tmp_path: Path, crowded: Path
 ) -> None:
-    r = cli("replay", crowded, "-f", "table", "-P", "max_num_seqs=3")
+    replayed = tmp_path / "replay.json"
+    r = cli("replay", crowded, "-f", "table", "-P", "max_num_seqs=3", "--perfetto", replayed)
     assert r.code == 0, r.stderr
     assert b"max_num_seqs" in r.stdout and b"summary" in r.stdout
+    counters = [
+        e["args"]
+        for e in orjson.loads(replayed.read_bytes())["traceEvents"]
+        if e["name"] == "waiting by reason"
+    ]
+    assert any(c.get("max_num_seqs") for c in counters)
     workload, _ = _workload(tmp_path)
     timeline = tmp_path / "t.json"
     r = cli("simulate", workload, "-p", "vllm", *_params(), "--perfetto", timeline)
     assert r.code == 0, r.stderr
+    assert b"preemptions" in r.stdout
     events = orjson.loads(timeline.read_bytes())["traceEvents"]
     assert any(e["name"] == "preempted" and e["ph"] == "i" for e in events)
     assert any(e["name"] == "waiting by reason" for e in events) is False  # simulate: no reasons

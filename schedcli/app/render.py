@@ -389,6 +389,7 @@ def simulation_tables(summary: Mapping[str, Any]) -> Group:
             f"{summary['finished']} / {summary['cancelled']} / {summary['rejected']}",
         ),
         ("steps", str(summary["steps"])),
+        *([("preemptions", str(summary["preemptions"]))] if "preemptions" in summary else []),
         ("simulated time", _secs(summary["simulated_seconds"])),
         ("output tokens", str(summary["output_tokens"])),
         ("throughput (output tokens/s)", _num(summary["throughput_output_tokens_per_s"])),
