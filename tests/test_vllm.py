@@ -254,6 +254,13 @@ def test_sweep_compares_decode_first_with_vllm_on_one_workload(cli: Cli, tmp_pat
     assert [r["params"].get("max_num_seqs") for r in records[1:]] == [2, 8]
     assert all(r["metrics"]["finished"] == 15 for r in records)
     assert "preemptions" in records[1]["metrics"]
+    pytest.importorskip("matplotlib", reason="the report draws with matplotlib")
+    for source in (out, workload):  # the sweep's report, and a report that simulates
+        page = tmp_path / "report.html"
+        policies = ["-p", "decode-first", "-p", "vllm"] if source == workload else []
+        r = cli("report", source, *policies, "-o", page)
+        assert r.code == 0, r.stderr
+        assert "vllm" in page.read_text()
 
 
 def test_simulate_output_is_identical_under_any_hash_seed(tmp_path: Path) -> None:
