@@ -242,6 +242,8 @@ def test_sweep_compares_decode_first_with_vllm_on_one_workload(cli: Cli, tmp_pat
         "vllm",
         "--grid",
         "max_num_seqs=2,8",
+        "--cache",
+        tmp_path / "cache",
         "-o",
         out,
         "-j",
@@ -396,6 +398,7 @@ def test_a_sweep_of_vllm_on_ray_gives_the_records_of_the_local_pool(tmp_path: Pa
 
     workload, _ = _workload(tmp_path, n=10)
     args = [str(workload), "-p", "decode-first", "-p", "vllm", "--fresh"]
+    args += ["--cache", str(tmp_path / "cache")]
     args += ["--grid", "max_num_seqs=2,8", "--grid", "num_gpu_blocks=64"]
     records = []
     for name, backend in (("local.jsonl", []), ("ray.jsonl", ["--backend", "ray"])):
