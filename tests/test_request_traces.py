@@ -246,3 +246,20 @@ def test_convert_writes_every_request_once_in_arrival_order(
     for row, (p, o, aborted) in zip(rows, requests, strict=True):
         assert row["prompt_tokens"] == p and row["output_tokens"] == o
         assert ("cancel_after" in row) == aborted
+
+
+def test_an_update_with_no_schedule_to_answer_is_refused_alike(cli: Cli, tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "split.jsonl",
+        [
+            {"op": "arrive", "rid": "a", "prompt_tokens": 2, "max_tokens": 1, "t": 0.0},
+            {"op": "schedule", "expect": {"batch": [["a", 2]]}},
+            {"op": "update", "expect": {"finished": ["a"]}},
+            {"op": "update"},
+        ],
+    )
+    message = f"{trace}:5: update with no schedule before it to answer"
+    r = cli("validate", trace)
+    assert r.code == 2 and r.stderr.splitlines()[0] == message
+    r = cli("convert", "auto", trace)
+    assert r.code == 2 and message in r.stderr

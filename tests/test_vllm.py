@@ -111,7 +111,6 @@ def _record(path: Path, params: dict[str, Any], multi_turn: bool = False) -> dic
     """Drive RecordingScheduler as vLLM's engine core does: requests arrive, clients abort,
     some requests stop on a stop token, the KV cache is small enough to preempt."""
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
     from schedcli.integrations.vllm import RecordingScheduler
@@ -165,16 +164,21 @@ def _record(path: Path, params: dict[str, Any], multi_turn: bool = False) -> dic
             seen["stopped"] += token == stop_token
             history[key].append(token)
             sampled.append([token])
-        sched.update_from_output(
-            out,
-            ModelRunnerOutput(
-                req_ids=keys,
-                req_id_to_index={k: i for i, k in enumerate(keys)},
-                sampled_token_ids=sampled,
-            ),
-        )
+        _answer(sched, out, keys, sampled)
     sched.shutdown()
     return seen
+
+
+def _answer(sched: Any, out: Any, keys: list[str], sampled: list[list[int]]) -> None:
+    """What vLLM's model runner hands back for a step: the tokens each request sampled."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    runner = ModelRunnerOutput(
+        req_ids=keys,
+        req_id_to_index={k: i for i, k in enumerate(keys)},
+        sampled_token_ids=sampled,
+    )
+    sched.update_from_output(out, runner)
 
 
 RECORDED = {"max_num_batched_tokens": 128, "max_num_seqs": 6, "num_gpu_blocks": 40}
@@ -418,7 +422,6 @@ def test_an_async_scheduling_recording_replays_exactly(cli: Cli, tmp_path: Path)
     from collections import deque
 
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
     from schedcli.integrations.vllm import RecordingAsyncScheduler
@@ -469,14 +472,7 @@ def test_an_async_scheduling_recording_replays_exactly(cli: Cli, tmp_path: Path)
             [7 if rng.random() < 0.05 else rng.randint(100, 900)] if k in samplers else []
             for k in keys
         ]
-        sched.update_from_output(
-            out,
-            ModelRunnerOutput(
-                req_ids=keys,
-                req_id_to_index={k: i for i, k in enumerate(keys)},
-                sampled_token_ids=tokens,
-            ),
-        )
+        _answer(sched, out, keys, tokens)
     sched.shutdown()
     assert aborted
     text = trace.read_bytes()

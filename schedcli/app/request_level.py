@@ -187,7 +187,7 @@ def validate_request_trace(
             collect(e)
         except UsageError as e:
             collect(InputError(reader.name, header.line, str(e)))
-        events = RequestReader(reader)
+        events = RequestReader(reader, collect)
         count = sum(1 for _ in events)
         try:
             refuse_partial(events, allow_incomplete)

@@ -77,7 +77,6 @@ class RequestReplayer:
         check: bool = False,
         drain: bool = False,
         on_left: Callable[[int, Left], None] | None = None,
-        trace_name: str = "the trace",
     ) -> None:
         self.policy, self.emit, self.policy_name = policy, emit, policy_name
         self.check, self.drain, self.on_left = check, drain, on_left
@@ -91,7 +90,6 @@ class RequestReplayer:
         self.last_batch_step = -1
         self._live: dict[tuple[type, Id], Id] = {}  # under check: requests held, in order
         self._unanswered = 0  # split steps scheduled and not yet updated
-        self.trace_name = trace_name
         self.last_reasons: list[tuple[Id, str, str]] = []
 
     # The engine's protocol with outputs (the golden comparison asks for these).
@@ -118,7 +116,6 @@ class RequestReplayer:
             self._update(line, event)  # type: ignore[arg-type]
         else:
             self.step_events += 1
-            held = list(self._live.values())
             if kind is Schedule:
                 plan = self._step(frozenset(), None, split=True)
                 self._unanswered += 1
@@ -126,7 +123,6 @@ class RequestReplayer:
                 stop = frozenset(event.stop or ())  # type: ignore[union-attr]
                 given = event.sampled  # type: ignore[union-attr]
                 plan = self._step(stop, {p.rid: p.tokens for p in given} if given else None)
-            self._ended(plan.finished)
             expect: Any = event.expect  # type: ignore[union-attr]
             if self.check and expect is not None:
                 got = expect_of(plan)
@@ -138,30 +134,27 @@ class RequestReplayer:
                     want["finished"] = list(expect.finished)
                 else:
                     del got["finished"]
-                self._compare(line, got, want, held)
+                self._compare(line, got, want)
+            self._ended(plan.finished)
 
     def _update(self, line: int, event: Update) -> None:
         """A split step's outputs: the requests they finished, recorded when any did."""
         stop = frozenset(event.stop or ())
         sampled = {p.rid: p.tokens for p in event.sampled} if event.sampled else None
-        held = list(self._live.values())
-        if not self._unanswered:
-            raise InputError(self.trace_name, line, "update with no schedule before it to answer")
-        self._unanswered -= 1
+        self._unanswered -= 1  # the reader refuses an update with no schedule to answer
         try:
             finished = self.policy.update(stop, sampled)
         except Exception as e:
             raise self._crashed("update", e) from e
         self.finished += len(finished)
-        self._ended(finished)
         if finished:
             self.emit({"line": line, "op": "update", "finished": finished})
         if self.check and event.expect is not None:
-            self._compare(
-                line, {"finished": finished}, {"finished": list(event.expect.finished)}, held
-            )
+            self._compare(line, {"finished": finished}, {"finished": list(event.expect.finished)})
+        self._ended(finished)
 
     def _ended(self, finished: list[Id]) -> None:
+        """After a step is compared: the requests it finished are no longer held."""
         if self.check:
             for rid in finished:
                 self._live.pop((type(rid), rid), None)
@@ -224,13 +217,14 @@ class RequestReplayer:
                 self.on_left(step, self.policy.left_behind())
         return plan
 
-    def _compare(
-        self, line: int, got: dict[str, Any], want: dict[str, Any], held: list[Id]
-    ) -> None:
+    def _compare(self, line: int, got: dict[str, Any], want: dict[str, Any]) -> None:
+        """Raises the mismatch; the requests held when the step began are those still
+        held (its finishes are dropped only after it is compared)."""
         self.checked += 1
         if _same(got, want):
             return
         step = self.totals.steps - 1
+        held = list(self._live.values())
         raise RequestExpectMismatch(RequestMismatch(step, line, want, got, self.last_reasons, held))
 
     def drain_all(self) -> None:

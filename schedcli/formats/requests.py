@@ -30,6 +30,8 @@ from .trace import (
 RequestEvent = Arrive | Abort | Step | Schedule | Update
 LEVEL = "request"
 OPS = ", ".join(f'"{op}"' for op in schema.REQUEST_EVENTS)
+# A split step's outputs answer the oldest plan not yet answered: there must be one.
+UNANSWERED = "update with no schedule before it to answer"
 
 
 def _explain(raw: bytes, complete: bool) -> str:
@@ -119,12 +121,15 @@ class RequestReader:
     ``partial`` is the writer's stop marker when the trace ends with one.
     """
 
-    def __init__(self, reader: TraceReader) -> None:
+    def __init__(
+        self, reader: TraceReader, on_error: Callable[[InputError], None] | None = None
+    ) -> None:
         self.reader = reader
         self.name = reader.name
         self.header = reader.header
         self.partial: tuple[int, dict[str, Any]] | None = None
-        self._on_error: Callable[[InputError], None] | None = getattr(reader, "_on_error", None)
+        self._on_error = on_error
+        self._unanswered = 0  # schedule events whose update has not come yet
 
     def __iter__(self) -> Iterator[tuple[int, RequestEvent]]:
         for line, raw, complete in self.reader.raw_lines():
@@ -132,7 +137,14 @@ class RequestReader:
                 self._fail(line, "a line after the partial marker (the writer had stopped)")
                 continue
             try:
-                yield line, decode_request_event(raw, complete)
+                event = decode_request_event(raw, complete)
+                if type(event) is Schedule:
+                    self._unanswered += 1
+                elif type(event) is Update:
+                    if not self._unanswered:
+                        raise LineError(UNANSWERED)
+                    self._unanswered -= 1
+                yield line, event
             except LineError as e:
                 marker = partial_marker(raw)
                 if marker is not None:

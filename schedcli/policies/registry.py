@@ -266,15 +266,16 @@ def build_request_policy(spec: str, params: Mapping[str, object] | None = None) 
     return _build(_request_class(spec), spec, params)  # type: ignore[no-any-return]
 
 
-def check_request_params(spec: str, params: Mapping[str, object]) -> None:
+def check_request_params(spec: str, params: Mapping[str, object]) -> dict[str, object]:
     """A request-level policy's parameters checked by name and type, the policy unbuilt
-    (building vLLM's takes seconds and its extra)."""
+    (building vLLM's takes seconds and its extra); the given ones in their types."""
     cls = _request_class(spec)
     values = _declared(cls, cls.name or spec, params)
     try:
         check_params(cls.PARAMS, values)
     except ValueError as e:
         raise UsageError(f"policy {cls.name or spec!r}: {e}") from e
+    return values
 
 
 def policy_class(spec: str) -> Any:
@@ -287,13 +288,8 @@ def declared_params(spec: str, params: Mapping[str, object]) -> dict[str, Any]:
     request-level policy without building it (for a task-level one, its ``params()``)."""
     if not is_request_policy(spec):
         return build_policy(spec, params).params()
-    cls = _request_class(spec)
-    given = _declared(cls, cls.name or spec, params)
-    try:
-        check_params(cls.PARAMS, given)
-    except ValueError as e:
-        raise UsageError(f"policy {cls.name or spec!r}: {e}") from e
-    return {p.name: p.default for p in cls.PARAMS} | given
+    given = check_request_params(spec, params)
+    return {p.name: p.default for p in _request_class(spec).PARAMS} | given
 
 
 def _request_class(spec: str) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..requests import decode_request_event
+from ..requests import UNANSWERED, decode_request_event
 from ..schema import Abort, Arrive, Schedule, Step, Update
 from ..trace import LineError
 from ._common import Converter, ConvertOptions, ConvertReport, Lines, Row, bad
@@ -72,7 +72,10 @@ def read(lines: Lines, name: str, options: ConvertOptions, report: ConvertReport
         elif type(event) is Schedule:
             inflight.append(_planned(event.expect, held))
         elif type(event) is Update:
-            samplers = inflight.popleft() if inflight else set()
+            if not inflight:
+                yield bad(lineno, UNANSWERED)
+                continue
+            samplers = inflight.popleft()
             finished = event.expect.finished if event.expect is not None else ()
             _outputs(samplers, event.sampled, finished, held)
         elif type(event) is Step and event.expect is not None:
