@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -163,6 +165,44 @@ def test_parallel_jobs_give_the_same_report_as_one(tmp_path: Path) -> None:
     one = run_cli("check", str(suite), "-j", "1")
     two = run_cli("check", str(suite), "-j", "2")
     assert (one.returncode, one.stdout) == (two.returncode, two.stdout)
+
+
+# A worker that never sees its SIGTERM (as when the signal lands just before the worker
+# blocks on the pool's queue lock): the check must still end, as the workers are told there
+# is no more work rather than signalled.
+_DEAF_WORKERS = """
+import signal, sys
+from schedcli.app import checking
+from schedcli.app.entry import run
+def deaf():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+checking._worker_signals = deaf
+codes = []
+for _ in range(3):  # the lost signal is a race: give it three chances to bite
+    sys.argv = ["schedcli", "check", sys.argv[1], "-j", "6"]
+    try:
+        run()
+    except SystemExit as e:
+        codes.append(e.code)
+sys.exit(max(codes))
+"""
+
+
+def test_a_parallel_check_ends_though_its_workers_never_see_a_stop_signal(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for i in range(12):
+        shutil.copy(TRACES / "rotation-fairness.jsonl", suite / f"copy-{i}.jsonl")
+    r = subprocess.run(
+        [sys.executable, "-c", _DEAF_WORKERS, str(suite)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().count("copy-") >= 12
 
 
 def test_a_trace_that_cannot_be_read_is_bad_input_and_the_rest_still_checked(

@@ -427,3 +427,38 @@ def test_a_batch_owes_a_session_at_most_one_output() -> None:
     s.submit([pf(3, 10, 2)])
     assert ids(s.get_work()) == [1, 2]
     assert ids(s.get_work()) == [3]
+
+
+def test_a_rotation_of_thousands_of_sessions_turns_as_the_reference_does() -> None:
+    """Thousands of waiting prompts, a few served a step, some cancelled and some joining
+    while the rotation turns: long enough for the rotation's spent slots to be dropped
+    many times, and the order never differs from the reference's own bookkeeping (one
+    prompt per session and unique tids, where the two fixes change nothing)."""
+    # Three chunks fill a batch exactly, so a pass stops at the budget, not at the end.
+    params = {"max_batch_tokens": 288, "max_decode_sequences": 1, "max_prefill_chunk_size": 96}
+    fixed = build_policy("decode-first", params)
+    reference = build_policy("decode-first", {**params, "compat": "reference"})
+    tid = 0
+    sessions = 0
+
+    def join(count: int) -> None:
+        nonlocal tid, sessions
+        for _ in range(count):
+            sessions += 1
+            group = [pf(tid + 1, sessions, 96), pf(tid + 2, sessions, 96)]
+            group[0].produce_output = False
+            tid += 2
+            for policy in (fixed, reference):
+                assert policy.submit([t.copy() for t in group])
+
+    join(1500)
+    step = 0
+    while fixed.has_work():
+        step += 1
+        if step % 7 == 0:
+            join(5)
+        if step % 11 == 0:
+            victim = (step * 37) % sessions + 1
+            assert ids(fixed.cancel(victim)) == ids(reference.cancel(victim))
+        assert ids(fixed.get_work()) == ids(reference.get_work())
+    assert not reference.has_work() and step > 900

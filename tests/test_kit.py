@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from schedcli import QueueScheduler, Scheduler, Task, settle_outputs
+from schedcli import Id, QueueScheduler, Scheduler, Task, settle_outputs
 from schedcli.kit import MAX_BATCH_TOKENS, DecodeQueue
 from schedcli.policies.registry import _check_class
 from schedcli.testing import check_policy
@@ -88,6 +91,65 @@ def test_the_kit_exports_what_built_in_policies_are_made_of() -> None:
     assert MAX_BATCH_TOKENS.name == "max_batch_tokens" and MAX_BATCH_TOKENS.default == 544
     assert issubclass(QueueScheduler, Scheduler)
     assert list(DecodeQueue()) == []
+
+
+class _DecodeDeque:
+    """DecodeQueue's rule written plainly over a deque: the model it must match."""
+
+    def __init__(self) -> None:
+        self.queue: deque[Task] = deque()
+
+    def take(self, taken: list[Task], decoding: dict[Id, Id], cap: int) -> None:
+        deferred: list[Task] = []
+        n = 0
+        while n < cap and self.queue:
+            t = self.queue.popleft()
+            if t.sid in decoding:
+                deferred.append(t)
+                continue
+            decoding[t.sid] = t.tid
+            taken.append(t)
+            n += 1
+        self.queue.extendleft(reversed(deferred))
+
+
+_decode_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.integers(0, 6), st.integers(1, 1500)),
+        st.tuples(st.just("take"), st.integers(0, 800), st.integers(0, 6)),
+        st.tuples(st.just("cancel"), st.integers(0, 96), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_decode_ops)
+@example([("push", 0, 3000), ("take", 700, 2), ("take", 700, 0), ("take", 700, 5), ("take", 9, 0)])
+def test_the_decode_queue_keeps_arrival_order_through_any_takes_and_cancels(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    queue, model = DecodeQueue(), _DecodeDeque()
+    tid = 0
+    for op, a, b in ops:
+        if op == "push":
+            for _ in range(b):  # many at once: long runs reach the queue's compaction
+                tid += 1
+                t = Task(tid, (a + tid) % 2003, "decode", 1)  # sessions recur now and then
+                queue.push(t)
+                model.queue.append(t)
+        elif op == "take":
+            decoding: dict[Id, Id] = {s: -s for s in range(b)}  # sessions already taken
+            expected_decoding = dict(decoding)
+            got: list[Task] = []
+            expected: list[Task] = []
+            queue.take(got, decoding, a)
+            model.take(expected, expected_decoding, a)
+            assert got == expected and decoding == expected_decoding
+        else:
+            assert queue.remove_session(a) == [t for t in model.queue if t.sid == a]
+            model.queue = deque(t for t in model.queue if t.sid != a)
+        assert list(queue) == list(model.queue) and len(queue) == len(model.queue)
 
 
 def test_policies_expose_their_chunk_limit_as_a_property() -> None:

@@ -158,11 +158,23 @@ def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
     if workers < 2:
         yield from map(check_job, jobs)
         return
-    # On leaving, early or not, the pool terminates its workers: a stop signal to this
-    # process stops the traces being checked (each worker's own stop handler cleans up)
-    # and starts no more.
-    with multiprocessing.Pool(workers, initializer=_worker_signals) as pool:
+    pool = multiprocessing.Pool(workers, initializer=_worker_signals)
+    answered = False
+    try:
         yield from pool.imap(check_job, jobs)
+        answered = True
+    finally:
+        if answered:
+            # Every job is answered: the workers are told there is no more work and leave
+            # on their own. Not terminate(): its SIGTERM can reach an idle worker just
+            # before it blocks on the pool's queue lock, which the pool then holds, and the
+            # worker never runs its handler (a hang, seen in the tests).
+            pool.close()
+        else:
+            # Leaving early (a stop signal, an error): the traces being checked stop (each
+            # worker's own stop handler cleans up) and no more start.
+            pool.terminate()
+        pool.join()
 
 
 def _worker_signals() -> None:

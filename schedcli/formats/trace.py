@@ -256,8 +256,11 @@ def _keys_of(s: Struct) -> int:
     An undercount (an explicit null or priority 0) only sends the line to the exact check.
     """
     values = astuple(s)
-    n = len(values) - values.count(None)
-    if isinstance(s, (Submit, TaskFields)) and s.priority == 0:
+    n = 0
+    for v in values:
+        if v is not None:
+            n += 1
+    if (type(s) is Submit or type(s) is TaskFields) and s.priority == 0:
         n -= 1
     return n
 
@@ -384,7 +387,7 @@ def _plain_task(v: tuple[Any, ...]) -> Task | None:
     return Task(
         v[_TID],
         v[_SID],
-        KINDS[v[_KIND]],
+        v[_KIND],  # validated by the decoder: Task looks it up
         v[_SIZE],
         position=v[_POSITION],
         produce_output=v[_OUTPUT],

@@ -90,7 +90,8 @@ class Task:
         priority: int = 0,
         meta: Any = None,
     ) -> None:
-        k = KINDS.get(kind)
+        # A kind given as the enum is taken as it is: a lookup by a str subclass is slow.
+        k = kind if isinstance(kind, TaskKind) else KINDS.get(kind)
         if k is None:
             raise ValueError(f"kind must be 'prefill' or 'decode', not {kind!r}")
         if tokens is not None:
@@ -146,7 +147,9 @@ def settle_outputs(tasks: Sequence[Task]) -> None:
     A decode produces output; of a group's prefill chunks, the last chunk of each
     session does (a group is normally one prompt's chunks, so that is the last chunk).
     """
-    group = tasks if isinstance(tasks, list) else list(tasks)  # compiled, lists index fast
+    # Typed as a list of Task, so that compiled code reads the fields natively (narrowing a
+    # Sequence[Task] by isinstance alone gives list[Any], read by name).
+    group: list[Task] = tasks if isinstance(tasks, list) else list(tasks)
     if len(group) == 1:  # the common group: a decode, or a prompt in one chunk
         if group[0].produce_output is None:
             group[0].produce_output = True

@@ -243,16 +243,25 @@ def take_in_order(
 class DecodeQueue:
     """Queued decodes in arrival order, with a tally per session for cheap cancels."""
 
+    # A list read from _head on: compiled, a list is indexed in place, where each deque
+    # call is a call by name. Slots before _head are spent; they are dropped once they are
+    # most of the list, so memory follows what is queued.
+    _COMPACT_AFTER: Final = 1024
+
     def __init__(self) -> None:
-        self._queue: deque[Task] = deque()
+        self._items: list[Task] = []
+        self._head = 0
         self._of_session = SessionTally()
 
     def push(self, task: Task) -> None:
-        self._queue.append(task)
+        self._items.append(task)
         self._of_session.add(task.sid)
 
     def __iter__(self) -> Iterator[Task]:
-        return iter(self._queue)
+        return iter(self._items[self._head :])
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
 
     def take(self, taken: list[Task], decoding: dict[Id, Id], cap: int) -> None:
         """Decodes in arrival order, at most one per session, up to ``cap``; ``decoding``
@@ -261,11 +270,14 @@ class DecodeQueue:
         A session's second decode is passed over and goes back to the head in arrival
         order, so it still leads the queue next time.
         """
-        queue, tally = self._queue, self._of_session
+        items, tally = self._items, self._of_session
+        i = self._head
+        end = len(items)
         deferred: list[Task] = []
         n = 0
-        while n < cap and queue:
-            t = queue.popleft()
+        while n < cap and i < end:
+            t = items[i]
+            i += 1
             sid = t.sid
             if sid in decoding:
                 deferred.append(t)
@@ -274,20 +286,36 @@ class DecodeQueue:
             taken.append(t)
             n += 1
             tally.remove(sid)
-        queue.extendleft(reversed(deferred))
+        if i == end and not deferred:
+            items.clear()
+            self._head = 0
+            return
+        # The passed-over go back into the slots just walked, the last of them.
+        i -= len(deferred)
+        for j, t in enumerate(deferred):
+            items[i + j] = t
+        if i > self._COMPACT_AFTER and 2 * i > end:
+            del items[:i]
+            i = 0
+        self._head = i
 
     def remove_session(self, sid: Id) -> list[Task]:
         """The session's decodes, in arrival order."""
-        if not self._of_session.of(sid, self._queue):
+        items = self._items
+        if self._head:
+            del items[: self._head]
+            self._head = 0
+        if not self._of_session.of(sid, items):
             return []
-        dropped = [t for t in self._queue if t.sid == sid]
-        self._queue = deque(t for t in self._queue if t.sid != sid)
+        dropped = [t for t in items if t.sid == sid]
+        self._items = [t for t in items if t.sid != sid]
         for _ in dropped:
             self._of_session.remove(sid)
         return dropped
 
     def clear(self) -> None:
-        self._queue.clear()
+        self._items.clear()
+        self._head = 0
         self._of_session.clear()
 
 

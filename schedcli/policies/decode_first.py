@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -17,6 +17,9 @@ from ._limits import (
     decodes_leave_room,
 )
 from ._queues import DecodeQueue, chunk_reasons, decode_reasons
+
+# Spent rotation slots kept before the list is compacted (see _turn).
+_COMPACT_AFTER: Final = 1024
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -68,7 +71,11 @@ class DecodeFirstScheduler(QueueScheduler):
         # emptied by cancel() stays until a pass reaches it: the session keeps its
         # place, and rejoining before then cannot give it a second slot.
         self._chunks: dict[Id, deque[Task]] = {}
-        self._rotation: deque[Id] = deque()
+        # The rotation is _rotation[_turn:]: a list walked in place (compiled, each deque
+        # call is a call by name). Slots before _turn are spent, dropped once they are
+        # most of the list.
+        self._rotation: list[Id] = []
+        self._turn = 0
         # Explaining: the reason a session's front chunk was passed over in this batch,
         # and every queued task's reason after it (by object id).
         self._why: dict[Id, tuple[str, str]] = {}
@@ -143,31 +150,42 @@ class DecodeFirstScheduler(QueueScheduler):
         rotation = self._rotation
         chunks_of = self._chunks
         progress = False
-        deferred: list[Id] = []
+        # The pass walks the rotation without moving it. A session passed over keeps its
+        # place; one served goes to the back, one found empty leaves. Until the first of
+        # those, the walked part needs no rewriting (kept is None).
+        kept: list[Id] | None = None
         served: list[Id] = []
         # Nothing rejoins the rotation inside this loop: one turn per session per pass.
-        while spent < budget and rotation:
-            sid = rotation.popleft()
+        start = i = self._turn
+        end = len(rotation)
+        while spent < budget and i < end:
+            sid = rotation[i]
+            i += 1
             chunks = chunks_of[sid]
             if not chunks:
                 del chunks_of[sid]
+                if kept is None:
+                    kept = rotation[start : i - 1]
                 continue
             if sid in decoding:
                 # No chunk beside the session's own decode: two ranges that do not
                 # adjoin, both producing output.
-                deferred.append(sid)
+                if kept is not None:
+                    kept.append(sid)
                 continue
             t = chunks[0]
             if t.size > budget - spent:
                 # Pass the turn on: a smaller chunk behind this one may still fit.
-                deferred.append(sid)
+                if kept is not None:
+                    kept.append(sid)
                 if self.explaining:
                     self._why[sid] = ("no_room", f"{t.size} tokens, {budget - spent} left")
                 continue
             if t.produce_output and sid in outputs:
-                # Fix 2: the batch already owes this session an output. Deferred exactly
-                # like a chunk that does not fit, so it keeps its place at the front.
-                deferred.append(sid)
+                # Fix 2: the batch already owes this session an output. Passed over
+                # exactly like a chunk that does not fit, so it keeps its place.
+                if kept is not None:
+                    kept.append(sid)
                 if self.explaining:
                     detail = f"chunk {show_id(outputs[sid])} of its session produces output"
                     self._why[sid] = ("second_output", detail)
@@ -178,14 +196,23 @@ class DecodeFirstScheduler(QueueScheduler):
             progress = True
             if t.produce_output:
                 outputs[sid] = t.tid
+            if kept is None:
+                kept = rotation[start : i - 1]
             if chunks:
                 served.append(sid)
             else:
                 del chunks_of[sid]
-        # Got-nothing outranks got-something: the deferred were popped before whatever
-        # remains, so restoring them at the head keeps arrival order.
-        rotation.extendleft(reversed(deferred))
-        rotation.extend(served)
+        if kept is not None:
+            # Got-nothing outranks got-something: the passed-over take the last walked
+            # slots, in order, ahead of the unwalked rest; the served go to the back.
+            turn = i - len(kept)
+            for j, sid in enumerate(kept):
+                rotation[turn + j] = sid
+            rotation.extend(served)
+            if turn > _COMPACT_AFTER and 2 * turn > len(rotation):
+                del rotation[:turn]
+                turn = 0
+            self._turn = turn
         return spent, progress
 
     def remove_session(self, sid: Id) -> list[Task]:
@@ -201,3 +228,4 @@ class DecodeFirstScheduler(QueueScheduler):
         self._decodes.clear()
         self._chunks.clear()
         self._rotation.clear()
+        self._turn = 0
