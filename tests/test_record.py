@@ -115,6 +115,34 @@ def test_a_rejected_submit_is_recorded_with_its_reason(tmp_path: Path) -> None:
     assert replayed[0]["reason"] == lines[1]["meta"]["rejected"]
 
 
+def test_a_chunk_that_owes_no_output_is_recorded_so_and_replays(tmp_path: Path) -> None:
+    """A one-task submit is written inline, its output left to the default unless the
+    task owes none: the replay must not make that chunk produce output."""
+    path = tmp_path / "t.jsonl"
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), str(path))
+    quiet = Task(1, 10, "prefill", 4, produce_output=False)
+    assert rec.submit([quiet]) and rec.submit([Task(2, 10, "prefill", 2)])
+    assert rec.submit([Task(3, 11, "decode", 1)])
+    rec.get_work()
+    rec.close()
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    assert lines[1] == {
+        "op": "submit",
+        "tid": 1,
+        "sid": 10,
+        "kind": "prefill",
+        "size": 4,
+        "produce_output": False,
+    }
+    assert lines[2] == {"op": "submit", "tid": 2, "sid": 10, "kind": "prefill", "size": 2}
+    assert run_cli("replay", str(path), "--check", "-f", "jsonl").returncode == 0
+    # Under the default both chunks would owe output, and decode-first would not put them
+    # in one batch: the recorded batch holds both, so the check sees the difference.
+    lines[1].pop("produce_output")
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    assert run_cli("replay", str(path), "--check", "-f", "jsonl").returncode == 1
+
+
 def test_clock_stamps_every_call_with_monotonic_seconds() -> None:
     out = io.BytesIO()
     rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), out, clock=True)

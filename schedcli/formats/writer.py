@@ -42,7 +42,9 @@ class JsonlWriter:
         # Held here, not looked up as module globals on every line (the hot path).
         self._dumps = orjson.dumps
         self._guard = guard
-        self._gathers = isinstance(out, LineBuffer)
+        # A LineBuffer is called natively, not through its bound method (compiled, about
+        # four times cheaper a line).
+        self._buffer: LineBuffer | None = out if isinstance(out, LineBuffer) else None
 
     def __call__(self, record: dict[str, Any]) -> None:
         self.write(record)
@@ -51,8 +53,9 @@ class JsonlWriter:
         """The same as calling the writer; compiled callers reach it without the generic
         call path."""
         data = self._dumps(record, None, _NEWLINE)
-        if self._gathers:  # a LineBuffer hands on whole lines under the guard itself
-            self._write(data)
+        buffer = self._buffer
+        if buffer is not None:  # a LineBuffer hands on whole lines under the guard itself
+            buffer.write(data)
             return
         signals = self._guard
         signals.writing = True
