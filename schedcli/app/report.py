@@ -19,21 +19,17 @@ from typing import Any
 
 from ..engine.cost import CostModel
 from ..engine.metrics import StepMetrics
-from ..engine.request_sim import simulate_requests
+from ..engine.request_sim import simulate_either
 from ..engine.run import open_replay
-from ..engine.simulate import chunk_size_for, simulate
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.kinds import sniff_kind
 from ..formats.source import display_name
 from ..formats.workload import read_workload
 from ..model.errors import UsageError
-from ..model.requests import RequestScheduler
 from ..model.task import DECODE, Task
 from ..policies.registry import (
-    build_policy,
-    build_request_policy,
+    build_any_policy,
     config_label,
-    is_request_policy,
 )
 from .progress import TraceProgress
 from .render import _METRIC_LABELS, _metric
@@ -194,11 +190,7 @@ def _from_workload(
 ) -> list[Run]:
     runs = []
     for spec, params in configs or [("decode-first", {})]:
-        policy: Any = (
-            build_request_policy(spec, params)
-            if is_request_policy(spec)
-            else build_policy(spec, params)
-        )
+        policy = build_any_policy(spec, params)
         declared = policy.params()
         label = config_label(
             policy.name or spec, {k: declared.get(k, v) for k, v in params.items()}
@@ -211,28 +203,14 @@ def _from_workload(
             decode = sum(1 for t in batch if t.kind is DECODE)
             run.bins.add(start, sum(t.size for t in batch) - decode, decode, queued)
 
-        if isinstance(policy, RequestScheduler):  # vLLM's: the same runner, request-level
-            try:
-                result = simulate_requests(
-                    read_workload(path),
-                    policy,
-                    policy_name=label,
-                    params=declared,
-                    cost=cost,
-                    on_batch=on_batch,
-                )
-            finally:
-                policy.close()
-        else:
-            result = simulate(
-                read_workload(path),
-                policy,
-                policy_name=label,
-                params=declared,
-                chunk_size=chunk_size_for(policy),
-                cost=cost,
-                on_batch=on_batch,
-            )
+        result = simulate_either(
+            read_workload(path),
+            policy,
+            policy_name=label,
+            params=declared,
+            cost=cost,
+            on_batch=on_batch,
+        )
         run.summary = result.summary()
         run.waits = sorted(result.queue_delay, reverse=True)
         run.ttft = sorted(result.ttft)

@@ -6,14 +6,13 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..engine.metrics import StepMetrics
-from ..engine.request_replay import RequestReplayer, refuse_partial
+from ..engine.request_replay import RequestReplayer, policy_for_request_trace, refuse_partial
 from ..formats.dump import batch_tasks
 from ..formats.requests import RequestReader
 from ..formats.trace import open_trace
 from ..model.records import Record
 from ..policies.registry import config_label
 from .diff import Aligner, Config, DiffResult
-from .request_level import request_policy_for
 
 
 def diff_request_trace(
@@ -27,7 +26,9 @@ def diff_request_trace(
         sides = []
         for config in (a, b):
             params = {k: str(v) for k, v in config.params.items()}
-            built, label = request_policy_for(reader.header, reader.name, config.policy, params)
+            built, label = policy_for_request_trace(
+                reader.header, reader.name, config.policy, params
+            )
             stack.callback(built.close)
             sides.append((built, label))
         (pa, la), (pb, lb) = sides

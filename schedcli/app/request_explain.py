@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
 
-from ..engine.request_replay import RequestReplayer
+from ..engine.request_replay import RequestReplayer, policy_for_request_trace
 from ..formats.requests import RequestReader
 from ..formats.schema import Abort, Arrive
 from ..formats.trace import open_trace
@@ -14,7 +14,6 @@ from ..model.errors import InputError
 from ..model.records import Left, Record
 from ..model.task import DECODE, PREFILL, Id, Task, id_key
 from .explain import Life, Queued, StepView
-from .request_level import request_policy_for
 
 
 class _Reached(Exception):
@@ -59,7 +58,7 @@ def _replay(path: str, policy: str | None, params: Mapping[str, Any], follow: _F
     with ExitStack() as stack:
         reader = stack.enter_context(open_trace(path))
         assert reader.header is not None
-        built, label = request_policy_for(
+        built, label = policy_for_request_trace(
             reader.header, reader.name, policy, {k: str(v) for k, v in params.items()}
         )
         stack.callback(built.close)

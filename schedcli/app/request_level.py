@@ -18,10 +18,9 @@ from ..engine.simulate import SimResult
 from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output
 from ..formats.requests import RequestReader, RequestTraceWriter
-from ..formats.trace import Header, open_trace
+from ..formats.trace import open_trace
 from ..formats.workload import read_workload
 from ..model.errors import InputError, InvariantError, SchedcliError, UsageError
-from ..model.requests import RequestScheduler
 from ..policies.registry import build_request_policy
 from .outputs import Fanout, Opened
 
@@ -89,13 +88,6 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
     return result
 
 
-def request_policy_for(
-    header: Header, name: str, policy: str | None, params: dict[str, str]
-) -> tuple[RequestScheduler, str]:
-    """The policy a request-level trace replays under (``policy_for_request_trace``)."""
-    return policy_for_request_trace(header, name, policy, dict(params))
-
-
 def run_request_replay(
     req: ReplayRequest, err: Callable[[], Console], outputs_for: Callable[..., list[Any]]
 ) -> None:
@@ -103,7 +95,9 @@ def run_request_replay(
     with ExitStack() as stack:
         reader = stack.enter_context(open_trace(req.trace, max_line_bytes=req.max_line_bytes))
         assert reader.header is not None
-        policy, label = request_policy_for(reader.header, reader.name, req.policy, req.params or {})
+        policy, label = policy_for_request_trace(
+            reader.header, reader.name, req.policy, req.params or {}
+        )
         stack.callback(policy.close)
         engine: RequestReplayer | None = None
         outputs = outputs_for(stack, lambda: engine)

@@ -146,15 +146,18 @@ def _request_replay_fails(
     """A request-level trace's failure: the requests the first differing step scheduled
     only in the recording, only in the replay, or with other token counts (a step that
     names a request not held then could not have been recorded: no failure)."""
-    from ..engine.request_replay import RequestExpectMismatch, RequestReplayer
+    from ..engine.request_replay import (
+        RequestExpectMismatch,
+        RequestReplayer,
+        policy_for_request_trace,
+    )
     from ..formats.requests import RequestReader
     from ..formats.trace import open_trace
-    from .request_level import request_policy_for
 
     try:
         with open_trace(path) as reader:
             assert reader.header is not None
-            built, label = request_policy_for(
+            built, label = policy_for_request_trace(
                 reader.header, reader.name, policy, {k: str(v) for k, v in params.items()}
             )
             try:

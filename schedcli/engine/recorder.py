@@ -302,13 +302,17 @@ class RecordingScheduler(Scheduler):
                 writer.partial(why)
 
 
+def _common(t: Task) -> bool:
+    """The common task: no position, priority or meta, its output settled."""
+    return t.position is None and t.meta is None and not t.priority and t.produce_output is not None
+
+
 def _inline_submit(t: Task, at: float | None) -> Record | None:
-    """An accepted submit of one common task (no position, priority or meta; its output
-    settled) as one line with the task's fields inline, as trace v1 allows: one dict to
-    build and write instead of three. ``produce_output`` is written only when False: a
-    group of one produces output by default (docs/trace-format.md). None for any other
-    task."""
-    if t.position is not None or t.meta is not None or t.priority or t.produce_output is None:
+    """An accepted submit of one ``_common`` task as one line, the task's fields inline, as
+    trace v1 allows: one dict to build and write instead of three. ``produce_output`` is
+    written only when False: a group of one produces output by default
+    (docs/trace-format.md). None for any other task."""
+    if not _common(t):
         return None
     event: Record = (
         {"op": "submit", "tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
@@ -322,7 +326,7 @@ def _inline_submit(t: Task, at: float | None) -> Record | None:
 
 def _task_record(t: Task) -> Record:
     """``task_record(t, outputs=True)``, inlined for the common task (no position or meta)."""
-    if t.position is None and t.meta is None and not t.priority and t.produce_output is not None:
+    if _common(t):
         return {
             "tid": t.tid,
             "sid": t.sid,

@@ -17,10 +17,11 @@ from ..formats.requests import RequestTraceWriter
 from ..formats.workload import Request
 from ..model.errors import InvariantError
 from ..model.requests import Arrival, RequestScheduler, StepPlan
+from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
 from .cost import CostModel
 from .replay import PolicyCrashed
-from .simulate import STUCK_AFTER, SimResult, _Live
+from .simulate import STUCK_AFTER, SimResult, _Live, chunk_size_for, simulate
 
 OnStep = Callable[[int, float, float, list[Task], int], None]
 OnPreempt = Callable[[int, float, list[Id]], None]  # step, start in microseconds, requests
@@ -192,3 +193,45 @@ def simulate_requests(
     result.end = runner.t
     result.preemptions = runner.preemptions
     return result
+
+
+def simulate_either(
+    requests: Iterable[Request],
+    policy: Scheduler | RequestScheduler,
+    *,
+    policy_name: str,
+    params: dict[str, Any],
+    cost: CostModel,
+    chunk_size: int | None = None,
+    slo_ttft: float | None = None,
+    slo_tpot: float | None = None,
+    on_batch: OnStep | None = None,
+) -> SimResult:
+    """The workload through a policy of either level: ``simulate_requests`` for one that
+    slices requests itself (closed after), else ``simulate``, chunking prompts at
+    ``chunk_size`` or the policy's own limit."""
+    if isinstance(policy, RequestScheduler):
+        try:
+            return simulate_requests(
+                requests,
+                policy,
+                policy_name=policy_name,
+                params=params,
+                cost=cost,
+                slo_ttft=slo_ttft,
+                slo_tpot=slo_tpot,
+                on_batch=on_batch,
+            )
+        finally:
+            policy.close()
+    return simulate(
+        requests,
+        policy,
+        policy_name=policy_name,
+        params=params,
+        chunk_size=chunk_size or chunk_size_for(policy),
+        cost=cost,
+        slo_ttft=slo_ttft,
+        slo_tpot=slo_tpot,
+        on_batch=on_batch,
+    )

@@ -30,8 +30,7 @@ from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..policies.registry import (
-    build_policy,
-    build_request_policy,
+    build_any_policy,
     declared_params,
     is_request_policy,
     policy_class,
@@ -40,9 +39,8 @@ from ..policies.registry import (
 from .cost import CostModel
 from .metrics import StepMetrics
 from .request_replay import request_trace_metrics
-from .request_sim import simulate_requests
+from .request_sim import simulate_either
 from .run import open_replay
-from .simulate import chunk_size_for, simulate
 
 # Grid keys that are not policy parameters.
 RUN_KEYS = ("time_scale", "chunk_size", "cost_a", "cost_b", "cost_c")
@@ -278,32 +276,17 @@ def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> d
     if scale != 1.0:
         requests = (_scaled(r, scale) for r in requests)
     slo = capacity or point.capacity
-    if is_request_policy(point.policy):
-        built = build_request_policy(point.policy, point.params)
-        try:
-            return simulate_requests(
-                requests,
-                built,
-                policy_name=point.policy,
-                params=built.params(),
-                cost=CostModel(**point.cost),
-                slo_ttft=slo.slo_ttft if slo is not None else None,
-                slo_tpot=slo.slo_tpot if slo is not None else None,
-            ).summary()
-        finally:
-            built.close()
-    policy = build_policy(point.policy, point.params)
-    result = simulate(
+    policy = build_any_policy(point.policy, point.params)
+    return simulate_either(
         requests,
         policy,
         policy_name=point.policy,
         params=policy.params(),
-        chunk_size=point.chunk_size or chunk_size_for(policy),
+        chunk_size=point.chunk_size,
         cost=CostModel(**point.cost),
         slo_ttft=slo.slo_ttft if slo is not None else None,
         slo_tpot=slo.slo_tpot if slo is not None else None,
-    )
-    return result.summary()
+    ).summary()
 
 
 def _scaled(r: Request, scale: float) -> Request:

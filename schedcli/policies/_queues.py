@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Final
+from typing import Final, TypeVar
 
 from ..model.records import Reasons
 from ..model.tally import SessionTally
@@ -240,13 +240,29 @@ def take_in_order(
     return spent
 
 
+# A queue walked from the front is a list read from a head index: compiled, a list is
+# indexed in place, where each deque call is a call by name. Slots before the head are
+# spent; they are dropped once there are this many and they are most of the list, so
+# memory follows what is queued.
+_COMPACT_AFTER: Final = 1024
+_T = TypeVar("_T")
+
+
+def end_walk(items: list[_T], walked_to: int, passed: list[_T]) -> int:
+    """After a walk from the head to ``walked_to``: the items ``passed`` over (in order,
+    every other walked item gone) take the last walked slots, ahead of the unwalked rest.
+    Returns the new head, having dropped the spent slots if they are most of the list."""
+    head = walked_to - len(passed)
+    for j, item in enumerate(passed):
+        items[head + j] = item
+    if head > _COMPACT_AFTER and 2 * head > len(items):
+        del items[:head]
+        head = 0
+    return head
+
+
 class DecodeQueue:
     """Queued decodes in arrival order, with a tally per session for cheap cancels."""
-
-    # A list read from _head on: compiled, a list is indexed in place, where each deque
-    # call is a call by name. Slots before _head are spent; they are dropped once they are
-    # most of the list, so memory follows what is queued.
-    _COMPACT_AFTER: Final = 1024
 
     def __init__(self) -> None:
         self._items: list[Task] = []
@@ -290,14 +306,7 @@ class DecodeQueue:
             items.clear()
             self._head = 0
             return
-        # The passed-over go back into the slots just walked, the last of them.
-        i -= len(deferred)
-        for j, t in enumerate(deferred):
-            items[i + j] = t
-        if i > self._COMPACT_AFTER and 2 * i > end:
-            del items[:i]
-            i = 0
-        self._head = i
+        self._head = end_walk(items, i, deferred)
 
     def remove_session(self, sid: Id) -> list[Task]:
         """The session's decodes, in arrival order."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Final
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
@@ -16,10 +16,7 @@ from ._limits import (
     MAX_PREFILL_CHUNK_SIZE,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue, chunk_reasons, decode_reasons
-
-# Spent rotation slots kept before the list is compacted (see _turn).
-_COMPACT_AFTER: Final = 1024
+from ._queues import DecodeQueue, chunk_reasons, decode_reasons, end_walk
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -71,9 +68,7 @@ class DecodeFirstScheduler(QueueScheduler):
         # emptied by cancel() stays until a pass reaches it: the session keeps its
         # place, and rejoining before then cannot give it a second slot.
         self._chunks: dict[Id, deque[Task]] = {}
-        # The rotation is _rotation[_turn:]: a list walked in place (compiled, each deque
-        # call is a call by name). Slots before _turn are spent, dropped once they are
-        # most of the list.
+        # The rotation is _rotation[_turn:], walked in place (_queues.end_walk).
         self._rotation: list[Id] = []
         self._turn = 0
         # Explaining: the reason a session's front chunk was passed over in this batch,
@@ -203,16 +198,10 @@ class DecodeFirstScheduler(QueueScheduler):
             else:
                 del chunks_of[sid]
         if kept is not None:
-            # Got-nothing outranks got-something: the passed-over take the last walked
-            # slots, in order, ahead of the unwalked rest; the served go to the back.
-            turn = i - len(kept)
-            for j, sid in enumerate(kept):
-                rotation[turn + j] = sid
+            # Got-nothing outranks got-something: the passed-over keep the front, in
+            # order, ahead of the unwalked rest; the served go to the back.
             rotation.extend(served)
-            if turn > _COMPACT_AFTER and 2 * turn > len(rotation):
-                del rotation[:turn]
-                turn = 0
-            self._turn = turn
+            self._turn = end_walk(rotation, i, kept)
         return spent, progress
 
     def remove_session(self, sid: Id) -> list[Task]:

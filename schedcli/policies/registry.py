@@ -278,6 +278,14 @@ def check_request_params(spec: str, params: Mapping[str, object]) -> dict[str, o
     return values
 
 
+def build_any_policy(spec: str, params: Mapping[str, object] | None = None) -> Any:
+    """The policy ``spec`` names, built at its own level: a ``RequestScheduler`` for a
+    request-level one, else a task-level ``Scheduler``."""
+    if is_request_policy(spec):
+        return build_request_policy(spec, params)
+    return build_policy(spec, params)
+
+
 def policy_class(spec: str) -> Any:
     """The class ``spec`` names, task-level or request-level."""
     return _request_class(spec) if is_request_policy(spec) else resolve_policy(spec)
