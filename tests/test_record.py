@@ -12,6 +12,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES, DecodeFirstScheduler, Task
 from schedcli.policies.registry import build_policy
@@ -141,6 +143,45 @@ def test_a_chunk_that_owes_no_output_is_recorded_so_and_replays(tmp_path: Path) 
     lines[1].pop("produce_output")
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
     assert run_cli("replay", str(path), "--check", "-f", "jsonl").returncode == 1
+
+
+IDS = st.one_of(
+    st.integers(min_value=-(1 << 65), max_value=1 << 65),  # orjson: -2**63 .. 2**64 - 1
+    st.sampled_from([0, -1, (1 << 53) - 1, 1 << 53, -(1 << 53), -(1 << 63) - 1, 1 << 64, True]),
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tid=IDS,
+    sid=IDS,
+    kind=st.sampled_from(["prefill", "decode"]),
+    size=st.integers(1, 1 << 60),
+    output=st.sampled_from([None, True, False]),
+)
+def test_a_one_task_submit_is_recorded_as_the_same_bytes_whatever_its_ids(
+    tid: object, sid: object, kind: str, size: int, output: bool | None
+) -> None:
+    """Small int ids take a path that writes the line without a dict: its bytes are the
+    ones orjson writes for the event, for every id and size either side of its bounds."""
+    if kind == "decode":
+        size = 1
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(1 << 62, 4, 1 << 61), out)
+    task = Task(tid, sid, kind, size, produce_output=output)  # type: ignore[arg-type]
+    event = {"op": "submit", "tid": tid, "sid": sid, "kind": kind, "size": size}
+    if output is False:
+        event["produce_output"] = False
+    try:
+        expected = orjson.dumps(event)
+    except orjson.JSONEncodeError:  # an id JSON cannot carry: the recorder says so too
+        with pytest.raises(orjson.JSONEncodeError):
+            rec.submit([task])
+        return
+    assert rec.submit([task])
+    rec.flush()
+    assert out.getvalue().splitlines()[1] == expected
 
 
 def test_clock_stamps_every_call_with_monotonic_seconds() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -19,6 +20,7 @@ from tests.helpers import REAL, ROOT, TRACES, run_cli
 SCHEMA = json.loads((ROOT / "tests" / "schemas" / "trace_event.schema.json").read_text())
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PLAYWRIGHT = importlib.util.find_spec("playwright")
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
@@ -217,8 +219,9 @@ def test_report_on_a_converted_real_trace_has_latency_distributions(tmp_path: Pa
 
 
 @pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("SCHEDCLI_REQUIRE_BROWSER"),
-    reason="no chromium here (CI installs Debian's chromium and requires this test)",
+    (CHROMIUM is None or PLAYWRIGHT is None) and not os.environ.get("SCHEDCLI_REQUIRE_BROWSER"),
+    reason="needs chromium and the browser extra (pip install -e '.[dev,browser]'); CI "
+    "installs both and requires this test",
 )
 def test_report_renders_in_headless_chromium_without_errors(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright

@@ -52,7 +52,10 @@ class JsonlWriter:
     def write(self, record: dict[str, Any]) -> None:
         """The same as calling the writer; compiled callers reach it without the generic
         call path."""
-        data = self._dumps(record, None, _NEWLINE)
+        self.write_line(self._dumps(record, None, _NEWLINE))
+
+    def write_line(self, data: bytes) -> None:
+        """One line already serialized, ending in a newline."""
         buffer = self._buffer
         if buffer is not None:  # a LineBuffer hands on whole lines under the guard itself
             buffer.write(data)
