@@ -21,7 +21,8 @@ except SystemExit:
     pass
 heavy = ("rich", "pydantic", "schedcli.app.render", "schedcli.app.golden",
          "schedcli.app.diff", "schedcli.engine.simulate", "schedcli.app.report",
-         "importlib.metadata", "hashlib")
+         "importlib.metadata", "hashlib", "gzip", "schedcli.formats.requests",
+         "schedcli.model.requests")
 print("LOADED:", *(m for m in heavy if m in sys.modules), file=sys.stderr)
 """
 
@@ -36,7 +37,8 @@ def loaded(*args: str) -> set[str]:
 
 
 def test_a_replay_to_a_dump_loads_no_tables_no_validator_no_other_command_no_hasher() -> None:
-    # Nor importlib.metadata: plugins are found by policies/entry_points.py.
+    # Nor importlib.metadata: plugins are found by policies/entry_points.py. Nor gzip for a
+    # plain file, nor the request level's modules for a task-level trace.
     trace = str(TRACES / "rotation-fairness.jsonl")
     assert loaded("replay", trace, "-f", "jsonl", "-o", "-") == set()
 

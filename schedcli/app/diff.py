@@ -348,7 +348,7 @@ def run_diff(
 ) -> bool:
     """``schedcli diff``: one trace under two configurations, or two dumps; the result on
     stdout, with each side's reasons at the first difference. Whether they are the same."""
-    from ..formats.requests import is_request_trace
+    from ..formats.kinds import is_request_trace
 
     if len(inputs) == 1 and is_request_trace(inputs[0]):
         from .request_diff import diff_request_trace
@@ -379,7 +379,7 @@ def run_diff(
 
 def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None:
     """Each side's reasons at the first differing step (a replay is deterministic)."""
-    from ..formats.requests import is_request_trace
+    from ..formats.kinds import is_request_trace
     from .explain import explain_step
 
     first = result.first

@@ -206,7 +206,7 @@ def explain_command(
     given = [v for v in (step, task, session) if v is not None]
     if len(given) != 1:
         raise UsageError("explain one thing: give exactly one of --step, --task, --session")
-    from ..formats.requests import is_request_trace
+    from ..formats.kinds import is_request_trace
 
     if is_request_trace(path):
         from .request_explain import explain_request_life, explain_request_step

@@ -67,7 +67,7 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
         raise UsageError("--update-golden needs --golden FILE")
     if req.require_all and not req.check:
         raise UsageError("--require-all applies to --check")
-    from ..formats.requests import is_request_trace
+    from ..formats.kinds import is_request_trace
 
     if is_request_trace(req.trace):
         from .request_level import run_request_replay
@@ -225,7 +225,7 @@ def _reasons_at(req: ReplayRequest, step: int) -> Left:
     replay is deterministic); None from a pipe, which cannot be read twice."""
     if req.trace == "-" or req.follow:
         return None
-    from ..formats.requests import is_request_trace
+    from ..formats.kinds import is_request_trace
 
     if is_request_trace(req.trace):
         return None  # kept as the difference was found, or not derived

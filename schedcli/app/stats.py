@@ -50,7 +50,7 @@ def stats_of(
                 "a dump is one schedule already: --policy, --param and --drain apply to traces"
             )
         return _dump_stats(path, allow_incomplete), f"{display_name(path)} (dump)"
-    from ..formats.requests import is_request_trace
+    from ..formats.kinds import is_request_trace
 
     if is_request_trace(path):
         from .request_level import request_stats

@@ -48,7 +48,7 @@ def validate_trace(
         problems.append(error_text(err))
 
     events = 0
-    from ..formats.requests import is_request_trace
+    from ..formats.kinds import is_request_trace
 
     if is_request_trace(path):
         from .request_level import validate_request_trace

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formats.requests import RequestReader, is_request_trace
+from ..formats.kinds import is_request_trace
+from ..formats.requests import RequestReader
 from ..formats.schema import Arrive, Schedule, Update
 from ..formats.trace import open_trace
 from ..model.errors import InputError

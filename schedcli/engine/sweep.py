@@ -24,8 +24,7 @@ from typing import Any
 
 import orjson
 
-from ..formats.kinds import sniff_kind
-from ..formats.requests import is_request_trace
+from ..formats.kinds import is_request_trace, sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError

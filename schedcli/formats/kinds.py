@@ -4,10 +4,15 @@ detectors recognise; a reader given the wrong kind raises ``WrongKind`` naming i
 
 from __future__ import annotations
 
+import zlib
+
 import orjson
 
-from ..model.errors import WrongKind
+from ..model.errors import InputError, WrongKind
 from .source import display_name, numbered_lines, open_binary
+
+LEVEL = "request"
+"""The header's ``level`` of a request-level trace (docs/trace-format.md)."""
 
 NOUNS = {
     "trace": "an event trace",
@@ -82,3 +87,25 @@ def detect_format(first_line: bytes) -> str | None:
         if converter.detect(first_line):
             return name
     return None
+
+
+def is_request_trace(path: str) -> bool:
+    """Whether the file's header says ``"level": "request"``. Reads its first line only;
+    a pipe is never peeked (it could not be read again), nor is a file that cannot be read
+    (the task-level reader reports it)."""
+    if path == "-":
+        return False
+    try:
+        with open_binary(path) as f:
+            head = f.readline(1 << 16)
+            while head and not head.strip():
+                head = f.readline(1 << 16)
+    except (OSError, InputError, EOFError, zlib.error):
+        return False  # a corrupt or unreadable file: the task-level reader locates it
+    if b'"level"' not in head or b'"schedcli"' not in head:
+        return False
+    try:
+        obj = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return False
+    return type(obj) is dict and obj.get("level") == LEVEL

@@ -9,7 +9,6 @@ when complete, so a reader never sees half a file.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import stat
 import sys
@@ -40,6 +39,8 @@ def _compressed(raw: IO[bytes], path: str) -> Iterator[IO[bytes]]:
     if not path.endswith(".gz"):
         yield raw
         return
+    import gzip  # here: 1-2 ms of every start-up otherwise
+
     # Level 6 (zlib's default): nearly level 9's size at a fraction of its time.
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
         yield gz  # type: ignore[misc]

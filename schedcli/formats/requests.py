@@ -6,7 +6,6 @@ was given: arrivals, aborts and steps, each step with what it scheduled as its `
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -17,8 +16,8 @@ from ..model.errors import InputError
 from ..model.requests import Arrival, StepPlan
 from ..model.task import Id
 from . import schema
+from .kinds import LEVEL
 from .schema import Abort, Arrive, Schedule, Step, Update
-from .source import open_binary
 from .trace import (
     LineError,
     TraceReader,
@@ -28,7 +27,6 @@ from .trace import (
 )
 
 RequestEvent = Arrive | Abort | Step | Schedule | Update
-LEVEL = "request"
 OPS = ", ".join(f'"{op}"' for op in schema.REQUEST_EVENTS)
 # A split step's outputs answer the oldest plan not yet answered: there must be one.
 UNANSWERED = "update with no schedule before it to answer"
@@ -157,28 +155,6 @@ class RequestReader:
         if self._on_error is None:
             raise err
         self._on_error(err)
-
-
-def is_request_trace(path: str) -> bool:
-    """Whether the file's header says ``"level": "request"``. Reads its first line only;
-    a pipe is never peeked (it could not be read again), nor is a file that cannot be read
-    (the task-level reader reports it)."""
-    if path == "-":
-        return False
-    try:
-        with open_binary(path) as f:
-            head = f.readline(1 << 16)
-            while head and not head.strip():
-                head = f.readline(1 << 16)
-    except (OSError, InputError, EOFError, zlib.error):
-        return False  # a corrupt or unreadable file: the task-level reader locates it
-    if b'"level"' not in head or b'"schedcli"' not in head:
-        return False
-    try:
-        obj = orjson.loads(head)
-    except orjson.JSONDecodeError:
-        return False
-    return type(obj) is dict and obj.get("level") == LEVEL
 
 
 class Sink(Protocol):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import select
@@ -151,6 +150,8 @@ def open_binary(
             head = raw.read(2)
             raw.seek(pos)
         if head == _GZIP_MAGIC:
+            import gzip  # here: 2 ms of every start-up otherwise
+
             with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
                 yield gz  # type: ignore[misc]
         else:
@@ -217,10 +218,18 @@ def numbered_chunks(
         tail = b"".join(parts)
         if tail:
             yield lineno, tail, False, 0
-    except (gzip.BadGzipFile, zlib.error) as e:
+    except (OSError, zlib.error) as e:
+        if not _corrupt_gzip(e):
+            raise
         raise InputError(name, lineno, f"corrupt gzip data: {e}") from None
     except EOFError:
         raise InputError(name, lineno, "gzip data ends early: the file was cut short") from None
+
+
+def _corrupt_gzip(e: BaseException) -> bool:
+    """gzip.BadGzipFile or zlib.error (only a file opened with gzip raises the first)."""
+    gzip = sys.modules.get("gzip")
+    return isinstance(e, zlib.error) or (gzip is not None and isinstance(e, gzip.BadGzipFile))
 
 
 def lines_of(

@@ -10,15 +10,17 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
 from ..model.errors import InputError, UsageError
-from ..model.requests import RequestScheduler
 from ..model.scheduler import Param, Scheduler, check_params
 from . import BUILTIN_POLICIES, REQUEST_POLICIES
 from .entry_points import Plugin, find
+
+if TYPE_CHECKING:
+    from ..model.requests import RequestScheduler
 
 ENTRY_POINT_GROUP = "schedcli.policies"
 
@@ -258,6 +260,8 @@ def is_request_policy(spec: str) -> bool:
         obj = _import_attr(spec)
     except UsageError:
         return False
+    from ..model.requests import RequestScheduler  # not at import: most runs never ask
+
     return inspect.isclass(obj) and issubclass(obj, RequestScheduler)
 
 
@@ -311,6 +315,8 @@ def _request_class(spec: str) -> Any:
             f"policy needs one ({known}, or a RequestScheduler as module:Class)"
         )
     cls = _import_attr(spec)
+    from ..model.requests import RequestScheduler
+
     if not (inspect.isclass(cls) and issubclass(cls, RequestScheduler)):
         raise UsageError(f"policy {spec!r} is not a request-level policy (RequestScheduler)")
     return cls
