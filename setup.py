@@ -1,8 +1,9 @@
 """Compiles schedcli's hot path with mypyc when it can; pure Python when it cannot.
 
 Everything else about the package is in pyproject.toml. ``SCHEDCLI_COMPILE=0`` skips
-compiling; ``SCHEDCLI_PREBUILD_OFF=1`` compiles in pip's build step instead of early. A machine without a C compiler still installs: the extensions are optional,
-and schedcli/_compiled.py falls back to the ``.py`` files at import.
+compiling; ``SCHEDCLI_PREBUILD_OFF=1`` compiles in pip's build step instead of early. A
+machine without a C compiler still installs: the extensions are optional, and
+schedcli/_compiled.py falls back to the ``.py`` files at import.
 """
 
 from __future__ import annotations
