@@ -158,26 +158,43 @@ def _prebuild(key: str) -> bool:
         return False
     _PREBUILT.mkdir(parents=True, exist_ok=True)
     _forget_other_prebuilds(key)
+    lock = _PREBUILT / f"{key}.lock"
+    # Locked before it is linked in, so another install never finds it free while the
+    # compile it stands for runs (it would remove that compile's files).
+    fresh = _PREBUILT / f"{key}.{os.getpid()}.new"
+    fd = os.open(fresh, os.O_CREAT | os.O_TRUNC | os.O_WRONLY)
     try:
-        fd = os.open(_PREBUILT / f"{key}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return True  # by an earlier run
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the child's too: flock belongs to the open file
+        try:
+            os.link(fresh, lock)
+        except FileExistsError:
+            return True  # by an earlier run
+        started = _start_compile(key, fd)
+    finally:
+        os.close(fd)
+        fresh.unlink(missing_ok=True)
+    if started:
+        _say("schedcli: compiling its hot path in the background while pip resolves")
+    return started
+
+
+def _start_compile(key: str, lock_fd: int) -> bool:
     import subprocess
 
-    fcntl.flock(fd, fcntl.LOCK_EX)  # the child's too: flock belongs to the open file
-    with open(_PREBUILT / f"{key}.log", "wb") as log:
-        subprocess.Popen(
-            [sys.executable, str(HERE / "setup.py"), "build_ext", *_dirs(_PREBUILT / key)],
-            cwd=HERE,
-            env={**os.environ, _PREBUILD_ENV: key},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(fd,),
-            preexec_fn=lambda: os.nice(10),  # pip's own work first
-        )
-    os.close(fd)
-    _say("schedcli: compiling its hot path in the background while pip resolves")
+    try:
+        with open(_PREBUILT / f"{key}.log", "wb") as log:
+            subprocess.Popen(
+                [sys.executable, str(HERE / "setup.py"), "build_ext", *_dirs(_PREBUILT / key)],
+                cwd=HERE,
+                env={**os.environ, _PREBUILD_ENV: key},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(lock_fd,),
+                preexec_fn=lambda: os.nice(10),  # pip's own work first
+            )
+    except OSError:
+        return False  # the lock is left free and the build compiles
     return True
 
 

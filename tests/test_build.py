@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import os
 import threading
 from pathlib import Path
 from types import ModuleType
+from typing import ClassVar
 
 import pytest
 
@@ -128,3 +130,68 @@ def test_a_new_install_forgets_finished_prebuilds_of_other_keys_but_not_running_
     assert left == ["busy", "busy.lock"]
     release.set()
     running.join()
+
+
+class FakeCompile:
+    """Stands in for subprocess.Popen: keeps the descriptors a child would inherit (their
+    flocks with them) until ``exit``."""
+
+    started: ClassVar[list[FakeCompile]] = []
+
+    def __init__(self, args: list[str], **kwargs: object) -> None:
+        self.args, self.env = args, kwargs["env"]
+        pass_fds = kwargs["pass_fds"]
+        assert isinstance(pass_fds, tuple)
+        self.fds = [os.dup(fd) for fd in pass_fds]
+        FakeCompile.started.append(self)
+
+    def exit(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+@pytest.fixture
+def fake_compile(monkeypatch: pytest.MonkeyPatch) -> list[FakeCompile]:
+    monkeypatch.delenv("SCHEDCLI_PREBUILD_OFF", raising=False)
+    monkeypatch.setattr("subprocess.Popen", FakeCompile)
+    FakeCompile.started = []
+    return FakeCompile.started
+
+
+def held(lock: Path) -> bool:
+    with open(lock, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        return False
+
+
+def test_the_first_describing_run_starts_one_compile_which_holds_its_lock_while_it_runs(
+    build: ModuleType, fake_compile: list[FakeCompile]
+) -> None:
+    assert build._prebuild("k1")
+    assert build._prebuild("k1")  # pip's metadata run: started already
+    [child] = fake_compile
+    assert "build_ext" in child.args and child.env["SCHEDCLI_PREBUILD"] == "k1"  # type: ignore[index]
+    lock = Path("build/prebuilt/k1.lock")
+    assert held(lock)
+    build._forget_other_prebuilds("k2")  # another install meanwhile leaves it be
+    assert held(lock)
+    assert sorted(p.name for p in lock.parent.iterdir()) == ["k1.lock", "k1.log"]
+    child.exit()
+    assert not held(lock)
+    assert build.prebuilt_lib("k1") is None  # ended without finishing: the build compiles
+
+
+def test_a_compile_that_cannot_start_leaves_the_compiling_to_the_build(
+    build: ModuleType, fake_compile: list[FakeCompile], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cannot(*args: object, **kwargs: object) -> None:
+        raise OSError("no processes left")
+
+    monkeypatch.setattr("subprocess.Popen", cannot)
+    assert not build._prebuild("k1")
+    assert build.prebuilt_lib("k1") is None
+    monkeypatch.setenv("SCHEDCLI_PREBUILD_OFF", "1")
+    assert not build._prebuild("k2")
