@@ -39,7 +39,7 @@ def ext_modules() -> list[Extension]:
         if _describing() and _prebuild(key):
             return []  # the build takes what the compile started here makes
         prebuilt_lib(key)  # a compile started earlier keeps the extensions for _reused
-        extensions = _reused(core) or _remembered(core, _mypycify(core))
+        extensions = _reused(key) or _remembered(key, _mypycify(core))
     except SystemExit as e:  # mypyc exits on a type error, after printing it
         print(f"schedcli: mypyc refused the sources (exit {e.code}); pure Python", file=sys.stderr)
         return []
@@ -106,25 +106,27 @@ def _runtime_headers() -> str:
     return str(Path(spec.origin).parent / "lib-rt")
 
 
-def _reused(core: Any) -> list[Extension] | None:
+def _reused(key: str) -> list[Extension] | None:
     import pickle
 
     try:
-        key, extensions = pickle.loads(_KEPT.read_bytes())
+        kept_key, extensions = pickle.loads(_KEPT.read_bytes())
     except (OSError, pickle.UnpicklingError, ValueError, EOFError):
         return None
-    if key != _key(core):
+    if kept_key != key:
         return None
     sources = [Path(src) for ext in extensions for src in ext.sources]
     return extensions if all(src.exists() for src in sources) else None
 
 
-def _remembered(core: Any, extensions: list[Extension]) -> list[Extension]:
+def _remembered(key: str, extensions: list[Extension]) -> list[Extension]:
+    """Keeps the extensions under ``key``, taken before mypyc read the sources (an edit
+    meanwhile makes the next run's key differ, and mypyc run again)."""
     import pickle
 
     _KEPT.parent.mkdir(exist_ok=True)
     partial = _KEPT.with_suffix(f".{os.getpid()}")
-    partial.write_bytes(pickle.dumps((_key(core), extensions)))
+    partial.write_bytes(pickle.dumps((key, extensions)))
     partial.replace(_KEPT)
     return extensions
 

@@ -260,6 +260,10 @@ def is_request_policy(spec: str) -> bool:
         obj = _import_attr(spec)
     except UsageError:
         return False
+    return _is_request_class(obj)
+
+
+def _is_request_class(obj: object) -> bool:
     from ..model.requests import RequestScheduler  # not at import: most runs never ask
 
     return inspect.isclass(obj) and issubclass(obj, RequestScheduler)
@@ -315,9 +319,7 @@ def _request_class(spec: str) -> Any:
             f"policy needs one ({known}, or a RequestScheduler as module:Class)"
         )
     cls = _import_attr(spec)
-    from ..model.requests import RequestScheduler
-
-    if not (inspect.isclass(cls) and issubclass(cls, RequestScheduler)):
+    if not _is_request_class(cls):
         raise UsageError(f"policy {spec!r} is not a request-level policy (RequestScheduler)")
     return cls
 
