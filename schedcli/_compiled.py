@@ -35,6 +35,7 @@ COMPILED_MODULES = (
     "schedcli.formats.source",
     "schedcli.formats.trace",
     "schedcli.formats.writer",
+    "schedcli.formats.step_lines",
     "schedcli.formats.interrupt",
     "schedcli.engine.clock",
     "schedcli.engine.ledger",

@@ -20,6 +20,7 @@ from ..formats.dump import RecordFilter, partial_record
 from ..formats.interrupt import stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
+from ..formats.step_lines import StepLines
 from ..formats.writer import JsonlWriter
 from ..model.records import Left, Record
 from .console import data_console
@@ -62,6 +63,8 @@ class DumpView(Output):
     def __init__(self, out: IO[bytes], stack: ExitStack, to_file: bool) -> None:
         self._write = JsonlWriter(out)
         self.record = self._write  # type: ignore[method-assign]  # the hot path: no wrapper
+        # Step records written from the batch itself, when this is the only output.
+        self.step_lines = StepLines(self._write)
         self._steps: Callable[[], int] = lambda: 0
 
     def opened(self, trace: Opened) -> None:
@@ -195,6 +198,9 @@ class Fanout:
         self.on_left: Callable[[int, Left], None] | None = self._left if listeners else None
         if not records:
             self.emit = _discard
+        # A lone dump takes step records straight from the batch (no dict a task).
+        only = outputs[0] if len(outputs) == 1 else None
+        self.dump = only.step_lines if isinstance(only, DumpView) else None
 
     def _all(self, record: Record) -> None:
         for emit in self._records:

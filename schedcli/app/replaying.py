@@ -109,6 +109,7 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
             drain=req.drain,
             on_step=progress.on_step,
             on_left=fan.on_left,
+            dump=fan.dump,
         )
         try:
             totals = opened.run(engine)

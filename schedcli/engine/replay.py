@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Line, Run, as_event
 from ..model.errors import CheckFailed, InvariantError, UsageError
 from ..model.records import Left, Record
@@ -145,10 +146,14 @@ class Replayer(_Located):
         warn: Callable[[str], None] | None = None,
         on_left: Callable[[int, Left], None] | None = None,
         recorded_outcomes: bool = False,
+        dump: StepLines | None = None,
     ) -> None:
         """``recorded_outcomes``: the trace is a recording that marks every rejected submit
-        (``meta.rejected``), so under ``check`` an unmarked submit must be accepted."""
+        (``meta.rejected``), so under ``check`` an unmarked submit must be accepted.
+        ``dump``: the JSONL dump is the only output, and takes each batch's step record
+        from the batch itself (``emit`` gets the other records)."""
         self.policy = policy
+        self.dump = dump
         self.recorded_outcomes = recorded_outcomes
         # Why tasks were left behind, after every batch: asked of the policy only when
         # someone listens, since collecting reasons costs the policy a pass over its queue.
@@ -283,7 +288,8 @@ class Replayer(_Located):
             batch = self.policy.get_work()
         except Exception as e:
             raise self._crash("get_work", e) from e
-        tokens, entries = self.ledger.dispatched(batch)
+        dump = self.dump
+        tokens, entries = self.ledger.dispatched(batch, dump is None)
         totals = self.totals
         totals.steps += 1
         totals.dispatched += len(batch)
@@ -304,7 +310,12 @@ class Replayer(_Located):
                 queued = dict(self.ledger.queued)
                 left = self.policy.left_behind()  # this batch's reasons, while they hold
                 raise ExpectMismatch(Mismatch(step, event.line, event.expect, batch, queued, left))
-        self.emit({"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)})
+        if dump is not None:
+            dump.write(step, batch, tokens, len(self.ledger))
+        else:
+            self.emit(
+                {"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)}
+            )
         if self.on_step is not None:
             self.on_step(step)
         return len(batch)

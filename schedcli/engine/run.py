@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
+from ..formats.step_lines import StepLines
 from ..formats.trace import Header, TraceReader, open_trace, partial_reason
 from ..model.errors import InputError
 from ..model.records import Left
@@ -61,6 +62,7 @@ class OpenTrace:
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
         on_left: Callable[[int, Left], None] | None = None,
+        dump: StepLines | None = None,
     ) -> Replayer:
         return Replayer(
             self.policy,
@@ -73,6 +75,7 @@ class OpenTrace:
             observer=observer,
             on_left=on_left,
             recorded_outcomes=self.recorded_outcomes,
+            dump=dump,
         )
 
     @property

@@ -21,7 +21,7 @@ from msgspec.structs import astuple
 
 from ..model.errors import InputError
 from ..model.limits import MAX_DEPTH
-from ..model.task import KINDS, Id, Task
+from ..model.task import DECODE, KINDS, PREFILL, Id, Task
 from . import schema
 from .kinds import check_kind
 from .schema import EVENTS, OPS, Cancel, GetWork, Submit, TaskFields, event_decoder, json_type
@@ -384,10 +384,11 @@ def _plain_task(v: tuple[Any, ...]) -> Task | None:
         or v[_SID] is None
     ):
         return None
+    kind: str = v[_KIND]  # "prefill" or "decode": the decoder checked
     return Task(
         v[_TID],
         v[_SID],
-        v[_KIND],  # validated by the decoder: Task looks it up
+        DECODE if kind == "decode" else PREFILL,
         v[_SIZE],
         position=v[_POSITION],
         produce_output=v[_OUTPUT],
@@ -429,10 +430,12 @@ def decode_chunk(first_line: int, body: bytes, newlines: int) -> tuple[list[Line
     items: list[Line] = []
     keys = 0
     stepped = False
+    # Locals: compiled, a module's imported names are looked up in its dict at every use.
+    submit, fields = Submit, astuple
     try:
         for st in structs:
-            if type(st) is Submit:
-                v = astuple(st)
+            if type(st) is submit:
+                v = fields(st)
                 if v[_STEP] is None and v[_T] is None:
                     task = _plain_task(v)
                     if task is not None:
