@@ -22,7 +22,7 @@ except SystemExit:
 heavy = ("rich", "pydantic", "schedcli.app.render", "schedcli.app.golden",
          "schedcli.app.diff", "schedcli.engine.simulate", "schedcli.app.report",
          "importlib.metadata", "hashlib", "gzip", "schedcli.formats.requests",
-         "schedcli.model.requests")
+         "schedcli.formats.request_schema", "schedcli.model.requests")
 print("LOADED:", *(m for m in heavy if m in sys.modules), file=sys.stderr)
 """
 

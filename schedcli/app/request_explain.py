@@ -7,8 +7,8 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..engine.request_replay import RequestReplayer, policy_for_request_trace
+from ..formats.request_schema import Abort, Arrive
 from ..formats.requests import RequestReader
-from ..formats.schema import Abort, Arrive
 from ..formats.trace import open_trace
 from ..model.errors import InputError
 from ..model.records import Left, Record

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..formats.request_schema import Abort, Arrive, Schedule, Step, Update
 from ..formats.requests import RequestEvent, arrival, expect_of
-from ..formats.schema import Abort, Arrive, Schedule, Step, Update
 from ..model.errors import CheckFailed, InputError, InvariantError
 from ..model.records import Left, Record
 from ..model.requests import RequestScheduler, StepPlan

@@ -17,7 +17,16 @@ from ..model.requests import Arrival, StepPlan
 from ..model.task import Id
 from . import schema
 from .kinds import LEVEL
-from .schema import Abort, Arrive, Schedule, Step, Update
+from .request_schema import (
+    REQUEST_EVENTS,
+    Abort,
+    Arrive,
+    Schedule,
+    Step,
+    StepExpect,
+    Update,
+    request_decoder,
+)
 from .trace import (
     LineError,
     TraceReader,
@@ -27,7 +36,7 @@ from .trace import (
 )
 
 RequestEvent = Arrive | Abort | Step | Schedule | Update
-OPS = ", ".join(f'"{op}"' for op in schema.REQUEST_EVENTS)
+OPS = ", ".join(f'"{op}"' for op in REQUEST_EVENTS)
 # A split step's outputs answer the oldest plan not yet answered: there must be one.
 UNANSWERED = "update with no schedule before it to answer"
 
@@ -37,7 +46,7 @@ def _explain(raw: bytes, complete: bool) -> str:
     op = obj.get("op")
     if op is None:
         return f"a request-level event needs an op: {OPS}"
-    cls = schema.REQUEST_EVENTS.get(op) if isinstance(op, str) else None
+    cls = REQUEST_EVENTS.get(op) if isinstance(op, str) else None
     if cls is None:
         shown = orjson.dumps(op).decode()
         return f"unknown op {shown} in a request-level trace (ops: {OPS})"
@@ -63,13 +72,13 @@ def _explain_expect(expect: dict[str, Any]) -> str | None:
         ):
             return f"expect.batch entry {orjson.dumps(entry).decode()} is not [rid, tokens >= 0]"
     return schema.explain(
-        {k: v for k, v in expect.items() if k != "batch"}, schema.StepExpect, "expect", ("batch",)
+        {k: v for k, v in expect.items() if k != "batch"}, StepExpect, "expect", ("batch",)
     )
 
 
 def decode_request_event(raw: bytes, complete: bool) -> RequestEvent:
     try:
-        event = schema.request_decoder.decode(raw)
+        event = request_decoder.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         raise LineError(_explain(raw, complete)) from None
     check_duplicate_keys(raw, _keys(event))
