@@ -83,6 +83,18 @@ def test_a_step_line_written_from_the_batch_is_the_engines_record_byte_for_byte(
     assert out.getvalue() == _record_line(batch, step, queued)
 
 
+def test_a_session_is_spelt_as_its_own_id_in_every_later_step() -> None:
+    # 1, "1" and True: a cache of spellings keyed by id must keep them apart (1 == True).
+    out = io.BytesIO()
+    lines = StepLines(JsonlWriter(out))
+    steps = [[Task(1, 1, "decode", 1)], [Task(2, "1", "decode", 1), Task(3, True, "decode", 1)]]
+    steps += [[Task(4, True, "decode", 1)], [Task(5, 1, "decode", 1), Task(6, "x", "decode", 1)]]
+    for step, batch in enumerate(steps):
+        lines.write(step, batch, len(batch), 0)
+    assert out.getvalue() == b"".join(_record_line(b, i, 0) for i, b in enumerate(steps))
+    assert b'"sid":true' in out.getvalue() and b'"sid":"1"' in out.getvalue()
+
+
 def test_only_a_lone_dump_takes_its_step_lines_from_the_batch(tmp_path: Path) -> None:
     with ExitStack() as stack:
         dump = DumpView(io.BytesIO(), stack, False)

@@ -1,42 +1,22 @@
 """The dump's step records (docs/trace-format.md, "Dump"), written straight from a batch.
 
 A replay whose only output is the JSONL dump has no use for a batch record's dicts: each
-task's entry is a struct msgspec encodes, the same bytes orjson gives the dict form
-(ints and strings are spelt alike by both; a task's ``meta`` keeps orjson's spelling,
-embedded as it wrote it, since the two spell some floats differently).
+task's entry is spelt here as text, the same bytes orjson gives the dict form. The common
+entry, a decode of one token with an integer tid, is its tid and a tail kept per session
+(``,"sid":S,"kind":"decode","size":1}``); any other goes through orjson itself.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-import msgspec
 import orjson
 
-from ..model.task import DECODE, Task
+from ..model.task import DECODE, Id, Task
 from .writer import JsonlWriter
 
-
-class _Entry(msgspec.Struct, gc=False):
-    tid: Any
-    sid: Any
-    kind: str
-    size: int
-
-
-class _EntryWithMeta(msgspec.Struct, gc=False):
-    tid: Any
-    sid: Any
-    kind: str
-    size: int
-    meta: msgspec.Raw
-
-
-class _Step(msgspec.Struct, gc=False):
-    step: int
-    batch: list[_Entry | _EntryWithMeta]
-    tokens: int
-    queued: int
+# Sessions whose decode tail is kept; past this many the tails start over.
+_TAILS_KEPT: Final = 4096
 
 
 class StepLines:
@@ -45,23 +25,52 @@ class StepLines:
 
     def __init__(self, writer: JsonlWriter) -> None:
         self.writer = writer
-        # Held here, not looked up as module globals on every line (the hot path).
-        self._encode = msgspec.json.Encoder().encode
-        self._entry = _Entry
-        self._step = _Step
+        # sid -> its decode entry's tail. Keyed only by exact ints and strs: 1 and True
+        # are one dict key but spelt differently.
+        self._tails: dict[Id, str] = {}
 
     def write(self, step: int, batch: list[Task], tokens: int, queued: int) -> None:
-        entry = self._entry
-        entries: list[_Entry | _EntryWithMeta] = []
+        tails = self._tails
+        # The line's pieces, joined once: each entry is ',{"tid":' (no comma before the
+        # first), its tid, and the rest of it.
+        pieces: list[str] = [f'{{"step":{step},"batch":[']
+        comma = '{"tid":'
         for t in batch:
-            # The kind as a plain str: msgspec reads an enum's value through Python code.
-            kind = "decode" if t.kind is DECODE else "prefill"
-            if t.meta is None:
-                entries.append(entry(t.tid, t.sid, kind, t.size))
+            tid, sid = t.tid, t.sid
+            if (
+                type(tid) is int
+                and t.kind is DECODE
+                and t.size == 1
+                and t.meta is None
+                and (type(sid) is int or type(sid) is str)
+            ):
+                tail = tails.get(sid)
+                if tail is None:
+                    tail = self._tail(sid)
+                pieces.append(comma)
+                pieces.append(str(tid))
+                pieces.append(tail)
             else:
-                meta = msgspec.Raw(orjson.dumps(t.meta))
-                entries.append(_EntryWithMeta(t.tid, t.sid, kind, t.size, meta))
-        self.writer.write_line(self._encode(self._step(step, entries, tokens, queued)) + b"\n")
+                pieces.append(comma[:-7])
+                pieces.append(_entry(t))
+            comma = ',{"tid":'
+        pieces.append(f'],"tokens":{tokens},"queued":{queued}}}\n')
+        self.writer.write_line("".join(pieces).encode())
+
+    def _tail(self, sid: Id) -> str:
+        tails = self._tails
+        if len(tails) >= _TAILS_KEPT:
+            tails.clear()
+        tail = tails[sid] = ',"sid":' + orjson.dumps(sid).decode() + ',"kind":"decode","size":1}'
+        return tail
+
+
+def _entry(t: Task) -> str:
+    """A task's entry as the engine's record lists it (``meta`` only when it has one)."""
+    entry: dict[str, Any] = {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
+    if t.meta is not None:
+        entry["meta"] = t.meta
+    return orjson.dumps(entry).decode()
 
 
 __all__ = ["StepLines"]
