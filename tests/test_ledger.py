@@ -103,3 +103,18 @@ def test_ledger_accepts_every_honest_answer_and_catches_a_kept_task_at_its_cance
                 return
             ledger.cancelled(sid, dropped)
         assert list(ledger.queued.values()) == queued
+
+
+def test_a_replay_whose_records_nobody_reads_still_counts_and_catches_a_breach() -> None:
+    from schedcli.engine.replay import Replayer
+    from schedcli.model.records import discard
+    from tests.plugin_policies import DoublesDispatch, OnePerBatch
+
+    honest = Replayer(OnePerBatch(), discard)
+    honest.apply([Task(1, 1, "decode", 1), Task(2, 2, "decode", 1)], 1)
+    assert honest.get_work(0) == 1 and honest.totals.tokens == 1  # counted, no record built
+    broken = Replayer(DoublesDispatch(), discard)
+    broken.apply([Task(1, 1, "decode", 1)], 1)
+    broken.get_work(0)
+    with pytest.raises(InvariantError, match="returned twice"):
+        broken.get_work(1)

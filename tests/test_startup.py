@@ -22,7 +22,8 @@ except SystemExit:
 heavy = ("rich", "pydantic", "schedcli.app.render", "schedcli.app.golden",
          "schedcli.app.diff", "schedcli.engine.simulate", "schedcli.app.report",
          "importlib.metadata", "hashlib", "gzip", "schedcli.formats.requests",
-         "schedcli.formats.request_schema", "schedcli.model.requests")
+         "schedcli.formats.request_schema", "schedcli.model.requests", "msgspec",
+         "schedcli.formats.step_lines")
 print("LOADED:", *(m for m in heavy if m in sys.modules), file=sys.stderr)
 """
 
@@ -40,11 +41,14 @@ def test_a_replay_to_a_dump_loads_no_tables_no_validator_no_other_command_no_has
     # Nor importlib.metadata: plugins are found by policies/entry_points.py. Nor gzip for a
     # plain file, nor the request level's modules for a task-level trace.
     trace = str(TRACES / "rotation-fairness.jsonl")
-    assert loaded("replay", trace, "-f", "jsonl", "-o", "-") == set()
+    assert loaded("replay", trace, "-f", "jsonl", "-o", "-") == {
+        "msgspec",  # the trace reader's decoder
+        "schedcli.formats.step_lines",  # the dump is the only output
+    }
 
 
 def test_help_and_version_load_no_tables() -> None:
-    assert loaded("--help") == set()
+    assert loaded("--help") == set()  # no decoder, no dump writer
     assert loaded("--version") == {"importlib.metadata"}  # where the version is found
 
 

@@ -14,7 +14,7 @@ from ..engine.origins import Origins, Reached
 from ..engine.replay import Replayer
 from ..engine.run import open_replay
 from ..model.errors import InputError, UsageError
-from ..model.records import Left
+from ..model.records import Left, discard
 from ..model.task import Id, Task, id_key, same_id
 
 
@@ -121,7 +121,7 @@ def _replay_to_step(
     ) as opened:
         opened.policy.explaining = True  # one step's reasons: asked for there, not every step
         origins = Origins(step)
-        engine = origins.engine = opened.replayer(_discard, observer=origins)
+        engine = origins.engine = opened.replayer(discard, observer=origins)
         try:
             opened.run(engine)
         except Reached:
@@ -141,14 +141,10 @@ def _replay(path: str, policy: str | None, params: Mapping[str, object], wanted:
         holder: list[Replayer] = []
         watcher = _Watcher(lambda: holder[0].current_line, wanted)
         watcher.policy = opened.policy_name
-        engine = opened.replayer(_discard, observer=watcher, on_left=watcher.left)
+        engine = opened.replayer(discard, observer=watcher, on_left=watcher.left)
         holder.append(engine)
         opened.run(engine)
         return watcher
-
-
-def _discard(record: dict[str, Any]) -> None:
-    pass
 
 
 def explain_step(

@@ -20,9 +20,8 @@ from ..formats.dump import RecordFilter, partial_record
 from ..formats.interrupt import stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
-from ..formats.step_lines import StepLines
 from ..formats.writer import JsonlWriter
-from ..model.records import Left, Record
+from ..model.records import Left, Record, discard
 from .console import data_console
 
 if TYPE_CHECKING:
@@ -63,6 +62,8 @@ class DumpView(Output):
     def __init__(self, out: IO[bytes], stack: ExitStack, to_file: bool) -> None:
         self._write = JsonlWriter(out)
         self.record = self._write  # type: ignore[method-assign]  # the hot path: no wrapper
+        from ..formats.step_lines import StepLines  # here: not a cost of every start-up
+
         # Step records written from the batch itself, when this is the only output.
         self.step_lines = StepLines(self._write)
         self._steps: Callable[[], int] = lambda: 0
@@ -197,7 +198,7 @@ class Fanout:
         self._listeners = listeners
         self.on_left: Callable[[int, Left], None] | None = self._left if listeners else None
         if not records:
-            self.emit = _discard
+            self.emit = discard  # the engine then builds no step records
         # A lone dump takes step records straight from the batch (no dict a task).
         only = outputs[0] if len(outputs) == 1 else None
         self.dump = only.step_lines if isinstance(only, DumpView) else None
@@ -209,10 +210,6 @@ class Fanout:
     def _left(self, step: int, left: Left) -> None:
         for listener in self._listeners:
             listener(step, left)
-
-
-def _discard(record: Record) -> None:
-    pass
 
 
 __all__ = [

@@ -31,6 +31,7 @@ from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
 from ..formats.source import display_name
 from ..model.errors import InputError, InvariantError, SchedcliError, UsageError
+from ..model.records import discard
 from ..model.task import id_key, ids_only_in
 from .candidates import Candidate, Lines, Ranges
 from .diff import Config, diff_trace
@@ -113,7 +114,7 @@ def _replay_fails(
         with open_replay(
             path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
         ) as opened:
-            opened.run(opened.replayer(_discard, check=check))
+            opened.run(opened.replayer(discard, check=check))
     except ExpectMismatch as e:
         m = e.mismatch
         # Only a batch that could have been dispatched: each task it names was queued then.

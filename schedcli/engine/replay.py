@@ -18,7 +18,7 @@ from typing import Final, Protocol
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Line, Run, as_event
 from ..model.errors import CheckFailed, InvariantError, UsageError
-from ..model.records import Left, Record
+from ..model.records import Left, Record, discard
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
@@ -154,6 +154,7 @@ class Replayer(_Located):
         from the batch itself (``emit`` gets the other records)."""
         self.policy = policy
         self.dump = dump
+        self._listing = dump is None and emit is not discard  # step records are wanted
         self.recorded_outcomes = recorded_outcomes
         # Why tasks were left behind, after every batch: asked of the policy only when
         # someone listens, since collecting reasons costs the policy a pass over its queue.
@@ -288,8 +289,7 @@ class Replayer(_Located):
             batch = self.policy.get_work()
         except Exception as e:
             raise self._crash("get_work", e) from e
-        dump = self.dump
-        tokens, entries = self.ledger.dispatched(batch, dump is None)
+        tokens, entries = self.ledger.dispatched(batch, self._listing)
         totals = self.totals
         totals.steps += 1
         totals.dispatched += len(batch)
@@ -310,12 +310,12 @@ class Replayer(_Located):
                 queued = dict(self.ledger.queued)
                 left = self.policy.left_behind()  # this batch's reasons, while they hold
                 raise ExpectMismatch(Mismatch(step, event.line, event.expect, batch, queued, left))
-        if dump is not None:
-            dump.write(step, batch, tokens, len(self.ledger))
-        else:
+        if self._listing:
             self.emit(
                 {"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)}
             )
+        elif self.dump is not None:
+            self.dump.write(step, batch, tokens, len(self.ledger))
         if self.on_step is not None:
             self.on_step(step)
         return len(batch)
@@ -476,4 +476,5 @@ __all__ = [
     "Record",
     "Replayer",
     "Totals",
+    "discard",
 ]

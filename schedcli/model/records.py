@@ -21,6 +21,11 @@ Left = list[tuple[Task, str, str]] | None
 order; None when the policy gives no reasons."""
 
 
+def discard(record: Record) -> None:
+    """The emit of a replay whose records nobody reads: the engine then builds no step
+    records at all (its checks still run)."""
+
+
 class TaskEntry(TypedDict, total=False):
     """A task as a batch record lists it (``meta`` only when the task has one)."""
 
@@ -31,4 +36,4 @@ class TaskEntry(TypedDict, total=False):
     meta: Any
 
 
-__all__ = ["Left", "Reason", "Reasons", "Record", "TaskEntry"]
+__all__ = ["Left", "Reason", "Reasons", "Record", "TaskEntry", "discard"]
