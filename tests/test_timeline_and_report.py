@@ -294,3 +294,18 @@ def test_timeline_of_a_converted_real_trace(tmp_path: Path) -> None:
     data = check_timeline(out)
     tracks = [e for e in data["traceEvents"] if e["name"] == "thread_name"]
     assert len(tracks) == REQUESTS + 1  # a track per request and the scheduler's own
+
+
+@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.jsonl")), ids=lambda p: p.name)
+def test_a_reports_charts_of_a_trace_are_those_of_its_replays_dump(
+    tmp_path: Path, trace: Path
+) -> None:
+    # The report bins each batch as the replay runs; read back from the dump, the same
+    # batches must fill the same bins (tokens by kind, and the queue after each batch).
+    from schedcli.app.report import _from_dump, _from_trace
+
+    dump = tmp_path / "dump.jsonl"
+    assert run_cli("replay", str(trace), "-f", "jsonl", "-o", str(dump)).returncode == 0
+    [live] = _from_trace(str(trace), [])
+    [read] = _from_dump(str(dump), False)
+    assert live.bins.bins == read.bins.bins and live.bins.bins

@@ -12,7 +12,7 @@ import html
 import io
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,7 @@ from ..formats.kinds import sniff_kind
 from ..formats.source import display_name
 from ..formats.workload import read_workload
 from ..model.errors import UsageError
+from ..model.records import discard
 from ..model.task import DECODE, Task
 from ..policies.registry import (
     build_any_policy,
@@ -144,31 +145,42 @@ def _from_trace(
         ) as opened:
             run = Run(config_label(opened.policy_name, opened.params), opened.policy.token_budget)
             metrics = StepMetrics(run.budget)
-            decoded = [0]  # decode tokens (one a task) dispatched before this batch
-
-            def emit(
-                record: dict[str, Any],
-                run: Run = run,
-                m: StepMetrics = metrics,
-                decoded: list[int] = decoded,
-            ) -> None:
-                if "batch" in record:
-                    # The observer has counted this batch already (it hears of a batch
-                    # before its record is emitted), so its decodes are the difference.
-                    decode = m.decode_tokens - decoded[0]
-                    decoded[0] = m.decode_tokens
-                    step = record["step"]
-                    run.bins.add(step, record["tokens"] - decode, decode, record["queued"])
-
             on_step = None
             if progress is not None:
                 progress.position = opened.reader.position
                 on_step = progress.on_step
-            opened.run(opened.replayer(emit, observer=metrics, on_step=on_step))
+            binning = _Binning(run, metrics)
+            # The bins come from the observer: the engine then builds no step records.
+            engine = opened.replayer(discard, observer=binning, on_step=on_step)
+            binning.queue = engine.queued
+            opened.run(engine)
             run.summary = metrics.summary()
             run.waits = sorted(metrics.session_mean_waits(), reverse=True)
             runs.append(run)
     return runs
+
+
+class _Binning:
+    """A replay's observer for a report: the metrics, and each batch into the run's bins
+    (the engine's ledger has let the batch go when it is told: ``queue`` is what is left)."""
+
+    def __init__(self, run: Run, metrics: StepMetrics) -> None:
+        self.run, self.metrics = run, metrics
+        self.queue: Sized = ()  # the engine's queued tasks, once it is made
+
+    def accepted(self, tasks: list[Task], step: int) -> None:
+        self.metrics.accepted(tasks, step)
+
+    def dispatched(self, batch: list[Task], step: int) -> None:
+        m = self.metrics
+        before = m.decode_tokens
+        m.dispatched(batch, step)
+        decode = m.decode_tokens - before
+        tokens = sum(t.size for t in batch)
+        self.run.bins.add(step, tokens - decode, decode, len(self.queue))
+
+    def dropped(self, tasks: list[Task], step: int) -> None:
+        self.metrics.dropped(tasks, step)
 
 
 def _from_dump(path: str, allow_incomplete: bool) -> list[Run]:
