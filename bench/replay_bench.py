@@ -3,15 +3,16 @@
     python bench/replay_bench.py [--events N] [--keep PATH] [--repeat N]
 
 Prints, each as a ratio of CPU seconds, every side a subprocess with its start-up
-(``bench/measure.py``):
+(``bench/measure.py``). Every command runs once in each round, the commands in turn, and
+each ratio is taken within a round (a neighbour's load that slows a round slows both of its
+sides); the verdict is the median of the rounds' ratios, printed with each round's own and
+the ratio of each side's least CPU (which pairs runs from different moments):
 - replay / parse-only: ``schedcli replay -f jsonl -o /dev/null`` against ``orjson.loads``
-  of every line, the two run in turn in each round; the least of each side's rounds, and
-  each round's own ratio (a shared machine's noise shows in their spread). Target <= 2.5
-  compiled (4 in pure Python).
+  of every line. Target <= 2.5 compiled (4 in pure Python).
 - minimal loop / parse-only: the same policy driven by a bare Python loop (parse, build
   the Task, call the policy; no validation, ledger or output): what the policy itself
   costs. replay / minimal loop is the engine's own overhead.
-- diff (decode-first vs fcfs) / one replay under each: target <= 2.5 of one replay.
+- diff (decode-first vs fcfs) / one replay: target <= 2.5 (and diff / the two replays).
 - stats and report / replay: target <= 1.5.
 Peak RSS of the replay: target < 60 MB.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -155,7 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--keep", type=Path, help="write the trace here and keep it")
-    ap.add_argument("--repeat", type=int, default=2, help="best of N for each timing")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of every command")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -172,46 +174,70 @@ def main() -> None:
         size_mb = path.stat().st_size / 1e6
         took = time.perf_counter() - t0
         print(f"generated {args.events:,} events ({size_mb:.0f} MB) in {took:.1f} s")
-        # Interleaved rounds: a neighbour's load shifts over minutes, and it would land on
-        # one side if each side's runs came in a block. Each side keeps its least CPU.
-        parses: list[float] = []
-        minimals: list[float] = []
-        runs: list[tuple[float, float]] = []
+        # Rounds of every command in turn: a neighbour's load shifts over minutes, and it
+        # would land on one side if each side's runs came in a block.
+        rounds: list[dict[str, float]] = []
+        rss = 0.0
         for _ in range(args.repeat):
-            parses.append(child("parse", path))
-            minimals.append(child("minimal", path))
-            runs.append(replay(path))
-        parse, minimal = min(parses), min(minimals)
-        rep = min(r[0] for r in runs)
-        rss = max(r[1] for r in runs)
-        paired = sorted(r[0] / p for r, p in zip(runs, parses, strict=True))
-        rep_fcfs = min(replay(path, "fcfs")[0] for _ in range(args.repeat))
-        diff = min(command("diff", str(path), "--b", "fcfs", "-f", "json") for _ in range(1))
-        stats = min(command("stats", str(path), "-f", "json") for _ in range(1))
-        report = min(command("report", str(path), "-o", "/dev/null") for _ in range(1))
-        print(f"parse only (orjson, every line): {parse:.2f} s CPU")
-        print(f"minimal loop (parse + Task + decode-first): {minimal:.2f} s CPU")
-        print(f"schedcli replay -f jsonl -o /dev/null: {rep:.2f} s CPU (fcfs: {rep_fcfs:.2f} s)")
-        r = rep / parse
+            cpu, peak = replay(path)
+            rss = max(rss, peak)
+            rounds.append(
+                {
+                    "parse": child("parse", path),
+                    "minimal": child("minimal", path),
+                    "replay": cpu,
+                    "fcfs": replay(path, "fcfs")[0],
+                    "diff": command("diff", str(path), "--b", "fcfs", "-f", "json"),
+                    "stats": command("stats", str(path), "-f", "json"),
+                    "report": command("report", str(path), "-o", "/dev/null"),
+                }
+            )
+        least = {k: min(r[k] for r in rounds) for k in rounds[0]}
+        print(f"parse only (orjson, every line): {least['parse']:.2f} s CPU (least of rounds)")
+        print(f"minimal loop (parse + Task + decode-first): {least['minimal']:.2f} s CPU")
+        print(
+            f"schedcli replay -f jsonl -o /dev/null: {least['replay']:.2f} s CPU "
+            f"(fcfs: {least['fcfs']:.2f} s)"
+        )
         target = 2.5 if CORE == "compiled" else 4.0
-        print(f"ratio replay / parse-only: {r:.2f}  (target <= {target:g}: {verdict(r, target)})")
-        print(f"  each round's replay / parse-only: {', '.join(f'{x:.2f}' for x in paired)}")
-        print(f"ratio minimal loop / parse-only: {minimal / parse:.2f}  (the policy's own cost)")
-        print(f"ratio replay / minimal loop: {rep / minimal:.2f}  (the engine's own overhead)")
-        d = diff / rep
-        print(
-            f"ratio diff / replay: {d:.2f}  (target <= 2.5: {verdict(d, 2.5)}); "
-            f"diff / (replay A + replay B): {diff / (rep + rep_fcfs):.2f}"
+        _ratio(rounds, least, "replay", "parse", "replay / parse-only", target)
+        _ratio(
+            rounds, least, "minimal", "parse", "minimal loop / parse-only (the policy's own cost)"
         )
-        print(
-            f"ratio stats / replay: {stats / rep:.2f}  (target <= 1.5: {verdict(stats / rep, 1.5)})"
+        _ratio(
+            rounds, least, "replay", "minimal", "replay / minimal loop (the engine's own overhead)"
         )
-        print(
-            f"ratio report / replay: {report / rep:.2f}  "
-            f"(target <= 1.5: {verdict(report / rep, 1.5)})"
-        )
+        _ratio(rounds, least, "diff", "replay", "diff / replay", 2.5)
+        _ratio(rounds, least, "diff", "replay+fcfs", "diff / (replay A + replay B)")
+        _ratio(rounds, least, "stats", "replay", "stats / replay", 1.5)
+        _ratio(rounds, least, "report", "replay", "report / replay", 1.5)
+        rep = least["replay"]
         print(f"replay peak RSS: {rss:.0f} MB  (target < 60 MB: {verdict(rss, 60)})")
         print(f"replay throughput: {args.events / rep:,.0f} events/s")
+
+
+def _ratio(
+    rounds: list[dict[str, float]],
+    least: dict[str, float],
+    top: str,
+    bottom: str,
+    label: str,
+    target: float | None = None,
+) -> None:
+    """``top / bottom`` in each round; the verdict on their median. ``bottom`` may be a
+    sum (``replay+fcfs``)."""
+
+    def below(r: dict[str, float]) -> float:
+        return sum(r[k] for k in bottom.split("+"))
+
+    each = [r[top] / below(r) for r in rounds]
+    median = statistics.median(each)
+    judged = f"  (target <= {target:g}: {verdict(median, target)})" if target else ""
+    print(f"ratio {label}: {median:.2f}{judged}")
+    print(
+        f"  each round: {', '.join(f'{x:.2f}' for x in each)}; "
+        f"least / least: {least[top] / below(least):.2f}"
+    )
 
 
 if __name__ == "__main__":
