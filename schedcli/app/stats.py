@@ -11,6 +11,7 @@ from ..formats.dump import batch_tasks, read_dump
 from ..formats.kinds import sniff_kind
 from ..formats.source import display_name
 from ..model.errors import UsageError
+from ..model.records import discard
 from .progress import TraceProgress
 
 
@@ -66,7 +67,7 @@ def stats_of(
         if progress is not None:
             progress.position = opened.reader.position
             on_step = progress.on_step
-        engine = opened.replayer(lambda _: None, drain=drain, observer=metrics, on_step=on_step)
+        engine = opened.replayer(discard, drain=drain, observer=metrics, on_step=on_step)
         totals = opened.run(engine)
         summary = metrics.summary()
         summary["rejected"] = totals.rejected

@@ -28,6 +28,7 @@ from ..formats.kinds import is_request_trace, sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
+from ..model.records import discard
 from ..policies.registry import (
     build_any_policy,
     declared_params,
@@ -259,7 +260,7 @@ def _replay_metrics(point: Point) -> dict[str, Any]:
         return request_trace_metrics(point.workload, point.policy, point.params)[0]
     with open_replay(point.workload, policy=point.policy, params=point.params) as opened:
         metrics = StepMetrics(opened.policy.token_budget)
-        totals = opened.run(opened.replayer(lambda _: None, observer=metrics))
+        totals = opened.run(opened.replayer(discard, observer=metrics))
     summary = metrics.summary()
     summary["rejected"] = totals.rejected
     summary["queued"] = totals.queued
