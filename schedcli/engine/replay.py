@@ -476,5 +476,4 @@ __all__ = [
     "Record",
     "Replayer",
     "Totals",
-    "discard",
 ]

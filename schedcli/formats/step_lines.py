@@ -3,7 +3,8 @@
 A replay whose only output is the JSONL dump has no use for a batch record's dicts: each
 task's entry is spelt here as text, the same bytes orjson gives the dict form. The common
 entry, a decode of one token with an integer tid, is its tid and a tail kept per session
-(``,"sid":S,"kind":"decode","size":1}``); any other goes through orjson itself.
+(``,"sid":S,"kind":"decode","size":1}``); any other goes through orjson itself. (A
+trace's ids are 64-bit integers or strings, which orjson and ``str`` spell alike.)
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from .writer import JsonlWriter
 
 # Sessions whose decode tail is kept; past this many the tails start over.
 _TAILS_KEPT: Final = 4096
+_FIRST: Final = '{"tid":'
+_NEXT: Final = ',{"tid":'
 
 
 class StepLines:
@@ -31,10 +34,10 @@ class StepLines:
 
     def write(self, step: int, batch: list[Task], tokens: int, queued: int) -> None:
         tails = self._tails
-        # The line's pieces, joined once: each entry is ',{"tid":' (no comma before the
-        # first), its tid, and the rest of it.
+        # The line's pieces, joined once: a decode's entry is its opening (with a comma
+        # before all but the first entry), its tid and its session's tail.
         pieces: list[str] = [f'{{"step":{step},"batch":[']
-        comma = '{"tid":'
+        first = True
         for t in batch:
             tid, sid = t.tid, t.sid
             if (
@@ -47,13 +50,14 @@ class StepLines:
                 tail = tails.get(sid)
                 if tail is None:
                     tail = self._tail(sid)
-                pieces.append(comma)
+                pieces.append(_FIRST if first else _NEXT)
                 pieces.append(str(tid))
                 pieces.append(tail)
             else:
-                pieces.append(comma[:-7])
+                if not first:
+                    pieces.append(",")
                 pieces.append(_entry(t))
-            comma = ',{"tid":'
+            first = False
         pieces.append(f'],"tokens":{tokens},"queued":{queued}}}\n')
         self.writer.write_line("".join(pieces).encode())
 
