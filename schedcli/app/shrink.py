@@ -162,7 +162,7 @@ def _request_replay_fails(
                 reader.header, reader.name, policy, {k: str(v) for k, v in params.items()}
             )
             try:
-                engine = RequestReplayer(built, _discard, policy_name=label, check=check)
+                engine = RequestReplayer(built, discard, policy_name=label, check=check)
                 engine.run(RequestReader(reader), lambda: None)
             finally:
                 built.close()
@@ -186,10 +186,6 @@ def _request_replay_fails(
     except SchedcliError:
         return None
     return None
-
-
-def _discard(record: Event) -> None:
-    pass
 
 
 class _OutOfTime(Exception):

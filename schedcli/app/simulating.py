@@ -17,7 +17,7 @@ from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
 from ..formats.workload import read_workload
-from ..formats.writer import TraceWriter
+from ..formats.writer import TraceWriter, task_entry
 from ..model.errors import InvariantError, SchedcliError, UsageError
 from ..model.records import Record
 from ..model.task import Task
@@ -169,11 +169,7 @@ def _note_rejections(result: SimResult, err: Console) -> None:
 
 def _timeline_feeder(timeline: PerfettoWriter) -> Any:
     def on_batch(step: int, start: float, end: float, batch: list[Task], queued: int) -> None:
-        entries = [
-            {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
-            | ({"meta": t.meta} if t.meta is not None else {})
-            for t in batch
-        ]
+        entries = [task_entry(t) for t in batch]
         tokens = sum(t.size for t in batch)
         timeline.batch(step, start * 1e6, (end - start) * 1e6, entries, tokens, queued)
 

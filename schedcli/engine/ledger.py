@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..formats.writer import task_entry
 from ..model.errors import InvariantError
 from ..model.records import Record, TaskEntry
 from ..model.tally import SessionTally
@@ -168,11 +169,7 @@ class Ledger:
             per_session.remove(t.sid)
             tokens += t.size
             if listing:
-                entries.append(
-                    {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size}
-                    if t.meta is None
-                    else {"tid": tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}
-                )
+                entries.append(task_entry(t))
         if len(batch) > 1 and len({t.sid for t in batch}) < len(batch):
             self._check_sessions(batch)
         if self.budget is not None and tokens > self.budget:

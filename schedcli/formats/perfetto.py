@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import orjson
 
+from ..model.records import TaskEntry
 from ..model.task import Id, id_key, show_id
 
 STEP_US = 1000.0  # a replayed step on the timeline
@@ -82,7 +83,7 @@ class PerfettoWriter:
         step: int,
         start_us: float,
         duration_us: float,
-        entries: Sequence[dict[str, Any]],
+        entries: Sequence[TaskEntry],
         tokens: int,
         queued: int,
     ) -> None:
@@ -96,7 +97,7 @@ class PerfettoWriter:
         if self._waiting is not None:
             self._counter("waiting by reason", ts, self._waiting)
             self._waiting = None
-        by_session: dict[tuple[type, Id], list[dict[str, Any]]] = {}
+        by_session: dict[tuple[type, Id], list[TaskEntry]] = {}
         for e in entries:
             by_session.setdefault(id_key(e["sid"]), []).append(e)
         slices: list[dict[str, Any]] = []
@@ -128,7 +129,7 @@ class PerfettoWriter:
         for ev in slices:
             self._event(ev)
 
-    def _slice_args(self, e: dict[str, Any], step: int) -> dict[str, Any]:
+    def _slice_args(self, e: TaskEntry, step: int) -> dict[str, Any]:
         args: dict[str, Any] = {"tid": e["tid"], "size": e["size"], "step": step}
         passed_over = self._passed_over.pop(id_key(e["tid"]), None)
         if passed_over:

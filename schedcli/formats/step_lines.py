@@ -9,12 +9,12 @@ trace's ids are 64-bit integers or strings, which orjson and ``str`` spell alike
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
 from ..model.task import DECODE, Id, Task
-from .writer import JsonlWriter
+from .writer import JsonlWriter, task_entry
 
 # Sessions whose decode tail is kept; past this many the tails start over.
 _TAILS_KEPT: Final = 4096
@@ -70,11 +70,7 @@ class StepLines:
 
 
 def _entry(t: Task) -> str:
-    """A task's entry as the engine's record lists it (``meta`` only when it has one)."""
-    entry: dict[str, Any] = {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
-    if t.meta is not None:
-        entry["meta"] = t.meta
-    return orjson.dumps(entry).decode()
+    return orjson.dumps(task_entry(t)).decode()
 
 
 __all__ = ["StepLines"]

@@ -11,6 +11,7 @@ from typing import IO, Any, Final
 
 import orjson
 
+from ..model.records import TaskEntry
 from ..model.task import Id, Task
 from .interrupt import guard, raise_held, whole_write
 
@@ -30,6 +31,14 @@ def task_record(t: Task, *, outputs: bool = False) -> dict[str, Any]:
     if t.meta is not None:
         record["meta"] = t.meta
     return record
+
+
+def task_entry(t: Task) -> TaskEntry:
+    """A task as a step record lists it (``meta`` only when it has one): the one place
+    its shape is spelt, for the engine's records, a simulation's timeline and ``StepLines``."""
+    if t.meta is None:
+        return {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
+    return {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}
 
 
 class JsonlWriter:
