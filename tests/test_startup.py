@@ -24,17 +24,29 @@ heavy = ("rich", "pydantic", "schedcli.app.render", "schedcli.app.golden",
          "importlib.metadata", "hashlib", "gzip", "schedcli.formats.requests",
          "schedcli.formats.request_schema", "schedcli.model.requests", "msgspec",
          "schedcli.formats.step_lines")
+made = sorted(
+    f"{name}.{value.__qualname__}"
+    for name, module in list(sys.modules.items()) if name.startswith("schedcli")
+    for value in list(vars(module).values())
+    if isinstance(value, type) and value.__module__ == name
+    and "__dataclass_fields__" in vars(value)
+)
+print("DATACLASSES:", *made, file=sys.stderr)
 print("LOADED:", *(m for m in heavy if m in sys.modules), file=sys.stderr)
 """
 
 
-def loaded(*args: str) -> set[str]:
+def probe(*args: str) -> dict[str, set[str]]:
     run = subprocess.run(
         [sys.executable, "-c", PROBE, *args], capture_output=True, check=True, timeout=60
     )
-    last = run.stderr.decode().strip().splitlines()[-1]
-    assert last.startswith("LOADED:"), run.stderr
-    return set(last.split()[1:])
+    *_, made, last = run.stderr.decode().strip().splitlines()
+    assert made.startswith("DATACLASSES:") and last.startswith("LOADED:"), run.stderr
+    return {line.split(":")[0]: set(line.split()[1:]) for line in (made, last)}
+
+
+def loaded(*args: str) -> set[str]:
+    return probe(*args)["LOADED"]
 
 
 def test_a_replay_to_a_dump_loads_no_tables_no_validator_no_other_command_no_hasher() -> None:
@@ -45,6 +57,14 @@ def test_a_replay_to_a_dump_loads_no_tables_no_validator_no_other_command_no_has
         "msgspec",  # the trace reader's decoder
         "schedcli.formats.step_lines",  # the dump is the only output
     }
+
+
+def test_a_replay_to_a_dump_and_help_make_no_dataclass() -> None:
+    # Making a dataclass execs generated code: 0.4-1.8 ms each, eight were 6.6 ms of a
+    # tiny replay's start-up (docs/architecture.md, "Start-up").
+    trace = str(TRACES / "rotation-fairness.jsonl")
+    assert probe("replay", trace, "-f", "jsonl", "-o", "-")["DATACLASSES"] == set()
+    assert probe("--help")["DATACLASSES"] == set()
 
 
 def test_help_and_version_load_no_tables() -> None:

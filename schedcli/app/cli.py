@@ -2,8 +2,9 @@
 ``entry.py`` runs them and maps every exception to its exit code, in one place.
 """
 
-from __future__ import annotations
-
+# Annotations are evaluated here, not postponed: typer reads a command's signature at each
+# start, and a postponed annotation is a string it compiles and evaluates (for --help, 25M
+# of its 338M instructions).
 import copy
 import functools
 from collections.abc import Callable, Sequence

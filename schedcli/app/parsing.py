@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import orjson
 
 from ..model.errors import UsageError
@@ -22,12 +20,14 @@ def parse_id_option(text: str) -> Id:
     return text
 
 
-@dataclass(frozen=True)
 class StepRange:
     """``A:B`` (half-open, like a Python slice), ``A:``, ``:B`` or a single step ``A``."""
 
-    start: int
-    stop: int | None
+    __slots__ = ("start", "stop")
+
+    def __init__(self, start: int, stop: int | None) -> None:
+        self.start = start
+        self.stop = stop
 
     @classmethod
     def parse(cls, text: str) -> StepRange:

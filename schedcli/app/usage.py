@@ -26,16 +26,17 @@ def error_text(e: SchedcliError) -> str:
 
 # The parser's words, in ours: pydantic's (typer 0.29, which coerces through it) and
 # click's (typer <= 0.28, vendoring click), so a message reads the same under either.
+# Compiled by re (and kept in its cache) at the first usage error, not at start-up.
 _REWRITES = (
-    (re.compile(r"'.*' is not a valid int(eger)?\.?$"), "must be a whole number"),
-    (re.compile(r"'.*' is not a valid float\.?$"), "must be a number"),
-    (re.compile(r"^'(.*)' is not one of (.*)\.$"), r"must be one of \2, not '\1'"),
-    (re.compile(r"Input should be greater than or equal to (\S+)"), r"must be >= \1"),
-    (re.compile(r"Input should be greater than (\S+)"), r"must be > \1"),
-    (re.compile(r"Input should be a valid integer.*"), "must be a whole number"),
-    (re.compile(r"Input should be a valid number.*"), "must be a number"),
-    (re.compile(r"Value error, '(.*)' is not one of (.*)\."), r"must be one of \2, not '\1'"),
-    (re.compile(r"Value error, (.*)"), r"\1"),
+    (r"'.*' is not a valid int(eger)?\.?$", "must be a whole number"),
+    (r"'.*' is not a valid float\.?$", "must be a number"),
+    (r"^'(.*)' is not one of (.*)\.$", r"must be one of \2, not '\1'"),
+    (r"Input should be greater than or equal to (\S+)", r"must be >= \1"),
+    (r"Input should be greater than (\S+)", r"must be > \1"),
+    (r"Input should be a valid integer.*", "must be a whole number"),
+    (r"Input should be a valid number.*", "must be a number"),
+    (r"Value error, '(.*)' is not one of (.*)\.", r"must be one of \2, not '\1'"),
+    (r"Value error, (.*)", r"\1"),
 )
 
 
@@ -60,7 +61,7 @@ def usage_message(e: BaseException) -> str | None:
         return f"{command}: needs {what} (see {command} -h)"
     if param is not None:
         for pattern, replacement in _REWRITES:
-            message = pattern.sub(replacement, message)
+            message = re.sub(pattern, replacement, message)
         opts = getattr(param, "opts", None) or [param.name]
         return f"{command}: {' / '.join(opts)} {message} (see {command} -h)"
     if kind == "NoSuchOption":

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import orjson
 
 from ..formats.source import display_name, open_binary
 from ..model.errors import InputError, UsageError
 
 
-@dataclass(frozen=True)
 class CostModel:
     """step_seconds = a + b * batch_tokens + c * decodes_in_batch (+ d * context_tokens).
 
@@ -18,21 +15,45 @@ class CostModel:
     5 ms of fixed cost per step, 20 us per token in the batch, 100 us per decode
     (reading that sequence's KV cache). ``d`` (per token of context the batch attends
     over) is 0 unless a fitted model (``schedcli fit``) sets it.
+
+    A value: compared and hashed by its terms, never changed once made. (Not a frozen
+    dataclass: the command line makes one at start-up, where a dataclass costs 1 ms.)
     """
 
-    a: float = 0.005
-    b: float = 0.00002
-    c: float = 0.0001
-    d: float = 0.0
+    __slots__ = ("a", "b", "c", "d")
+    a: float
+    b: float
+    c: float
+    d: float
 
-    def __post_init__(self) -> None:
-        for name in ("a", "b", "c", "d"):
-            value = getattr(self, name)
+    def __init__(
+        self, a: float = 0.005, b: float = 0.00002, c: float = 0.0001, d: float = 0.0
+    ) -> None:
+        for name, value in zip("abcd", (a, b, c, d), strict=True):
             if not value >= 0 or value == float("inf"):
                 raise UsageError(f"cost model {name} must be a finite number >= 0, not {value}")
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a CostModel cannot be changed (its {name})")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is CostModel and self._terms() == other._terms()
+
+    def __hash__(self) -> int:
+        return hash(self._terms())
+
+    def __reduce__(self) -> tuple[type[CostModel], tuple[float, float, float, float]]:
+        return CostModel, self._terms()  # a sweep's workers get it pickled
+
+    def __repr__(self) -> str:
+        return f"CostModel(a={self.a!r}, b={self.b!r}, c={self.c!r}, d={self.d!r})"
+
+    def _terms(self) -> tuple[float, float, float, float]:
+        return (self.a, self.b, self.c, self.d)
 
     def as_dict(self) -> dict[str, float]:
-        terms = asdict(self)
+        terms = dict(zip("abcd", self._terms(), strict=True))
         if not self.d:
             del terms["d"]  # models without the context term read as they always did
         return terms

@@ -7,7 +7,6 @@ budget is caught by the call that does it (InvariantError, exit 3).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..formats.writer import task_entry
 from ..model.errors import InvariantError
@@ -16,22 +15,22 @@ from ..model.tally import SessionTally
 from ..model.task import DECODE, Id, Task, show_id
 
 
-@dataclass
 class Totals:
     """What a replay did, for the ``end`` record and the summary."""
 
-    mode: str = "plain"
-    steps: int = 0
-    accepted: int = 0
-    dispatched: int = 0
-    cancelled: int = 0
-    rejected: int = 0
-    rejected_tasks: int = 0
-    queued: int = 0
-    tokens: int = 0
-    peak_tokens: int = 0
-    budget: int | None = None
-    still_queued: list[Id] = field(default_factory=list)
+    def __init__(self, mode: str = "plain", budget: int | None = None) -> None:
+        self.mode = mode
+        self.budget = budget
+        self.steps = 0
+        self.accepted = 0
+        self.dispatched = 0
+        self.cancelled = 0
+        self.rejected = 0
+        self.rejected_tasks = 0
+        self.queued = 0
+        self.tokens = 0
+        self.peak_tokens = 0
+        self.still_queued: list[Id] = []
 
     @property
     def mean_utilisation(self) -> float | None:

@@ -12,7 +12,6 @@ import gc
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 from ..formats.step_lines import StepLines
@@ -33,17 +32,25 @@ STUCK_AFTER: Final = 1000
 WARNINGS_SHOWN: Final = 10
 
 
-@dataclass
 class Mismatch:
     """The first get_work whose batch differs from the trace's ``expect``."""
 
-    step: int
-    line: int
-    expected: list[Id]
-    got: list[Task]
-    queued: dict[Id, Task]
-    # Why the policy left each queued task out of this batch, if it was explaining.
-    left: Left = None
+    def __init__(
+        self,
+        step: int,
+        line: int,
+        expected: list[Id],
+        got: list[Task],
+        queued: dict[Id, Task],
+        left: Left = None,
+    ) -> None:
+        self.step = step
+        self.line = line
+        self.expected = expected
+        self.got = got
+        self.queued = queued
+        # Why the policy left each queued task out of this batch, if it was explaining.
+        self.left = left
 
 
 class ExpectMismatch(CheckFailed):

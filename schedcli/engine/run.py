@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.step_lines import StepLines
@@ -42,16 +41,24 @@ def choose_policy(
     return built, label, used
 
 
-@dataclass
 class OpenTrace:
     """A trace ready to replay: its reader and its policy."""
 
-    reader: TraceReader
-    policy: Scheduler
-    policy_name: str
-    params: dict[str, object]
-    name: str
-    allow_incomplete: bool = False
+    def __init__(
+        self,
+        reader: TraceReader,
+        policy: Scheduler,
+        policy_name: str,
+        params: dict[str, object],
+        name: str,
+        allow_incomplete: bool = False,
+    ) -> None:
+        self.reader = reader
+        self.policy = policy
+        self.policy_name = policy_name
+        self.params = params
+        self.name = name
+        self.allow_incomplete = allow_incomplete
 
     def replayer(
         self,

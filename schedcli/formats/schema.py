@@ -5,8 +5,8 @@ msgspec decodes a line straight into these structs, validating as it goes, for l
 the cost of parsing to dicts. A line it refuses is parsed again, only to say why.
 """
 
-from __future__ import annotations
-
+# Annotations are not postponed: msgspec reads the structs' types when it builds the
+# decoder, at each start, and a postponed one is a string it must evaluate.
 import difflib
 from functools import cache
 from typing import Annotated, Any, Final, Literal
