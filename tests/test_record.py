@@ -16,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES, DecodeFirstScheduler, Task
+from schedcli.engine.flight import Window, _record
+from schedcli.engine.recorder import _inline_line, _task_record
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 from tests.helpers import ROOT, run_cli
@@ -268,3 +270,106 @@ def test_the_recorder_passes_the_policys_limits_and_reasons_through() -> None:
     assert [(t.tid, code) for t, code, _ in rec.left_behind() or []] == [
         (2, "one_decode_per_session")
     ]
+
+
+# A call: a submit of a group of tids (which may reuse a tid taken earlier), or a call
+# that takes some tids out of the queue (get_work, cancel, clear).
+_calls = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.lists(st.integers(0, 12), min_size=1, max_size=3)),
+        st.tuples(st.just("take"), st.lists(st.integers(0, 12), max_size=4)),
+    ),
+    max_size=60,
+)
+
+
+@given(_calls, st.integers(1, 12))
+@settings(max_examples=300, deadline=None)
+def test_the_flight_window_starts_with_the_queue_as_it_was_when_its_oldest_call_was_made(
+    calls: list[tuple[str, list[int]]], size: int
+) -> None:
+    window = Window(size)
+    queue: dict[int, tuple[int, int, dict[str, int]]] = {}  # the queue, walked call by call
+    at_start: list[list[dict[str, int]]] = []
+    for n, (op, tids) in enumerate(calls):
+        if n == len(calls) - size:
+            at_start = _groups(queue)
+        if op == "submit":
+            group = [{"tid": tid, "n": n} for tid in dict.fromkeys(tids) if tid not in queue]
+            for i, record in enumerate(group):
+                queue[record["tid"]] = (n, i, record)
+            window.add({"op": "submit", "n": n}, group, [])
+        else:
+            for tid in tids:
+                queue.pop(tid, None)
+            window.add({"op": "get_work", "n": n}, None, tids)
+    if len(calls) < size:
+        at_start = []
+    events = list(window.replayable())
+    before = [e for e in events if e.get("meta") == {"queued_before_window": True}]
+    assert [e["tasks"] for e in before] == at_start
+    assert [e["n"] for e in events[len(before) :]] == list(range(len(calls)))[-size:]
+
+
+def _groups(queue: dict[int, tuple[int, int, dict[str, int]]]) -> list[list[dict[str, int]]]:
+    """The queued tasks by the submit that queued them, in submission order."""
+    by_call: dict[int, list[dict[str, int]]] = {}
+    for n, _, record in sorted(queue.values(), key=lambda item: item[:2]):
+        by_call.setdefault(n, []).append(record)
+    return list(by_call.values())
+
+
+_tasks = st.builds(
+    Task,
+    st.integers(-(2**60), 2**60) | st.text(max_size=3),
+    st.integers(-(2**60), 2**60) | st.text(max_size=3),
+    st.sampled_from(["decode", "prefill"]),
+    st.integers(1, 2**60),
+    produce_output=st.sampled_from([True, False, None]),
+    priority=st.sampled_from([0, 0, 3]),
+    meta=st.sampled_from([None, None, {"k": 1}]),
+)
+
+
+@given(_tasks)
+@settings(max_examples=300, deadline=None)
+def test_a_submit_the_flight_window_keeps_as_its_line_dumps_as_the_task_record(t: Task) -> None:
+    # The window keeps the common submit as the bytes a file recording writes, and builds
+    # the record only in a dump: the same record, key for key, as for any other submit.
+    line = _inline_line(t)
+    if line is not None:
+        assert orjson.dumps(_record(line)) == orjson.dumps(_task_record(t))
+
+
+def test_a_flight_dump_holds_the_same_calls_as_a_file_recording(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    file_rec = RecordingScheduler(DecodeFirstScheduler(), tmp_path / "all.jsonl")
+    ring_rec = RecordingScheduler(DecodeFirstScheduler(), ring=40)
+    for step in range(120):
+        cancel = rng.randrange(6) if rng.random() < 0.1 else None
+        for rec in (file_rec, ring_rec):
+            for sid in range(6):
+                rec.submit([Task(step * 10 + sid, sid, "decode", 1, produce_output=sid != 5)])
+            if step % 7 == 0:  # a group, and ids the kept line does not spell
+                rec.submit(
+                    [Task(f"p{step}", 100 + step, "prefill", 50), Task(-step, 9, "decode", 1)]
+                )
+            if cancel is not None:
+                rec.cancel(cancel)
+            rec.get_work()
+    file_rec.close()
+    ring_rec.dump(tmp_path / "ring.jsonl")
+    recorded = [orjson.loads(x) for x in (tmp_path / "all.jsonl").read_bytes().splitlines()[1:]]
+    dumped = [orjson.loads(x) for x in (tmp_path / "ring.jsonl").read_bytes().splitlines()[1:]]
+    window = [e for e in dumped if "queued_before_window" not in e.get("meta", {})]
+    assert len(window) == 40
+    assert window == [_as_group(e) for e in recorded[-40:]]
+
+
+def _as_group(event: dict[str, object]) -> dict[str, object]:
+    """A file recording's one-task submit written inline, as a group of one."""
+    if event["op"] != "submit" or "tasks" in event:
+        return event
+    task = {k: v for k, v in event.items() if k != "op"}
+    task["produce_output"] = task.get("produce_output", True)
+    return {"op": "submit", "tasks": [task]}

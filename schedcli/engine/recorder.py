@@ -104,6 +104,12 @@ class RecordingScheduler(Scheduler):
                 if inline is not None:
                     writer.event.write(inline)
                     return None
+            window = self._window
+            if window is not None and reason is None and len(group) == 1 and not self._clock:
+                line = _inline_line(group[0])
+                if line is not None:
+                    window.add_line(line, group[0].tid)
+                    return None
             records = [_task_record(t) for t in group]
             event: Record = {"op": "submit", "tasks": records}
             if self._clock:
@@ -270,7 +276,7 @@ class RecordingScheduler(Scheduler):
         self._dump(path, call, f"the scheduler raised in {call['op']}: {raised}")
         print(
             f"schedcli: the scheduler raised in {call['op']} ({raised}); the last "
-            f"{len(self._window.events)} calls are in {path}",
+            f"{self._window.count} calls are in {path}",
             file=sys.stderr,
         )
 
