@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES, DecodeFirstScheduler, Task
 from schedcli.engine.flight import Window, _record
-from schedcli.engine.recorder import _inline_line, _task_record
+from schedcli.engine.recorder import _inline_line, _inline_submit, _task_record
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 from tests.helpers import ROOT, run_cli
@@ -336,9 +336,39 @@ _tasks = st.builds(
 def test_a_submit_the_flight_window_keeps_as_its_line_dumps_as_the_task_record(t: Task) -> None:
     # The window keeps the common submit as the bytes a file recording writes, and builds
     # the record only in a dump: the same record, key for key, as for any other submit.
-    line = _inline_line(t)
+    line = _inline_line(t, {})
     if line is not None:
         assert orjson.dumps(_record(line)) == orjson.dumps(_task_record(t))
+
+
+_decodes = st.builds(
+    Task,
+    st.integers(0, 50),
+    st.integers(0, 5),
+    st.just("decode"),
+    st.just(1),
+    produce_output=st.just(True),
+)
+
+
+@given(st.lists(_tasks | _decodes, max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_a_recorded_line_is_the_submit_as_orjson_writes_it(tasks: list[Task]) -> None:
+    # One-token decodes end in their session's kept tail, the others are spelt whole.
+    tails: dict[int, str] = {}
+    for t in tasks:
+        line = _inline_line(t, tails)
+        if line is not None:
+            assert line == orjson.dumps(_inline_submit(t, None)) + b"\n"
+
+
+def test_a_recorded_line_is_the_same_after_the_kept_tails_are_dropped() -> None:
+    # Past 4,096 sessions the kept tails are dropped and kept again as sessions recur.
+    tails: dict[int, str] = {}
+    for sid in [*range(5000), *range(10), 4999, -3]:
+        t = Task(sid + 7, sid, "decode", 1, produce_output=True)
+        assert _inline_line(t, tails) == orjson.dumps(_inline_submit(t, None)) + b"\n"
+    assert len(tails) < 5000
 
 
 def test_a_flight_dump_holds_the_same_calls_as_a_file_recording(tmp_path: Path) -> None:
