@@ -359,20 +359,25 @@ def _json_message(e: orjson.JSONDecodeError, raw: bytes) -> str:
     return msg
 
 
-# Positions in ``astuple(Submit)``: one C call instead of a lookup per field.
-_SUBMIT_AT = {name: i for i, name in enumerate(Submit.__struct_fields__)}
-_TASKS: Final = _SUBMIT_AT["tasks"]
-_TID: Final = _SUBMIT_AT["tid"]
-_SID: Final = _SUBMIT_AT["sid"]
-_KIND: Final = _SUBMIT_AT["kind"]
-_SIZE: Final = _SUBMIT_AT["size"]
-_TOKENS: Final = _SUBMIT_AT["tokens"]
-_POSITION: Final = _SUBMIT_AT["position"]
-_OUTPUT: Final = _SUBMIT_AT["produce_output"]
-_PRIORITY: Final = _SUBMIT_AT["priority"]
-_STEP: Final = _SUBMIT_AT["step"]
-_T: Final = _SUBMIT_AT["t"]
-_META: Final = _SUBMIT_AT["meta"]
+# Positions in ``astuple(Submit)``: one C call instead of a lookup per field. Literals, so
+# that compiled code indexes the tuple directly; checked against the struct below.
+_TASKS: Final = 0
+_TID: Final = 1
+_SID: Final = 2
+_KIND: Final = 3
+_SIZE: Final = 4
+_TOKENS: Final = 5
+_POSITION: Final = 6
+_OUTPUT: Final = 7
+_PRIORITY: Final = 8
+_STEP: Final = 9
+_T: Final = 10
+_META: Final = 11
+if Submit.__struct_fields__ != (
+    "tasks", "tid", "sid", "kind", "size", "tokens", "position", "produce_output",
+    "priority", "step", "t", "meta",
+):  # fmt: skip
+    raise ImportError("schema.Submit's fields moved: update the positions in trace.py")
 
 
 def _plain_task(v: tuple[Any, ...]) -> Task | None:
