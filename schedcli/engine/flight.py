@@ -78,7 +78,7 @@ class Window:
 
     def replayable(self) -> Iterator[Record]:
         """The tasks queued before the window, then the window's calls, as trace events."""
-        for tasks in _groups(self.before.values()):
+        for tasks in _queued_groups(self.before.values()):
             yield {"op": "submit", "tasks": tasks, "meta": {"queued_before_window": True}}
         for call in self.calls():
             if len(call) == 2:
@@ -87,7 +87,7 @@ class Window:
                 yield call[0]
 
 
-def _groups(queued: Iterable[bytes | tuple[int, Record]]) -> Iterator[list[Record]]:
+def _queued_groups(queued: Iterable[bytes | tuple[int, Record]]) -> Iterator[list[Record]]:
     """The tasks queued before the window, in their groups: a kept line is one of its own,
     records of one group number one group."""
     tasks: list[Record] = []

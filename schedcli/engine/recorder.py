@@ -95,22 +95,21 @@ class RecordingScheduler(Scheduler):
                 self._crashed({"op": "submit", "tasks": [_task_record(t) for t in group]}, e)
                 raise
             # Outputs as settled by the inner scheduler, so the replay sees what it saw.
-            writer = self._writer
-            if writer is not None and reason is None and len(group) == 1:
+            writer, window = self._writer, self._window
+            if reason is None and len(group) == 1:
+                # The common one-task submit: its line, written, or kept by the ring as is.
                 line = None if self._clock else _inline_line(group[0], self._tails)
-                if line is not None:
+                if line is not None and writer is not None:
                     writer.event.write_line(line)
                     return None
-                inline = _inline_submit(group[0], self._now() if self._clock else None)
-                if inline is not None:
-                    writer.event.write(inline)
-                    return None
-            window = self._window
-            if window is not None and reason is None and len(group) == 1 and not self._clock:
-                line = _inline_line(group[0], self._tails)
-                if line is not None:
+                if line is not None and window is not None:
                     window.add_line(line, group[0].tid)
                     return None
+                if writer is not None:
+                    inline = _inline_submit(group[0], self._now() if self._clock else None)
+                    if inline is not None:
+                        writer.event.write(inline)
+                        return None
             records = [_task_record(t) for t in group]
             event: Record = {"op": "submit", "tasks": records}
             if self._clock:

@@ -40,8 +40,8 @@ class LineError(Exception):
 
 
 class Header:
-    """The trace's header line, read. (A plain class, as are the records below built once
-    a run: a dataclass costs a start-up 0.5-2 ms to make.)"""
+    """The trace's header line, read. (A plain class: making a dataclass costs 0.5-2 ms of
+    start-up; docs/architecture.md, "Start-up".)"""
 
     def __init__(
         self, line: int, policy: str | None, params: dict[str, Any], meta: Any, level: str
