@@ -1,7 +1,9 @@
 """The reader decodes a read's worth of lines at once and falls back to one line at a time
 for any read with a problem in it: both ways must give the same events and the same errors.
 
-Small reads (as from a pipe) send every read after the first through the chunk path.
+Small reads (as from a pipe) send every read after the first through the chunk path,
+which reads the recorder's spelling of a plain submit itself and the other lines with the
+decoder.
 """
 
 from __future__ import annotations
@@ -176,6 +178,72 @@ def test_any_trace_reads_the_same_in_small_reads_as_in_one(lines: list[bytes], s
     data = b'{"op":"clear"}\n' + b"\n".join(lines) + b"\n"
     assert read_all(data, size) == read_all(data, 1 << 20)
     assert read_strictly(data, size) == read_strictly(data, 1 << 20)
+
+
+NUMBERS = st.one_of(
+    st.integers(0, 10**20).map(lambda n: str(n).encode()),
+    st.sampled_from(
+        [b"0", b"00", b"01", b"-1", b"-0", b"+1", b"1.0", b"1e2", b"1_0", b" 1", b"", b'"7"']
+    ),
+    st.sampled_from([b"999999999999999999", b"1000000000000000000", b"9223372036854775808"]),
+)
+KIND = st.sampled_from([b"decode", b"prefill", b"Decode", b"prefil", b"decodes"])
+END = st.sampled_from(
+    [b"}", b"} ", b"}\r", b"}}", b'}}{"op":"clear"}', b',"step":1}', b',"tid":1}', b""]
+)
+
+
+@st.composite
+def near_canonical(draw: st.DrawFn) -> bytes:
+    """The recorder's spelling of a plain submit, and lines a byte or a number away."""
+    tid, sid, size = draw(NUMBERS), draw(NUMBERS), draw(NUMBERS)
+    sep = draw(st.sampled_from([b"", b"", b"", b" "]))
+    return (
+        b'{"op":"submit","tid":' + tid + b',"sid":' + sid + b',' + sep + b'"kind":"'
+        + draw(KIND) + b'","size":' + size + draw(END)
+    )  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(near_canonical(), LINES), min_size=1, max_size=40), st.integers(1, 300))
+def test_the_recorders_spelling_reads_as_the_decoder_reads_it(
+    lines: list[bytes], size: int
+) -> None:
+    data = b'{"op":"clear"}\n' + b"\n".join(lines) + b"\n"
+    assert read_all(data, size) == read_all(data, 1 << 20)
+    assert read_strictly(data, size) == read_strictly(data, 1 << 20)
+
+
+def test_recorded_submits_read_as_their_tasks_at_their_lines() -> None:
+    lines = [
+        b'{"op":"submit","tid":999999999999999999,"sid":0,"kind":"prefill","size":0}',
+        b'{"op":"submit","tid":1000000000000000000,"sid":3,"kind":"decode","size":1}',
+        b'{"op":"get_work"}',
+        b'{"op":"submit","tid":5,"sid":12,"kind":"decode","size":1}',
+    ]
+    data = BODY + b"\n".join(lines) + b"\n"
+    events, error = read_strictly(data, len(BODY))
+    assert error is None
+    tasks = [(e[1], e[7][0][:4]) for e in events[400:] if e[0] == "submit"]
+    assert tasks == [
+        (401, (999999999999999999, 0, "prefill", 0)),
+        (402, (10**18, 3, "decode", 1)),
+        (404, (5, 12, "decode", 1)),
+    ]
+
+
+def test_a_recorded_submit_with_a_leading_zero_is_refused_at_its_line() -> None:
+    bad = b'{"op":"submit","tid":07,"sid":1,"kind":"decode","size":1}\n'
+    events, error = read_strictly(BODY + bad + BODY, len(BODY))
+    assert error is not None and error.startswith("t.jsonl:401: ")
+    assert len(events) == 400
+
+
+def test_a_recorded_submit_with_more_after_its_brace_is_refused_at_its_line() -> None:
+    bad = b'{"op":"submit","tid":7,"sid":1,"kind":"decode","size":1}}{"op":"clear"}\n'
+    events, error = read_strictly(BODY + bad + BODY, len(BODY))
+    assert error is not None and error.startswith("t.jsonl:401: ")
+    assert len(events) == 400
 
 
 def test_a_line_too_long_is_refused_while_it_is_still_arriving() -> None:
