@@ -71,12 +71,14 @@ def test_blank_lines_crlf_and_a_partial_marker_shrink_as_the_clean_trace(tmp_pat
 @given(
     st.integers(1, 40),
     st.data(),
+    st.sampled_from([1, 7, 64, 1 << 16]),
 )
 def test_a_candidate_is_written_as_its_lines_with_their_edits(
-    count: int, data: st.DataObject
+    count: int, data: st.DataObject, read: int
 ) -> None:
     """Whatever ranges, dropped expects and cut groups: the written trace is the kept lines
-    in order, each as the candidate has it (the reader seeks by marks every few lines)."""
+    in order, each as the candidate has it (the reader seeks by marks every few lines, and
+    copies runs past marks by their offsets, in reads of ``read`` bytes)."""
     import io
     import tempfile
 
@@ -98,8 +100,8 @@ def test_a_candidate_is_written_as_its_lines_with_their_edits(
     groups = [i for i in range(count) if i % 3 != 2]
     cut = data.draw(st.sets(st.sampled_from(groups))) if groups else set()
     tasks: dict[int, list[Any]] = {i: list(events[i]["tasks"])[:1] for i in cut}
-    saved = candidates.MARK
-    candidates.MARK = 4
+    saved = candidates.MARK, candidates._READ
+    candidates.MARK, candidates._READ = 4, read
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "t.jsonl"
@@ -111,7 +113,7 @@ def test_a_candidate_is_written_as_its_lines_with_their_edits(
             finally:
                 lines.close()
     finally:
-        candidates.MARK = saved
+        candidates.MARK, candidates._READ = saved
     want = []
     for i in kept:
         e = dict(events[i])

@@ -21,6 +21,9 @@ from ..formats.trace import open_trace, partial_marker
 
 Event = dict[str, Any]
 _CHUNK = 1 << 20
+# A candidate's reads: about a mark's worth of lines, so one seek and read finds a span's
+# start and no span rereads a megabyte.
+_READ = 1 << 16
 # Every MARK-th line's byte offset is kept (8 bytes a thousand lines), so a candidate is
 # read from near its first line, not from the top of the trace.
 MARK = 1024
@@ -114,61 +117,95 @@ class Lines:
 
 
 class _Cursor:
-    """Reads the copy forward, line by line or a run of lines at a time."""
+    """Reads the copy forward, line by line or a run of lines at a time.
+
+    Holds one read (``_buf``, whose byte ``_at`` starts line ``line``) and cuts lines from
+    it without copying the rest. A run that passes marks is copied by their byte offsets,
+    without looking for newlines: a run of any length costs at most ``MARK`` lines' search.
+    """
 
     def __init__(self, f: IO[bytes], marks: Sequence[int]) -> None:
         self._f = f
         self._marks = marks
-        self._buf = b""  # what is read and not yet passed: from the start of line ``line``
+        self._buf = b""
+        self._at = 0
+        self._base = 0  # the file offset of _buf[0]; the file stands at _base + len(_buf)
         self.line = 0
 
     def _more(self) -> bool:
-        data = self._f.read(_CHUNK)
-        self._buf = self._buf + data if self._buf else data
-        return bool(data)
+        """Read on, keeping the unread rest of the buffer (at most a partial line)."""
+        data = self._f.read(_READ)
+        if not data:
+            return False
+        rest = self._buf[self._at :]
+        self._base += self._at
+        self._buf, self._at = (rest + data if rest else data), 0
+        return True
+
+    def _jump(self, offset: int, line: int) -> None:
+        """Move to ``line``, which starts at byte ``offset``, dropping what is held."""
+        self._f.seek(offset)
+        self._buf, self._at, self._base, self.line = b"", 0, offset, line
 
     def skip_to(self, to: int) -> None:
         """Pass lines up to ``to`` unread where a mark is nearer than this line."""
         mark = to // MARK
         if mark * MARK > self.line:
-            self._f.seek(self._marks[mark])
-            self._buf = b""
-            self.line = mark * MARK
+            self._jump(self._marks[mark], mark * MARK)
         self.advance(to, None)
 
     def advance(self, to: int, write: Callable[[bytes], Any] | None) -> None:
         """Pass lines up to ``to`` (not included), writing them if ``write`` is given."""
+        mark = min(to // MARK, len(self._marks) - 1)  # ``to`` may be the end of the trace
+        if write is not None and mark * MARK > self.line:
+            self._copy_to(self._marks[mark], write)
+            self.line = mark * MARK
         while self.line < to:
-            buf, need = self._buf, to - self.line
-            cut, passed = 0, 0
-            if need < 64:  # a few lines: find them, do not count the whole buffer
-                while passed < need:
-                    found = buf.find(b"\n", cut)
-                    if found < 0:
-                        break
-                    cut, passed = found + 1, passed + 1
-            else:
-                whole = buf.count(b"\n")
-                if whole <= need:
-                    cut, passed = (buf.rfind(b"\n") + 1 if whole else 0), whole
-                else:
-                    for _ in range(need):
-                        cut = buf.index(b"\n", cut) + 1
-                    passed = need
-            if passed:
-                if write is not None:
-                    write(buf[:cut])
-                self._buf = buf[cut:]
-                self.line += passed
-            elif not self._more():
-                return
+            buf, at = self._buf, self._at
+            found = buf.find(b"\n", at)
+            if found < 0:
+                if not self._more():
+                    return
+                continue
+            cut = found + 1
+            lines = 1
+            while self.line + lines < to:  # the rest of the run, in this read
+                found = buf.find(b"\n", cut)
+                if found < 0:
+                    break
+                cut, lines = found + 1, lines + 1
+            if write is not None:
+                write(buf[at:cut])
+            self._at = cut
+            self.line += lines
+
+    def _copy_to(self, offset: int, write: Callable[[bytes], Any]) -> None:
+        """Write everything from the current line up to byte ``offset`` of the file, and
+        stand there."""
+        held = offset - self._base
+        if held <= len(self._buf):
+            write(self._buf[self._at : held])
+            self._at = held
+            return
+        write(self._buf[self._at :])
+        left = offset - (self._base + len(self._buf))
+        while left > 0:
+            data = self._f.read(min(left, _READ))
+            if not data:
+                raise RuntimeError("shrink's copy of the trace ends before its marks")
+            write(data)
+            left -= len(data)
+        self._buf, self._at, self._base = b"", 0, offset
 
     def take(self) -> bytes:
         """The next line, without its newline."""
-        while b"\n" not in self._buf:
-            if not self._more():
+        while True:
+            found = self._buf.find(b"\n", self._at)
+            if found >= 0 or not self._more():
                 break
-        line, _, self._buf = self._buf.partition(b"\n")
+        end = found if found >= 0 else len(self._buf)
+        line = self._buf[self._at : end]
+        self._at = end + 1
         self.line += 1
         return line
 
