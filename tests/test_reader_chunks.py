@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedcli import InputError
-from schedcli.formats.trace import Event, TraceReader, as_event
+from schedcli.formats.schema import Submit, event_decoder
+from schedcli.formats.trace import Event, TraceReader, _canonical_task, as_event
 
 
 class Trickle(io.RawIOBase):
@@ -212,6 +213,32 @@ def test_the_recorders_spelling_reads_as_the_decoder_reads_it(
     data = b'{"op":"clear"}\n' + b"\n".join(lines) + b"\n"
     assert read_all(data, size) == read_all(data, 1 << 20)
     assert read_strictly(data, size) == read_strictly(data, 1 << 20)
+
+
+@settings(max_examples=500, deadline=None)
+@given(near_canonical())
+def test_the_scan_reads_a_line_as_the_decoder_does_or_leaves_it(line: bytes) -> None:
+    """The byte scan of the recorder's spelling (used where the core is compiled) on its
+    own: the decoder's task, or no answer."""
+    task, end = _canonical_task(b"x" + line + b"\n", 1)
+    if task is None:
+        assert end == 1
+        return
+    assert end == len(line) + 2
+    submit = event_decoder.decode(line)
+    assert isinstance(submit, Submit)
+    assert (task.tid, task.sid, task.kind, task.size) == (
+        submit.tid, submit.sid, submit.kind, submit.size
+    )  # fmt: skip
+    assert (task.position, task.produce_output, task.priority, task.meta) == (None, None, 0, None)
+    assert line.count(b":") == 5  # five keys, none repeated
+
+
+def test_the_scan_is_used_where_the_core_is_compiled() -> None:
+    import schedcli
+    from schedcli.formats import trace
+
+    assert trace._SCAN == (schedcli.CORE == "compiled")
 
 
 def test_recorded_submits_read_as_their_tasks_at_their_lines() -> None:
