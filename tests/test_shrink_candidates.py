@@ -123,3 +123,34 @@ def test_a_candidate_is_written_as_its_lines_with_their_edits(
             e["tasks"] = tasks[i]
         want.append(e)
     assert [orjson.loads(x) for x in out.getvalue().splitlines()] == want
+
+
+def test_a_large_trace_is_copied_line_for_line_with_its_marks(tmp_path: Path) -> None:
+    """Reads of plain lines are copied whole, the others a line at a time: either way the
+    copy holds each event once, stripped, with every MARK-th line's offset and each
+    expect's line."""
+    from schedcli.app.candidates import MARK, Lines
+
+    messy = [b"", b'  {"op": "clear"}\r', b'{"op":"get_work","expect":[]}', b"\t"]
+    raw = [b'{"schedcli": 1}']
+    for i in range(70_000):
+        if 15_000 <= i < 16_000 and i % 7 == 0 or i in (40_002, 55_001):
+            raw.append(messy[i % len(messy)])
+        else:
+            raw.append(b'{"op":"submit","tid":%d,"sid":%d,"kind":"decode","size":1}' % (i, i % 9))
+    raw.append(b'{"partial": {"reason": "interrupted"}}')
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(raw) + b"\n")
+    events = [line.strip() for line in raw[1:-1] if line.strip()]
+    offsets = [0]
+    for e in events:
+        offsets.append(offsets[-1] + len(e) + 1)
+    lines = Lines(str(path))
+    try:
+        assert lines.header == raw[0]
+        assert Path(lines.path).read_bytes() == b"".join(e + b"\n" for e in events)
+        assert lines.count == len(events)
+        assert list(lines.marks) == offsets[:-1][::MARK]
+        assert list(lines.expects) == [k for k, e in enumerate(events) if b"expect" in e]
+    finally:
+        lines.close()

@@ -1,6 +1,7 @@
 """Shrink's candidates: some of a trace's lines, named by ranges of line numbers, written
 out by streaming a private copy of the trace. Memory follows how many pieces a candidate
-is in (and how many expects the trace has), never the trace's size."""
+is in and how many expects the trace has, never the trace's bytes (a line's offset is kept
+every 64 lines: 8 bytes where the lines take some 4 KB)."""
 
 from __future__ import annotations
 
@@ -11,22 +12,30 @@ import tempfile
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import IO, Any
 
 import orjson
 
 from ..formats.requests import RequestReader
-from ..formats.source import display_name, numbered_lines, open_binary
+from ..formats.source import (
+    DEFAULT_MAX_LINE_BYTES,
+    display_name,
+    lines_of,
+    numbered_chunks,
+    open_binary,
+)
 from ..formats.trace import open_trace, partial_marker
 
 Event = dict[str, Any]
+_LIMIT = DEFAULT_MAX_LINE_BYTES  # the copy's lines were read within it, as replay reads
 _CHUNK = 1 << 20
-# A candidate's reads: about a mark's worth of lines, so one seek and read finds a span's
+# A candidate's reads: a few marks' worth of lines, so one seek and read finds a span's
 # start and no span rereads a megabyte.
-_READ = 1 << 16
-# Every MARK-th line's byte offset is kept (8 bytes a thousand lines), so a candidate is
-# read from near its first line, not from the top of the trace.
-MARK = 1024
+_READ = 1 << 14
+# Every MARK-th line's byte offset is kept (8 bytes each 64 lines: 250 KB for two million),
+# so a candidate is read from near each span's first line, not from the top of the trace.
+MARK = 64
 
 
 def has_expect(e: Event) -> bool:
@@ -86,31 +95,55 @@ class Lines:
         with open_trace(raw, name=self.name) as reader:  # every line valid, as replay reads
             header = reader.header
             self.level = header.level if header is not None else "task"
-            for _ in RequestReader(reader) if self.level == "request" else reader:
+            for _ in RequestReader(reader) if self.level == "request" else reader.runs():
                 pass
         self.header: bytes | None = None
         self.count = 0
         self.expects = array("q")  # the lines that are get_work events with an expect
         self.marks = array("q")  # the byte offset of line k * MARK
         self.path = os.path.join(self.folder, "trace.jsonl")
-        offset = 0
+        self._offset = 0  # the copy's length so far
         with open(raw, "rb") as stream, open(self.path, "wb", buffering=_CHUNK) as out:
-            for _, content, _ in numbered_lines(stream, self.name):
-                content = content.strip()
-                if partial_marker(content) is not None:
+            for first_line, body, complete, _ in numbered_chunks(stream, self.name):
+                if complete and self._copy_whole(body, out):
                     continue
-                first = self.header is None and not self.count
-                if first and b'"schedcli"' in content and "schedcli" in orjson.loads(content):
-                    self.header = content
-                    continue
-                if b'"expect"' in content and has_expect(orjson.loads(content)):
-                    self.expects.append(self.count)
-                if self.count % MARK == 0:
-                    self.marks.append(offset)
-                out.write(content + b"\n")
-                offset += len(content) + 1
-                self.count += 1
+                for _, content, _ in lines_of(first_line, body, complete, self.name, _LIMIT):
+                    self._copy_line(content.strip(), out)
         os.unlink(raw)
+
+    def _copy_line(self, content: bytes, out: IO[bytes]) -> None:
+        if partial_marker(content) is not None:
+            return
+        first = self.header is None and not self.count
+        if first and b'"schedcli"' in content and "schedcli" in orjson.loads(content):
+            self.header = content
+            return
+        if b'"expect"' in content and has_expect(orjson.loads(content)):
+            self.expects.append(self.count)
+        if self.count % MARK == 0:
+            self.marks.append(self._offset)
+        out.write(content + b"\n")
+        self._offset += len(content) + 1
+        self.count += 1
+
+    def _copy_whole(self, body: bytes, out: IO[bytes]) -> bool:
+        """A read of plain lines copied as it is, its marks found from the lines' lengths;
+        False, having copied nothing, if any line needs a look of its own: the first, a
+        blank one, one with spaces around it, an expect, a partial marker."""
+        if (not self.count and self.header is None) or b'"expect"' in body or b'"partial"' in body:
+            return False
+        lines = body.split(b"\n")
+        lines.pop()  # after the last newline: nothing
+        # strip gives back the very line when it has nothing to strip: an identity compare.
+        if b"" in lines or list(map(bytes.strip, lines)) != lines:
+            return False
+        out.write(body)
+        before = list(accumulate(map(len, lines), initial=0))  # line k: before[k] + k bytes in
+        for k in range(-self.count % MARK, len(lines), MARK):
+            self.marks.append(self._offset + before[k] + k)
+        self._offset += len(body)
+        self.count += len(lines)
+        return True
 
     def close(self) -> None:
         self._folder.cleanup()
@@ -149,9 +182,13 @@ class _Cursor:
 
     def skip_to(self, to: int) -> None:
         """Pass lines up to ``to`` unread where a mark is nearer than this line."""
-        mark = to // MARK
+        mark = min(to // MARK, len(self._marks) - 1)
         if mark * MARK > self.line:
-            self._jump(self._marks[mark], mark * MARK)
+            held = self._marks[mark] - self._base
+            if held < len(self._buf):  # in this read already
+                self._at, self.line = held, mark * MARK
+            else:
+                self._jump(self._marks[mark], mark * MARK)
         self.advance(to, None)
 
     def advance(self, to: int, write: Callable[[bytes], Any] | None) -> None:
