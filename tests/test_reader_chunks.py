@@ -238,7 +238,7 @@ def test_the_scan_is_used_where_the_core_is_compiled() -> None:
     import schedcli
     from schedcli.formats import trace
 
-    assert trace._SCAN == (schedcli.CORE == "compiled")
+    assert (schedcli.CORE == "compiled") == trace._SCAN
 
 
 def test_recorded_submits_read_as_their_tasks_at_their_lines() -> None:

@@ -134,7 +134,7 @@ def test_a_large_trace_is_copied_line_for_line_with_its_marks(tmp_path: Path) ->
     messy = [b"", b'  {"op": "clear"}\r', b'{"op":"get_work","expect":[]}', b"\t"]
     raw = [b'{"schedcli": 1}']
     for i in range(70_000):
-        if 15_000 <= i < 16_000 and i % 7 == 0 or i in (40_002, 55_001):
+        if (15_000 <= i < 16_000 and i % 7 == 0) or i in (40_002, 55_001):
             raw.append(messy[i % len(messy)])
         else:
             raw.append(b'{"op":"submit","tid":%d,"sid":%d,"kind":"decode","size":1}' % (i, i % 9))
