@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from schedcli import BUILTIN_POLICIES, DecodeFirstScheduler, Task
 from schedcli.engine.flight import Window, _record
 from schedcli.engine.recorder import _inline_line, _inline_submit, _task_record
+from schedcli.formats.trace import _canonical_task
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 from tests.helpers import ROOT, run_cli
@@ -371,6 +372,23 @@ def test_a_recorded_line_is_the_submit_as_orjson_writes_it(tasks: list[Task]) ->
         line = _inline_line(t, tails)
         if line is not None:
             assert line == orjson.dumps(_inline_submit(t, None)) + b"\n"
+
+
+@given(st.lists(_tasks | _decodes, max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_a_recorded_line_with_plain_ids_is_read_without_the_decoder(tasks: list[Task]) -> None:
+    # The reader's byte scan (formats/trace.py) serves the recorder's own spelling: were
+    # either to change alone, recordings would quietly lose the fast path.
+    tails: dict[int, str] = {}
+    for t in tasks:
+        line = _inline_line(t, tails)
+        if line is None or not (type(t.tid) is int and t.tid >= 0 and t.sid >= 0):
+            continue
+        scanned, end = _canonical_task(line, 0)
+        assert scanned is not None and end == len(line)
+        assert (scanned.tid, scanned.sid, scanned.kind, scanned.size) == (
+            t.tid, t.sid, t.kind, t.size
+        )  # fmt: skip
 
 
 def test_a_recorded_line_is_the_same_after_the_kept_tails_are_dropped() -> None:
