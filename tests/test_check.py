@@ -61,9 +61,10 @@ def test_check_gives_each_trace_its_verdict_and_exits_1_on_any_failure(tmp_path:
         "deferral-order.jsonl": "pass",
         "decode-beside-prefill.jsonl": "fail",
         "cancel-and-rejoin.jsonl": "fail",
-        "long-prompts-and-chat.jsonl": "unchecked",
+        "long-prompts-and-chat.jsonl": "fail",  # no golden
         "ghost.dump.jsonl": "orphaned",
     }
+    assert found["long-prompts-and-chat.jsonl"]["coverage"] == "no golden"
     assert found["rotation-fairness.jsonl"]["coverage"] == (
         "checked 6 of 6 batches; golden: 6 steps compared"
     )
@@ -82,20 +83,24 @@ def test_the_text_report_shows_a_line_each_then_each_first_divergence_then_a_sum
     assert lines[0].startswith("FAIL") and "cancel-and-rejoin.jsonl" in lines[0]
     assert "--- " in out and "first divergence" in out
     assert lines[-1] == (
-        "6 traces: 3 passed, 2 failed, 1 unchecked, 0 could not be read; "
-        "1 orphaned golden (not failing without --strict)"
+        "6 traces: 3 passed, 3 failed, 0 unchecked, 0 could not be read; "
+        "1 orphaned golden (failing)"
     )
 
 
-def test_unchecked_fails_unless_allowed_and_an_orphan_only_under_strict(tmp_path: Path) -> None:
+def test_unchecked_fails_unless_allowed_and_an_orphan_unless_not_strict(tmp_path: Path) -> None:
     suite = tmp_path / "s"
     (suite / "golden").mkdir(parents=True)
     shutil.copy(TRACES / "long-prompts-and-chat.jsonl", suite)
-    assert verdicts(suite)[0] == 1
-    assert verdicts(suite, "--allow-unchecked")[0] == 0
+    assert verdicts(suite)[1]["long-prompts-and-chat.jsonl"]["status"] == "fail"  # no golden
+    code, found = verdicts(suite, "--allow-missing-golden")
+    assert code == 1 and found["long-prompts-and-chat.jsonl"]["status"] == "unchecked"
+    assert verdicts(suite, "--allow-missing-golden", "--allow-unchecked")[0] == 0
     shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "ghost.dump.jsonl")
-    assert verdicts(suite, "--allow-unchecked")[0] == 0
-    assert verdicts(suite, "--allow-unchecked", "--strict")[0] == 1
+    allowed = ("--allow-missing-golden", "--allow-unchecked")
+    assert verdicts(suite, *allowed)[0] == 1
+    assert verdicts(suite, *allowed, "--strict")[0] == 1
+    assert verdicts(suite, *allowed, "--no-strict")[0] == 0
 
 
 def test_update_rewrites_only_the_failing_and_missing_goldens_and_the_next_run_passes(
@@ -108,7 +113,7 @@ def test_update_rewrites_only_the_failing_and_missing_goldens_and_the_next_run_p
     dry = run_cli("check", str(suite), "--update", "--dry-run", "-j", "1")
     assert dry.returncode == 1 and b"would write" in dry.stdout
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()} == before
-    r = run_cli("check", str(suite), "--update", "-j", "1")
+    r = run_cli("check", str(suite), "--update", "-j", "1", "--no-strict")
     assert r.returncode == 0, r.stdout.decode()
     assert b"1 step and 0 other records differ" in r.stdout
     after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()}
@@ -118,10 +123,10 @@ def test_update_rewrites_only_the_failing_and_missing_goldens_and_the_next_run_p
         after["decode-beside-prefill.dump.jsonl"][0]
         == (GOLDENS / "decode-beside-prefill.dump.jsonl").read_bytes()
     )
-    code, found = verdicts(suite, "--strict")
+    code, found = verdicts(suite)
     assert code == 1 and found["ghost.dump.jsonl"]["status"] == "orphaned"
     (goldens / "ghost.dump.jsonl").unlink()
-    assert verdicts(suite, "--strict")[0] == 0
+    assert verdicts(suite)[0] == 0
 
 
 def test_the_junit_report_counts_and_explains_each_outcome(tmp_path: Path) -> None:
@@ -131,18 +136,21 @@ def test_the_junit_report_counts_and_explains_each_outcome(tmp_path: Path) -> No
     root = ET.parse(report).getroot()
     assert root.tag == "testsuites"
     (suite,) = root
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "3", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("7", "4", "0")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert set(cases) == {p + ".jsonl" for p in (
         "rotation-fairness", "clear-shutdown", "deferral-order", "decode-beside-prefill",
-        "cancel-and-rejoin", "long-prompts-and-chat")}  # fmt: skip
+        "cancel-and-rejoin", "long-prompts-and-chat")} | {"ghost.dump.jsonl"}  # fmt: skip
+    ghost = cases.pop("ghost.dump.jsonl")
+    assert ghost.get("classname") == str(tmp_path / "suite" / "golden")
+    assert ghost.find("failure") is not None
     assert all(c.get("classname") == str(tmp_path / "suite") for c in cases.values())
     failure = cases["decode-beside-prefill.jsonl"].find("failure")
     assert failure is not None and "differ" in (failure.get("message") or "")
     assert "step 1" in (failure.text or "")
     assert cases["rotation-fairness.jsonl"].find("failure") is None
-    unchecked = cases["long-prompts-and-chat.jsonl"].find("failure")
-    assert unchecked is not None and "nothing to check" in (unchecked.get("message") or "")
+    missing = cases["long-prompts-and-chat.jsonl"].find("failure")
+    assert missing is not None and "no golden" in (missing.get("message") or "")
 
 
 def test_github_actions_gets_an_annotation_at_the_line_of_each_divergence(
@@ -152,7 +160,7 @@ def test_github_actions_gets_an_annotation_at_the_line_of_each_divergence(
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     r = run_cli("check", str(suite), "--allow-unchecked", "-j", "1")
     annotations = [x for x in r.stderr.decode().splitlines() if x.startswith("::error ")]
-    assert len(annotations) == 2
+    assert len(annotations) == 4  # two divergences, a missing golden, an orphan
     _, found = verdicts(suite)
     line = found["cancel-and-rejoin.jsonl"]["line"]
     trace = str(suite / "cancel-and-rejoin.jsonl")
@@ -180,7 +188,7 @@ def deaf():
 checking._worker_signals = deaf
 codes = []
 for _ in range(3):  # the lost signal is a race: give it three chances to bite
-    sys.argv = ["schedcli", "check", sys.argv[1], "-j", "6"]
+    sys.argv = ["schedcli", "check", sys.argv[1], "-j", "6", "--allow-missing-golden"]
     try:
         run()
     except SystemExit as e:
@@ -296,7 +304,7 @@ def test_a_bad_configuration_is_bad_input_naming_the_key(
 def test_pytest_schedcli_gives_the_verdicts_of_check_a_test_each(pytester: pytest.Pytester) -> None:
     suite = held_out_suite(pytester.path)
     result = pytester.runpytest_subprocess("--schedcli=suite", "-p", "no:randomly")
-    result.assert_outcomes(passed=3, failed=3)
+    result.assert_outcomes(passed=3, failed=4)
     out = result.stdout.str()
     assert "suite/decode-beside-prefill.jsonl::check FAILED" in out or (
         "FAILED suite/decode-beside-prefill.jsonl::check" in out
@@ -313,10 +321,11 @@ def test_pytest_schedcli_works_across_xdist_workers_and_updates_goldens(
     suite = held_out_suite(pytester.path)
     (suite / "cancel-and-rejoin.jsonl").unlink()
     result = pytester.runpytest_subprocess("--schedcli=suite", "-n", "2")
-    result.assert_outcomes(passed=3, failed=2)
+    result.assert_outcomes(passed=3, failed=3)  # a divergence, a missing golden, an orphan
     result = pytester.runpytest_subprocess("--schedcli=suite", "--schedcli-update", "-n", "2")
-    result.assert_outcomes(passed=5)
-    assert verdicts(suite, "--strict")[0] == 1  # the orphan is still there
+    result.assert_outcomes(passed=5, failed=1)  # the orphan is still there
+    assert verdicts(suite)[0] == 1
+    (suite / "golden" / "ghost.dump.jsonl").unlink()
     result = pytester.runpytest_subprocess("--schedcli=suite")
     result.assert_outcomes(passed=5)
 
@@ -326,7 +335,7 @@ def test_the_plugin_is_idle_unless_asked(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_one():\n    pass\n")
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
     pytester.makepyprojecttoml('[tool.schedcli]\ntraces = ["suite"]\npytest = true\n')
-    pytester.runpytest_subprocess().assert_outcomes(passed=4, failed=3)
+    pytester.runpytest_subprocess().assert_outcomes(passed=4, failed=4)
     # Test files named on the command line: only they run.
     pytester.runpytest_subprocess("test_plain.py").assert_outcomes(passed=1)
 
@@ -338,28 +347,67 @@ def pre_commit_hook() -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs if not key.startswith("#")}
 
 
-def test_the_pre_commit_hook_checks_the_changed_traces_and_the_traces_of_changed_goldens(
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def _repository(tmp_path: Path) -> Path:
+    """A git repository holding a passing suite (traces/ and their goldens), committed."""
+    repo = tmp_path / "repo"
+    (repo / "traces" / "golden").mkdir(parents=True)
+    for name in ("rotation-fairness", "deferral-order"):
+        shutil.copy(TRACES / f"{name}.jsonl", repo / "traces")
+        shutil.copy(GOLDENS / f"{name}.dump.jsonl", repo / "traces" / "golden")
+    (repo / "notes.jsonl").write_text('{"not": "a trace"}\n')
+    _git(repo, "init", "-q")
+    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "add", "-A")
+    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "suite")
+    (repo / "pyproject.toml").write_text('[tool.schedcli]\ntraces = ["traces"]\n')
+    return repo
+
+
+def test_the_pre_commit_hook_runs_on_every_commit_and_sees_deletions_and_renames(
     tmp_path: Path,
 ) -> None:
-    import re
-
     hook = pre_commit_hook()
-    assert hook["id"] == "schedcli-check" and hook["entry"] == "schedcli check"
+    assert hook["id"] == "schedcli-check" and hook["entry"] == "schedcli check --staged"
+    # pre-commit hands a hook no deleted file: this one asks git, on every commit.
+    assert (hook["pass_filenames"], hook["always_run"]) == ("false", "true")
     assert hook["require_serial"] == "true"  # check spreads the files over cores itself
-    files = re.compile(hook["files"])
-    for name in ("t.jsonl", "t.jsonl.gz", "golden/t.dump.jsonl"):
-        assert files.search(name), name
-    assert not files.search("t.csv")
-    suite = held_out_suite(tmp_path)
-    changed = [
-        suite / "golden" / "decode-beside-prefill.dump.jsonl",
-        suite / "clear-shutdown.jsonl",
-    ]
-    r = run_cli(*hook["entry"].split()[1:], *map(str, changed), "-j", "1")
+    repo = _repository(tmp_path)
+    entry = hook["entry"].split()[1:]
+
+    def staged() -> subprocess.CompletedProcess[bytes]:
+        return run_cli(*entry, "-j", "1", cwd=repo)
+
+    r = staged()
+    assert r.returncode == 0 and b"touches no trace or golden" in r.stderr
+    _git(repo, "rm", "-q", "traces/deferral-order.jsonl")  # its golden is left orphaned
+    r = staged()
+    assert r.returncode == 1 and b"orphaned   traces/golden/deferral-order.dump.jsonl" in r.stdout
+    _git(repo, "reset", "-q", "--hard")
+    _git(repo, "rm", "-q", "traces/golden/deferral-order.dump.jsonl")  # its trace has none
+    r = staged()
+    assert r.returncode == 1 and b"FAIL       traces/deferral-order.jsonl" in r.stdout
+    assert b"reproduce: schedcli check --update traces/deferral-order.jsonl" in r.stdout
+    _git(repo, "reset", "-q", "--hard")
+    _git(repo, "mv", "traces/deferral-order.jsonl", "traces/renamed.jsonl")
+    r = staged()
+    assert r.returncode == 1 and b"no golden" in r.stdout and b"orphaned" in r.stdout
+    _git(repo, "mv", "traces/golden/deferral-order.dump.jsonl", "traces/golden/renamed.dump.jsonl")
+    r = staged()
+    assert r.returncode == 0 and r.stdout.startswith(b"pass       traces/renamed.jsonl")
+    # A changed golden checks its trace; a .jsonl outside the configured folders is no trace.
+    golden = repo / "traces" / "golden" / "rotation-fairness.dump.jsonl"
+    golden.write_bytes(golden.read_bytes().replace(b'"tokens":8', b'"tokens":9', 1))
+    (repo / "notes.jsonl").write_text('{"still": "not a trace"}\n')
+    _git(repo, "add", "-A")
+    r = staged()
     assert r.returncode == 1
     lines = r.stdout.decode().splitlines()
-    assert lines[0].startswith("pass") and lines[0].split()[1].endswith("clear-shutdown.jsonl")
-    assert lines[1].startswith("FAIL") and "decode-beside-prefill.jsonl" in lines[1]
+    assert lines[0].startswith("pass") and "renamed.jsonl" in lines[0]
+    assert lines[1].startswith("FAIL") and "rotation-fairness.jsonl" in lines[1]
+    assert b"notes.jsonl" not in r.stdout
 
 
 def test_a_junit_reader_reads_the_report_with_its_counts_and_failure_texts(
@@ -381,7 +429,8 @@ def test_a_junit_reader_reads_the_report_with_its_counts_and_failure_texts(
     assert "only in B" in (failure.text or "")
     (orphan,) = results["ghost.dump.jsonl"]
     assert isinstance(orphan, Failure) and orphan.message == "a golden no trace claims"
-    run_cli("check", str(suite), "--junit-xml", str(report), "--allow-unchecked", "-j", "1")
+    allowed = ("--allow-unchecked", "--allow-missing-golden")
+    run_cli("check", str(suite), "--junit-xml", str(report), *allowed, "-j", "1")
     (read,) = list(JUnitXml.fromfile(str(report)))
     (skipped,) = {case.name: case.result for case in read}["long-prompts-and-chat.jsonl"]
     assert isinstance(skipped, Skipped) and read.skipped == 1

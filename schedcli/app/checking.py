@@ -38,9 +38,12 @@ class CheckRequest:
     golden_dir: str | None = None
     jobs: int | None = None  # None: every core
     allow_unchecked: bool = False
-    strict: bool = False
+    allow_missing_golden: bool = False
+    allow_incomplete: bool = False
+    strict: bool | None = None  # None: as configured (by default, strict)
     update: bool = False
     dry_run: bool = False
+    staged: bool = False  # the traces and goldens git says the staged commit touches
     config: Config = field(default_factory=Config)
 
     def with_config(self, config: Config) -> CheckRequest:
@@ -49,11 +52,17 @@ class CheckRequest:
             golden_dir=self.golden_dir or config.golden_dir,
             jobs=self.jobs or config.jobs or os.cpu_count() or 1,
             allow_unchecked=self.allow_unchecked or config.allow_unchecked,
-            strict=self.strict or config.strict,
+            allow_missing_golden=self.allow_missing_golden,
+            allow_incomplete=self.allow_incomplete or config.allow_incomplete,
+            strict=config.strict if self.strict is None else self.strict,
             update=self.update,
             dry_run=self.dry_run,
+            staged=self.staged,
             config=config,
         )
+
+    def golden_required(self, trace: str) -> bool:
+        return not self.allow_missing_golden and not self.config.golden_optional(trace)
 
 
 @dataclass
@@ -69,75 +78,190 @@ class Verdict:
     line: int | None = None
     updated: str = ""  # what --update did (or, with --dry-run, would do) to the golden
     exit_code: int = 0  # for ERROR: the error's own exit code (2 bad input, 3 a policy)
+    job: Job | None = None  # how it was checked: what reproduces it
+    expects: bool = False  # the trace records expects (--check had something to check)
+    no_golden: bool = False  # it failed for want of a golden
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, shown: Callable[[str], str] = str) -> dict[str, Any]:
         return {
-            "trace": self.trace,
-            "golden": self.golden,
+            "trace": shown(self.trace),
+            "golden": shown(self.golden) if self.golden else None,
             "status": self.status.lower(),
             "coverage": self.coverage,
             "line": self.line,
             "detail": self.detail or None,
             "updated": self.updated or None,
+            "command": self.command(shown) if self.status in (FAIL, ERROR) else None,
         }
+
+    def command(self, shown: Callable[[str], str] = str) -> str | None:
+        """The replay that shows this failure on its own: the trace under the policy and
+        parameters it was checked with, against what was compared."""
+        job = self.job
+        if job is None:
+            return None
+        import shlex
+
+        if self.no_golden:
+            return shlex.join(["schedcli", "check", "--update", shown(job.trace)])
+        words = ["schedcli", "replay", shown(job.trace)]
+        if job.policy is not None:
+            words += ["-p", job.policy]
+        for key, value in job.params.items():
+            words += ["-P", f"{key}={value}"]
+        if self.expects or self.golden is None:
+            words.append("--check")
+        if self.golden is not None:
+            words += ["--golden", shown(self.golden)]
+        if job.allow_incomplete:
+            words.append("--allow-incomplete")
+        return shlex.join(words)
 
 
 @dataclass
 class Suite:
-    """The traces found and the goldens with no trace."""
+    """The traces found, the goldens with no trace, and the folders not searched again
+    (a link back into the suite)."""
 
     traces: list[tuple[str, str | None]] = field(default_factory=list)  # (trace, golden)
     orphans: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
-def find_suite(paths: Sequence[str], golden_dir: str | None) -> Suite:
+def find_suite(
+    paths: Sequence[str], golden_dir: str | None, deleted: Sequence[str] = ()
+) -> Suite:
     """Every trace in ``paths`` and the folders below them, sorted, each with its golden's
     path; goldens in a searched folder's golden folder that no trace claims are orphans.
     A golden given by name stands for its trace (a commit that changes only a golden
-    checks the trace it belongs to)."""
+    checks the trace it belongs to). Each real folder is searched once. A folder given
+    with no trace in it or below, and two traces claiming one golden, are usage errors.
+    ``deleted`` (``--staged``): files a commit removes; the golden a removed trace leaves
+    is an orphan, the trace a removed golden leaves is checked."""
+    suite = Suite()
     traces: list[Path] = []
-    folders: set[Path] = set()
+    folders: list[Path] = []
+    searched: dict[tuple[int, int], Path] = {}
     for given in paths:
         p = Path(given)
+        if given == "-":
+            raise UsageError("check reads trace files and folders, not standard input (-)")
         if p.is_dir():
-            for folder in _folders(p):
-                folders.add(folder)
-                traces += [c for c in folder.iterdir() if c.is_file() and _is_trace(c.name)]
+            fresh = list(_folders(p, searched, suite.notes))  # none: searched already
+            folders += fresh
+            found = [c for f in fresh for c in f.iterdir() if c.is_file() and _is_trace(c.name)]
+            if fresh and not found:
+                raise UsageError(
+                    f"{given}: no traces (*.jsonl, *.jsonl.gz) in this folder or below: "
+                    "nothing to check"
+                )
+            traces += found
         elif p.is_file() and p.name.endswith(DUMP_SUFFIX):
             traces += _traces_of(p, golden_dir)
         elif p.is_file():
             traces.append(p)
         else:
             raise UsageError(f"{given}: no such file or folder")
-    suite = Suite()
-    claimed: set[Path] = set()
-    for trace in sorted(set(traces)):
+    for gone in map(Path, deleted):
+        if gone.name.endswith(DUMP_SUFFIX):
+            traces += _traces_of(gone, golden_dir)
+        elif _is_trace(gone.name) and _golden_of(gone, golden_dir).is_file():
+            suite.orphans.append(str(_golden_of(gone, golden_dir)))
+    claimed: dict[Path, Path] = {}
+    unique = {t.resolve(): t for t in reversed(traces)}  # one spelling of each file
+    for trace in sorted(unique.values()):
         golden = _golden_of(trace, golden_dir)
-        claimed.add(golden.resolve())
+        other = claimed.setdefault(golden.resolve(), trace)
+        if other != trace:
+            raise UsageError(
+                f"{other} and {trace} both claim the golden {golden}: a golden belongs to "
+                "one trace (rename one of them, or give each folder its own --golden-dir)"
+            )
         suite.traces.append((str(trace), str(golden)))
     for where in sorted({Path(golden_dir) if golden_dir else f / "golden" for f in folders}):
         if where.is_dir():
             goldens = sorted(where.glob(f"*{DUMP_SUFFIX}"))
             suite.orphans += [str(g) for g in goldens if g.resolve() not in claimed]
+    suite.orphans = sorted({o for o in suite.orphans if Path(o).resolve() not in claimed})
     return suite
 
 
-def _folders(top: Path) -> Iterator[Path]:
-    """``top`` and every folder below it but golden folders and hidden ones."""
+def staged_changes(within: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The traces and goldens the staged commit adds, changes or renames, and those it
+    deletes (a rename's old name among them), as git says (``git diff --cached``); only
+    those below ``within`` when it names folders."""
+    import subprocess
+
+    def git(*args: str, cwd: str | None = None) -> bytes:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, check=True, cwd=cwd)
+        except (OSError, subprocess.CalledProcessError) as e:
+            why = e.stderr.decode(errors="replace").strip() if hasattr(e, "stderr") else e
+            raise UsageError(f"--staged asks git what the commit changes: {why}") from None
+        return done.stdout
+
+    top = git("rev-parse", "--show-toplevel").decode().strip()
+    fields = git("diff", "--cached", "--name-status", "-z", "-M", "--no-ext-diff", cwd=top)
+    words = fields.decode("utf-8", "surrogateescape").split("\0")
+    present: list[str] = []
+    deleted: list[str] = []
+    i = 0
+    while i + 1 < len(words):
+        status = words[i]
+        if status[:1] in ("R", "C"):
+            old, new, i = words[i + 1], words[i + 2], i + 3
+            if status[0] == "R":
+                deleted.append(old)
+            present.append(new)
+        else:
+            path, i = words[i + 1], i + 2
+            (deleted if status == "D" else present).append(path)
+    roots = [Path(w).resolve() for w in within if Path(w).is_dir()]
+
+    def wanted(path: str) -> bool:
+        name = Path(path).name
+        if not (_is_trace(name) or name.endswith(DUMP_SUFFIX)):
+            return False
+        full = Path(top, path).resolve()
+        return not roots or any(full.is_relative_to(r) for r in roots)
+
+    keep = [str(Path(top, p)) for p in present if wanted(p)]
+    return keep, [str(Path(top, p)) for p in deleted if wanted(p)]
+
+
+def _folders(top: Path, searched: dict[tuple[int, int], Path], notes: list[str]) -> Iterator[Path]:
+    """``top`` and every folder below it but golden folders and hidden ones, each real
+    folder once: a link to a folder searched already, or to one holding the folder it
+    sits in (a loop), is noted and not followed."""
+    try:
+        st = top.stat()
+    except OSError:
+        return
+    key = (st.st_dev, st.st_ino)
+    if key in searched:
+        if top.is_symlink():
+            notes.append(f"{top}: a link to {searched[key]}, searched already: not searched again")
+        return
+    searched[key] = top
     yield top
     for child in sorted(top.iterdir()):
-        if child.is_dir() and child.name != "golden" and not child.name.startswith("."):
-            yield from _folders(child)
+        if not child.is_dir() or child.name == "golden" or child.name.startswith("."):
+            continue
+        if child.is_symlink() and top.resolve().is_relative_to(child.resolve()):
+            notes.append(f"{child}: a link to a folder holding it (a loop): not followed")
+            continue
+        yield from _folders(child, searched, notes)
 
 
 def _traces_of(golden: Path, golden_dir: str | None) -> list[Path]:
-    """The trace a golden belongs to, by the default layout (``DIR/golden/NAME.dump.jsonl``
-    for ``DIR/NAME.jsonl``); none under ``--golden-dir``, which holds every folder's."""
+    """The traces a golden belongs to, by the default layout (``DIR/golden/NAME.dump.jsonl``
+    for ``DIR/NAME.jsonl`` and ``DIR/NAME.jsonl.gz``); none under ``--golden-dir``, which
+    holds every folder's."""
     if golden_dir is not None:
         return []
     stem = golden.name.removesuffix(DUMP_SUFFIX)
     found = [golden.parent.parent / f"{stem}{suffix}" for suffix in TRACE_SUFFIXES]
-    return [t for t in found if t.is_file()][:1]
+    return [t for t in found if t.is_file()]
 
 
 def _is_trace(name: str) -> bool:
@@ -199,6 +323,8 @@ class Job:
     params: dict[str, object]
     update: bool
     dry_run: bool
+    golden_required: bool = True
+    allow_incomplete: bool = False
 
 
 def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
@@ -206,22 +332,42 @@ def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
     jobs = []
     for trace, golden in suite.traces:
         settings = req.config.settings_for(trace)
-        jobs.append(Job(trace, golden, settings.policy, settings.params, req.update, req.dry_run))
+        jobs.append(
+            Job(
+                trace,
+                golden,
+                settings.policy,
+                settings.params,
+                req.update,
+                req.dry_run,
+                req.golden_required(trace),
+                req.allow_incomplete,
+            )
+        )
     return jobs
 
 
 def check_job(job: Job) -> Verdict:
-    trace = job.trace
     try:
-        return check_trace(job)
-    except CheckFailed as e:  # a submit the recording accepted and the replay refused
-        return Verdict(trace, None, FAIL, "a submit outcome differs", str(e), _line_of(e))
+        verdict = check_trace(job)
+    except CheckFailed as e:  # a submit outcome differs, or the recording is incomplete
+        verdict = Verdict(job.trace, None, FAIL, _failed(e), str(e), _line_of(e))
+        verdict.expects = True
     except SchedcliError as e:
         from .usage import error_text
 
-        verdict = Verdict(trace, None, ERROR, "", error_text(e), _line_of(e))
+        verdict = Verdict(job.trace, None, ERROR, "", error_text(e), _line_of(e))
         verdict.exit_code = e.exit_code
-        return verdict
+    verdict.job = job
+    if verdict.golden is None and job.golden is not None and os.path.exists(job.golden):
+        verdict.golden = job.golden
+    return verdict
+
+
+def _failed(e: CheckFailed) -> str:
+    from ..engine.replay import OutcomeMismatch
+
+    return "a submit outcome differs" if isinstance(e, OutcomeMismatch) else str(e.args[0])
 
 
 def _line_of(e: SchedcliError) -> int | None:
@@ -255,11 +401,18 @@ def check_trace(job: Job) -> Verdict:
 def _check(job: Job, new: _NewGolden | None) -> Verdict:
     trace, golden = job.trace, job.golden
     tee = _Tee()
-    with open_replay(trace, policy=job.policy, params=job.params, note=lambda _: None) as opened:
+    with open_replay(
+        trace,
+        policy=job.policy,
+        params=job.params,
+        note=lambda _: None,
+        allow_incomplete=job.allow_incomplete,
+    ) as opened:
         opened.policy.explaining = True  # a difference's reasons, kept as it is found
         engine = opened.replayer(tee, check=True)
         comparison = None
-        if golden is not None and os.path.exists(golden):
+        unreadable = _unreadable(golden) if new is not None and golden is not None else None
+        if golden is not None and os.path.exists(golden) and unreadable is None:
             from .golden import GoldenComparison
 
             label = f"replay under {opened.policy_name}"
@@ -274,7 +427,9 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
 
             m = e.mismatch
             text = _plain(mismatch_view(m, m.left))
-            return Verdict(trace, None, FAIL, f"expect differs at step {m.step}", text, m.line)
+            failed = Verdict(trace, None, FAIL, f"expect differs at step {m.step}", text, m.line)
+            failed.expects = True
+            return failed
         if comparison is not None:
             comparison.finish()
     coverage = []
@@ -285,16 +440,40 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
     if comparison is not None:
         coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
     verdict = Verdict(trace, None, PASS, "; ".join(coverage))
+    verdict.expects = bool(engine.checked or engine.outcomes_checked)
     if comparison is not None:
         _compared(verdict, job, comparison, new)
     elif new is not None:
-        verdict.updated = new.keep(f"new golden, {_count(new.steps, 'step')}")
+        made = f"new golden, {_count(new.steps, 'step')}"
+        if unreadable is not None:
+            made = f"{made}, in place of one that could not be read: {unreadable}"
+        verdict.updated = new.keep(made)
         if not new.dry_run:
             verdict.golden = golden
             verdict.coverage = "; ".join(filter(None, [verdict.coverage, "golden: written"]))
+    elif golden is not None and job.golden_required:
+        verdict.status, verdict.no_golden = FAIL, True
+        verdict.coverage = "; ".join(filter(None, [verdict.coverage, "no golden"]))
+        verdict.detail = "no golden: write it from this replay with schedcli check --update"
     if not verdict.coverage:
         verdict.status, verdict.coverage = UNCHECKED, "nothing to check: no expect, no golden"
     return verdict
+
+
+def _unreadable(golden: str) -> str | None:
+    """Why a golden about to be rewritten cannot be read as a complete dump (cut short,
+    malformed), so ``--update`` writes it anew instead of comparing with it; None if it
+    reads, or does not exist."""
+    if not os.path.exists(golden):
+        return None
+    from ..formats.dump import read_dump
+
+    try:
+        for _ in read_dump(golden):
+            pass
+    except SchedcliError as e:
+        return str(e)
+    return None
 
 
 def _compared(verdict: Verdict, job: Job, comparison: Any, new: _NewGolden | None) -> None:
@@ -376,8 +555,8 @@ def _count(n: int, noun: str) -> str:
 
 def exit_code(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> int:
     """0 when every trace passed; the worst error's code (2 bad input, 3 a broken
-    policy); else 1 for a failure, an unchecked trace (unless allowed) or, under
-    ``--strict``, an orphaned golden."""
+    policy); else 1 for a failure, an unchecked trace (unless allowed) or, unless
+    ``--no-strict``, an orphaned golden."""
     errors = [v.exit_code for v in verdicts if v.status == ERROR]
     if errors:
         return max(errors)

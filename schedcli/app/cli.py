@@ -19,6 +19,7 @@ from .options import (
     DEFAULT_COST,
     AddressOption,
     AllowIncompleteOption,
+    AllowMissingGoldenOption,
     AllowUncheckedOption,
     AParamOption,
     APolicyOption,
@@ -84,6 +85,7 @@ from .options import (
     SloTtftOption,
     SpecOption,
     SrcOption,
+    StagedOption,
     StartOption,
     StatsPolicyOption,
     StepOption,
@@ -104,6 +106,7 @@ from .options import (
     WorkloadOption,
     WorkloadsOption,
     check_numbers,
+    check_paths,
     parse_params,
 )
 from .parsing import StepRange, parse_id_option
@@ -134,6 +137,7 @@ def command(fn: F) -> F:
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         check_numbers(kwargs)
+        check_paths(kwargs)
         try:
             return fn(*args, **kwargs)
         except BrokenPipeError:
@@ -519,15 +523,19 @@ def check(
     golden_dir: GoldenDirOption = None,
     jobs: JobsOption = None,
     allow_unchecked: AllowUncheckedOption = False,
-    strict: StrictOption = False,
+    allow_missing_golden: AllowMissingGoldenOption = False,
+    allow_incomplete: AllowIncompleteOption = False,
+    strict: StrictOption = None,
     update: UpdateOption = False,
     dry_run: DryRunOption = False,
     junit_xml: JunitOption = None,
+    staged: StagedOption = False,
     fmt: CheckFormatOption = CheckFormat.text,
 ) -> None:
     """Check a suite of traces for CI: each against its recorded expects and its golden,
-    in parallel; a line each, every failure's first divergence, a summary; exit 1 on any
-    failure.
+    in parallel; a line each, every failure's first divergence and the command that
+    reproduces it, a summary; exit 1 on any failure (a trace without a golden, a golden
+    without a trace included).
     """
     from .check_report import run_check
     from .checking import CheckRequest
@@ -537,8 +545,11 @@ def check(
         golden_dir=golden_dir,
         jobs=jobs,
         allow_unchecked=allow_unchecked,
+        allow_missing_golden=allow_missing_golden,
+        allow_incomplete=allow_incomplete,
         strict=strict,
         update=update,
         dry_run=dry_run,
+        staged=staged,
     )
     run_check(req, str(fmt), junit_xml)

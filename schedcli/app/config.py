@@ -18,16 +18,29 @@ from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
 
 SECTION = "[tool.schedcli]"
-KEYS = ("traces", "golden-dir", "jobs", "allow-unchecked", "strict", "pytest", "folders")
-FOLDER_KEYS = ("policy", "params")
+KEYS = (
+    "traces",
+    "golden-dir",
+    "golden",
+    "jobs",
+    "allow-unchecked",
+    "allow-incomplete",
+    "strict",
+    "pytest",
+    "folders",
+)
+FOLDER_KEYS = ("policy", "params", "golden")
+GOLDEN_RULES = ("required", "optional")
 
 
 @dataclass
 class FolderSettings:
-    """What the traces of one folder (and the folders below it) replay under."""
+    """What the traces of one folder (and the folders below it) replay under, and whether
+    they must have a golden (None: as the section says)."""
 
     policy: str | None = None
     params: dict[str, object] = field(default_factory=dict)
+    golden: str | None = None
 
 
 @dataclass
@@ -35,11 +48,25 @@ class Config:
     file: Path | None = None  # the pyproject.toml read, if any
     traces: list[str] = field(default_factory=list)
     golden_dir: str | None = None
+    golden: str = "required"  # every trace has a golden, or "optional"
     jobs: int | None = None
     allow_unchecked: bool = False
-    strict: bool = False
+    allow_incomplete: bool = False
+    strict: bool = True  # a golden no trace claims fails
     pytest: bool = False
     folders: dict[Path, FolderSettings] = field(default_factory=dict)  # by resolved path
+
+    @property
+    def root(self) -> Path:
+        """The folder paths are shown relative to: the project's (its pyproject.toml's),
+        else the repository's, else the current one."""
+        if self.file is not None:
+            return self.file.parent.resolve()
+        here = Path.cwd().resolve()
+        for folder in (here, *here.parents):
+            if (folder / ".git").exists():
+                return folder
+        return here
 
     def settings_for(self, trace: str) -> FolderSettings:
         """The settings of the nearest configured folder holding ``trace``."""
@@ -48,6 +75,10 @@ class Config:
             if folder in self.folders:
                 return self.folders[folder]
         return FolderSettings()
+
+    def golden_optional(self, trace: str) -> bool:
+        rule = self.settings_for(trace).golden or self.golden
+        return rule == "optional"
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -85,12 +116,14 @@ def _parse(file: Path, section: dict[str, Any]) -> Config:
         config.traces = [str(base / t) for t in traces]
     if "golden-dir" in section:
         config.golden_dir = str(base / _string(file, "golden-dir", section["golden-dir"]))
+    if "golden" in section:
+        config.golden = _golden_rule(file, "golden", section["golden"])
     if "jobs" in section:
         try:
             config.jobs = OPTIONS["--jobs"].check(f"{file}: {SECTION} jobs", section["jobs"])
         except BoundError as e:
             raise UsageError(str(e)) from None
-    for key in ("allow-unchecked", "strict", "pytest"):
+    for key in ("allow-unchecked", "allow-incomplete", "strict", "pytest"):
         if key in section:
             value = section[key]
             if not isinstance(value, bool):
@@ -98,8 +131,20 @@ def _parse(file: Path, section: dict[str, Any]) -> Config:
             setattr(config, key.replace("-", "_"), value)
     folders = _table(file, f"{SECTION} folders", section.get("folders", {}))
     for name, settings in folders.items():
-        config.folders[(base / name).resolve()] = _folder(file, name, settings)
+        folder = (base / name).resolve()
+        if not folder.is_dir():
+            raise UsageError(
+                f'{file}: {SECTION} folders."{name}": no such folder ({folder}); its '
+                "settings would apply to nothing"
+            )
+        config.folders[folder] = _folder(file, name, settings)
     return config
+
+
+def _golden_rule(file: Path, key: str, value: object) -> str:
+    if value not in GOLDEN_RULES:
+        raise _bad(file, key, " or ".join(repr(r) for r in GOLDEN_RULES), value)
+    return str(value)
 
 
 def _folder(file: Path, name: str, raw: object) -> FolderSettings:
@@ -114,6 +159,8 @@ def _folder(file: Path, name: str, raw: object) -> FolderSettings:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise _bad(file, f"folders.{name}.params.{key}", "a number or a string", value)
     settings.params = dict(params)
+    if "golden" in table:
+        settings.golden = _golden_rule(file, f"folders.{name}.golden", table["golden"])
     return settings
 
 

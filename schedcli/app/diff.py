@@ -69,9 +69,32 @@ class RecordDifference:
         }
 
 
+def same(a: Any, b: Any) -> bool:
+    """Equal as JSON values: the same values of the same JSON types, so ``3.0`` is not
+    ``3`` and ``true`` is not ``1`` (Python's ``==`` says both are)."""
+    return bool(a == b) and _same_types(a, b)
+
+
+def _same_types(a: Any, b: Any) -> bool:
+    """Of two values that compare equal: whether every part has the same JSON type (a
+    record's kind may be a str subclass, a batch a tuple)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and all(_same_types(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple):
+        return isinstance(b, list | tuple) and all(map(_same_types, a, b))
+    return _json_type(a) is _json_type(b)
+
+
+def _json_type(value: Any) -> type:
+    for kind in (bool, int, float, str):  # bool first: it is an int too
+        if isinstance(value, kind):
+            return kind
+    return type(value)
+
+
 def record_difference(a: Record | None, b: Record | None) -> RecordDifference | None:
     """How two records at the same place differ, field by field; None if they do not."""
-    if a == b:
+    if same(a, b):
         return None
     kind = "end" if "end" in (a or b or {}) else str((a or b or {}).get("op", "record"))
     if kind == "end":
@@ -85,7 +108,7 @@ def record_difference(a: Record | None, b: Record | None) -> RecordDifference | 
     fields = [
         (key, a.get(key, _ABSENT), b.get(key, _ABSENT))
         for key in dict.fromkeys([*a, *b])
-        if key != "line" and a.get(key, _ABSENT) != b.get(key, _ABSENT)
+        if key != "line" and not same(a.get(key, _ABSENT), b.get(key, _ABSENT))
     ]
     lines = (None, None) if kind == "end" else (_line(a), _line(b))
     return RecordDifference(kind, lines, fields or [("line", _line(a), _line(b))])
@@ -194,9 +217,9 @@ class Aligner:
             if sa == sb:
                 a.popleft()
                 b.popleft()
-                if ra != rb:  # ids are int or str, never bool
+                if not same(ra, rb):
                     fields = None
-                    if ra["batch"] == rb["batch"]:
+                    if same(ra["batch"], rb["batch"]):
                         fields = (_other_fields(ra), _other_fields(rb))
                     self._differ(sa, ra["batch"], rb["batch"], fields)
             elif sa < sb:

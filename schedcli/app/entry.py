@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("SCHEDCLI_DEBUG") and e.__cause__ is not None:
             # A plugin that failed to import, start or answer: its own traceback.
             traceback.print_exception(e.__cause__, file=sys.stderr)
-        print(error_text(e), file=sys.stderr)
+        if str(e):  # an empty message: what failed was said already
+            print(error_text(e), file=sys.stderr)
         _exit(e.exit_code)
     except Stopped as e:
         print(f"schedcli: {e.reason}", file=sys.stderr)

@@ -12,6 +12,7 @@ import typer
 
 from ..engine.cost import CostModel
 from ..formats.converters import NAMES as CONVERTER_NAMES
+from ..formats.output import refuse_overwriting
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
 from .outputs import OutputFormat
@@ -107,6 +108,57 @@ def check_numbers(kwargs: dict[str, Any]) -> None:
                 bound.check(option, value)
             except BoundError as e:
                 raise UsageError(str(e)) from None
+
+
+# What each command's path parameters are, by parameter name: read (and what the command
+# line calls them), written, or neither. ``check_paths`` refuses an output that is an
+# input before anything is opened; a new path parameter must be named here.
+INPUT_PATHS = {
+    "trace": "TRACE",
+    "input_path": "INPUT",
+    "inputs": "INPUT",
+    "src": "SOURCE",
+    "workload": "WORKLOAD",
+    "workloads": "WORKLOAD",
+    "recordings": "RECORDING",
+    "paths": "PATH",
+    "spec": "--spec",
+    "cost_file": "--cost",
+    "golden": "--golden",
+}
+OUTPUT_PATHS = {
+    "output": "--output",
+    "perfetto": "--perfetto",
+    "metrics": "--metrics",
+    "junit_xml": "--junit-xml",
+}
+NOT_PATHS = frozenset(
+    {"fmt", "policy", "param", "a_policy", "b_policy", "a_param", "b_param", "steps", "session"}
+    | {"task", "until", "grid", "backend", "address", "cache", "golden_dir"}
+)
+
+
+def check_paths(kwargs: dict[str, Any]) -> None:
+    """No output (standard output included) is the same file as an input or another
+    output (``--golden`` is an output under ``--update-golden``)."""
+    inputs: list[tuple[str, str]] = []
+    outputs: list[tuple[str, str]] = []
+    for key, value in kwargs.items():
+        if not isinstance(value, str | list):
+            continue
+        if key == "golden" and kwargs.get("update_golden"):
+            role, label = outputs, "--golden"
+        elif key in INPUT_PATHS:
+            role, label = inputs, INPUT_PATHS[key]
+        elif key in OUTPUT_PATHS:
+            role, label = outputs, OUTPUT_PATHS[key]
+        elif key in NOT_PATHS:
+            continue
+        else:
+            raise AssertionError(f"parameter {key!r} is in none of options.py's path tables")
+        role += [(label, v) for v in (value if isinstance(value, list) else [value])]
+    outputs.append(("standard output", "-"))
+    refuse_overwriting(inputs, outputs)
 
 
 # Each command's own options and arguments.
@@ -427,7 +479,27 @@ AllowUncheckedOption = Annotated[
     ),
 ]
 StrictOption = Annotated[
-    bool, typer.Option("--strict", help="A golden that no trace claims fails the check.")
+    bool | None,
+    typer.Option(
+        "--strict/--no-strict",
+        help="A golden that no trace claims fails the check (the default; or as configured).",
+        show_default=False,
+    ),
+]
+StagedOption = Annotated[
+    bool,
+    typer.Option(
+        "--staged",
+        help="Check what git's staged commit touches, deletions and renames included "
+        "(the pre-commit hook).",
+    ),
+]
+AllowMissingGoldenOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-missing-golden",
+        help="A trace without a golden passes on its expects (else it fails: no golden).",
+    ),
 ]
 UpdateOption = Annotated[
     bool,

@@ -3,8 +3,11 @@ as ``schedcli check`` checks it, a failure shown as its first divergence step by
 
 Active only when asked: ``pytest --schedcli [PATH]``, or ``[tool.schedcli] pytest = true``
 (then on a run of the whole suite, not when test files are named on the command line).
-``--schedcli-update`` rewrites differing or missing goldens, as ``check --update``.
-Each item checks one trace on its own, so ``pytest -n auto`` spreads them over workers.
+``pytest --schedcli`` runs the traces alone (not the ``testpaths`` too), unless test files
+are named on the command line. ``--schedcli-update`` rewrites differing or missing
+goldens, as ``check --update``. Each item checks one trace on its own, so
+``pytest -n auto`` spreads them over workers. The verdicts are check's: a trace without
+a golden fails, an orphaned golden is a failing item of its own, as configured.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ def _paths(config: pytest.Config, settings: Config) -> list[str] | None:
     return None
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``--schedcli`` with no test files named: the traces alone."""
+    asked = config.getoption("schedcli")
+    if asked is not None and config.args_source != pytest.Config.ArgsSource.ARGS:
+        return True
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
@@ -62,6 +73,8 @@ def pytest_collection_modifyitems(
 
 
 def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    from ..model.errors import UsageError
+    from .check_report import refuse_aliases
     from .checking import CheckRequest, find_suite, suite_jobs
     from .config import load_config
 
@@ -71,9 +84,21 @@ def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.
         return
     update = bool(config.getoption("schedcli_update"))
     req = CheckRequest(paths, update=update).with_config(settings)
-    for job in suite_jobs(req, find_suite(req.paths, req.golden_dir)):
+    suite = find_suite(req.paths, req.golden_dir)
+    refuse_aliases(req, suite, None)
+    if not suite.traces:
+        where = ", ".join(req.paths)
+        raise UsageError(f"no traces (*.jsonl, *.jsonl.gz) in {where}: nothing to check")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for note in suite.notes:
+        if reporter is not None:
+            reporter.write_line(f"schedcli: note: {note}")
+    for job in suite_jobs(req, suite):
         collector = TraceFile.from_parent(session, path=Path(job.trace).resolve())
         items.append(TraceItem.from_parent(collector, name="check", job=job, req=req))
+    for golden in suite.orphans:
+        collector = TraceFile.from_parent(session, path=Path(golden).resolve())
+        items.append(OrphanItem.from_parent(collector, name="orphaned", req=req))
 
 
 class TraceFile(pytest.File):
@@ -109,6 +134,8 @@ class TraceItem(pytest.Item):
         if verdict.detail:
             lines += [f"--- {where}: first divergence ---" if verdict.status == FAIL else where]
             lines.append(verdict.detail)
+        if verdict.status in (FAIL, ERROR):
+            lines.append(f"reproduce: {verdict.command()}")
         raise TraceFailed("\n".join(lines))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
@@ -118,3 +145,27 @@ class TraceItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"schedcli check {self.job.trace}"
+
+
+class OrphanItem(pytest.Item):
+    """A golden that no trace claims: failing, as check fails it (skipped under
+    ``strict = false``)."""
+
+    def __init__(self, *, req: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.req = req
+
+    def runtest(self) -> None:
+        from .check_report import ORPHAN_TEXT
+
+        if not self.req.strict:
+            pytest.skip(f"{ORPHAN_TEXT} (strict = false)")
+        raise TraceFailed(f"orphaned: {ORPHAN_TEXT} (its trace was deleted or renamed?)")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, TraceFailed):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"schedcli check: orphaned golden {self.path}"

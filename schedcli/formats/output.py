@@ -12,7 +12,7 @@ import contextlib
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -20,6 +20,57 @@ from typing import IO
 from ..model.errors import UsageError
 
 _BUFFER = 1 << 20
+
+
+Named = tuple[str, str]  # (what the command line calls it, the path given)
+
+
+def refuse_overwriting(inputs: Sequence[Named], outputs: Sequence[Named]) -> None:
+    """UsageError (exit 2) when an output is the same file as an input, or as another
+    output: the same device and inode however the path is spelt (a symlink, a hard link,
+    ``.``/``..``, ``-`` for a redirected stdin or stdout), or for an output not yet made,
+    the same resolved path. Called before anything is opened for writing, as writing would
+    destroy what is still to be read. Devices and pipes are never refused."""
+    read: dict[object, str] = {}
+    written: dict[object, str] = {}
+    for label, path in inputs:
+        found = _file_id(path, 0)
+        if found is not None:
+            read.setdefault(found, _named(label, path, "input"))
+    for label, path in outputs:
+        key: object = _file_id(path, 1)
+        if key is None and path != "-":
+            key = ("not yet made", os.path.realpath(path))
+        if key is None:
+            continue
+        this = _named(label, path, "output")
+        if key in read:
+            raise UsageError(
+                f"{this} is the same file as {read[key]}: writing it would destroy the "
+                "input; choose another file"
+            )
+        if key in written:
+            raise UsageError(
+                f"{written[key]} and {this} are the same file: one would overwrite the "
+                "other; choose another file"
+            )
+        written[key] = this
+
+
+def _named(label: str, path: str, direction: str) -> str:
+    if path != "-":
+        return f"{label} {path}"
+    return label if label.startswith("standard") else f"{label} - (standard {direction})"
+
+
+def _file_id(path: str, fd: int) -> tuple[int, int] | None:
+    """A regular file's (device, inode), following symlinks; None for anything else (no
+    such file yet, a device, a pipe, a loop of symlinks)."""
+    try:
+        st = os.fstat(fd) if path == "-" else os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def unwritable(path: str, e: OSError) -> UsageError:
