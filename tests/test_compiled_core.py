@@ -19,7 +19,7 @@ import pytest
 import schedcli
 from schedcli import _compiled
 from schedcli.policies import BUILTIN_POLICIES
-from tests.helpers import REAL, ROOT, run_in_process
+from tests.helpers import REAL, REQUIRE_REAL, ROOT, run_in_process
 
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 EXAMPLES = sorted(str(p) for p in (ROOT / "traces").glob("*.jsonl"))
@@ -76,7 +76,7 @@ def compiled() -> None:
 @pytest.mark.usefixtures("compiled")
 def test_compiled_and_pure_python_replays_are_byte_identical(tmp_path: Path) -> None:
     traces = list(EXAMPLES)
-    if AZURE_CONV.exists():  # a few thousand events of real traffic, simulated
+    if AZURE_CONV.exists() or REQUIRE_REAL:  # a few thousand events of real traffic, simulated
         w, t = tmp_path / "w.jsonl", tmp_path / "azure.jsonl"
         convert = ("convert", "auto", str(AZURE_CONV), "--limit", "400", "-o", str(w))
         assert run_in_process(*convert).returncode == 0

@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REAL, run_cli
-
-needs_real = pytest.mark.skipif(
-    not REAL.is_dir(), reason=f"the real traces folder {REAL} is absent (CI provides it)"
-)
+from tests.helpers import REAL, needs_real, run_cli
 
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 AZURE_CODE = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_code.csv"

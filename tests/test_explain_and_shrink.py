@@ -49,7 +49,7 @@ def test_explain_names_what_it_cannot_find() -> None:
     r = run_cli("explain", str(CHAT), "--step", "99")
     assert r.returncode == 2 and b"there is no step 99: the replay has 4 steps (0 to 3)" in r.stderr
     r = run_cli("explain", str(CHAT), "--task", "nosuch")
-    assert r.returncode == 2 and b"no accepted submit in this trace holds task 'nosuch'" in r.stderr
+    assert r.returncode == 2 and b"no submit in this trace holds task 'nosuch'" in r.stderr
     r = run_cli("explain", str(CHAT), "--step", "1", "--task", "p1.3")
     assert r.returncode == 2 and b"exactly one of --step, --task, --session" in r.stderr
 

@@ -12,7 +12,7 @@ from hypothesis import given
 
 from schedcli import DecodeFirstScheduler, Task
 from schedcli.record import RecordingScheduler
-from tests.helpers import EXAMPLES, run_cli
+from tests.helpers import EXAMPLES, needs_real, run_cli
 from tests.test_hostile_input import FUZZ, mutated_traces
 
 
@@ -437,6 +437,7 @@ def test_explain_on_an_empty_trace_says_it_has_no_steps(tmp_path: Path) -> None:
     assert r.stderr.decode().strip() == f"{trace}: there is no step 3: the replay has no steps"
 
 
+@needs_real
 def test_convert_with_a_window_does_not_undercount_what_it_left_out(tmp_path: Path) -> None:
     from tests.helpers import REAL
 

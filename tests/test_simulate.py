@@ -17,7 +17,7 @@ from schedcli.engine.cost import CostModel
 from schedcli.engine.simulate import simulate
 from schedcli.formats.workload import Request
 from schedcli.formats.writer import TraceWriter
-from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, run_cli
+from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, needs_real, run_cli
 
 GOLDEN = ROOT / "tests" / "golden" / "azure-conv-60.json"
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -208,7 +208,7 @@ def test_bad_workload_line_is_file_line_exit_2(tmp_path: Path) -> None:
     assert b"did you mean 'arrival'" in r.stderr
 
 
-@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=f"{AZURE_CONV} is absent (CI provides it)")
+@needs_real
 def test_small_azure_slice_matches_its_golden(tmp_path: Path) -> None:
     w = tmp_path / "w.jsonl"
     assert (

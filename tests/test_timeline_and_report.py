@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.helpers import REAL, ROOT, TRACES, run_cli
+from tests.helpers import REAL, REQUIRE_REAL, ROOT, TRACES, needs_real, run_cli
 
 SCHEMA = json.loads((ROOT / "tests" / "schemas" / "trace_event.schema.json").read_text())
 ARTIFACTS = ROOT / "test-artifacts"
@@ -183,7 +183,7 @@ REQUESTS = 150
 
 def _workload(tmp_path: Path) -> Path:
     w = tmp_path / "w.jsonl"
-    if AZURE_CONV.is_file():
+    if AZURE_CONV.is_file() or REQUIRE_REAL:
         assert (
             run_cli(
                 "convert", "auto", str(AZURE_CONV), "--limit", f"{REQUESTS}", "-o", f"{w}"
@@ -285,7 +285,7 @@ def test_report_renders_in_headless_chromium_without_errors(tmp_path: Path) -> N
     assert (ARTIFACTS / "report-workload.png").stat().st_size > 10_000
 
 
-@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=f"{AZURE_CONV} is absent (CI provides it)")
+@needs_real
 def test_timeline_of_a_converted_real_trace(tmp_path: Path) -> None:
     w = _workload(tmp_path)
     out = tmp_path / "azure.json"

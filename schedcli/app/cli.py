@@ -55,6 +55,7 @@ from .options import (
     GridOption,
     InputPathOption,
     InputsOption,
+    InstallOption,
     JobsOption,
     JunitOption,
     KeepExpectsOption,
@@ -76,6 +77,7 @@ from .options import (
     RequireAllOption,
     SeedOption,
     SessionOption,
+    ShellArgument,
     ShrinkOutputOption,
     ShrinkTraceOption,
     SimulateOutputOption,
@@ -553,3 +555,12 @@ def check(
         staged=staged,
     )
     run_check(req, str(fmt), junit_xml)
+
+
+@command
+def completion(shell: ShellArgument, install: InstallOption = False) -> None:
+    """Tab completion for your shell: print its script, or --install it
+    (eval "$(schedcli completion bash)" in ~/.bashrc does the same)."""
+    from .completion import completion_command
+
+    completion_command(str(shell), install)

@@ -31,14 +31,34 @@ def _data_console_class() -> type[Console]:
         command line ends quietly with exit 0, as for every other output format.
         """
 
+        fitted = False  # no terminal to fit: each print as wide as its content, unwrapped
+
         def on_broken_pipe(self) -> None:
             raise BrokenPipeError
+
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            if self.fitted and objects:
+                self.width = FITTED_MAX  # measured against room enough, then fitted
+                needed = max(self.measure(o).maximum for o in objects)
+                self.width = max(FITTED_MIN, min(needed, FITTED_MAX))
+            super().print(*objects, **kwargs)
 
     return DataConsole
 
 
+# A table piped to a file or another program is never cut to 80 columns: each is as wide
+# as its cells need unwrapped, a row a line (COLUMNS, when set, still decides).
+FITTED_MIN, FITTED_MAX = 80, 2000
+
+
 def data_console(file: IO[str] | None = None, width: int | None = None) -> Console:
-    return _data_console_class()(file=file, highlight=False, width=width)
+    import os
+
+    console = _data_console_class()(file=file, highlight=False, width=width)
+    target = file if file is not None else sys.stdout
+    if width is None and "COLUMNS" not in os.environ and not target.isatty():
+        console.fitted = True  # type: ignore[attr-defined]
+    return console
 
 
 def stderr_console() -> Console:

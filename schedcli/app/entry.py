@@ -21,6 +21,7 @@ from ..formats import interrupt
 from ..formats.interrupt import Stopped, guard
 from ..model.errors import SchedcliError
 from .cli import app_for
+from .completion import init_if_completing
 from .console import PipeClosed
 from .usage import error_text, usage_message
 
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place exceptions become messages and exit codes."""
     interrupt.install()
     _warn_if_stale()
+    init_if_completing()
     try:
         args = sys.argv[1:] if argv is None else argv
         code = app_for(args)(args=args, prog_name="schedcli", standalone_mode=False)

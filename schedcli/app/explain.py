@@ -60,6 +60,7 @@ class Life:
     passed_over: list[tuple[int, str, str]] = field(default_factory=list)
     outcome: str = "still queued"
     outcome_step: int | None = None
+    reason: str | None = None  # why the policy refused it at submit (rejected)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,7 +70,9 @@ class Life:
                 {"step": step, "reason": code, "detail": detail}
                 for step, code, detail in self.passed_over
             ],
-            "outcome": {"what": self.outcome, "step": self.outcome_step},
+            "outcome": {"what": self.outcome, "step": self.outcome_step}
+            if self.reason is None
+            else {"what": "rejected", "step": self.outcome_step, "reason": self.reason},
         }
 
 
@@ -104,6 +107,14 @@ class _Watcher:
             life = self.lives.get(id(t))
             if life is not None:
                 life.outcome, life.outcome_step = "cancelled", step
+
+    def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
+        line = self.engine_line()
+        for t in tasks:
+            if self.wanted(t):
+                life = Life(t, line, step, outcome=f"rejected ({reason})", outcome_step=step)
+                life.reason = reason
+                self.lives[id(t)] = life
 
     def left(self, step: int, left: Left) -> None:
         for t, code, detail in left or ():
@@ -180,7 +191,7 @@ def explain_lives(
         watcher = _replay(path, policy, params or {}, lambda t: same_id(t.sid, sid))
         what = f"session {sid!r}"
     if not watcher.lives:
-        raise InputError(path, None, f"no accepted submit in this trace holds {what}")
+        raise InputError(path, None, f"no submit in this trace holds {what}")
     return list(watcher.lives.values())
 
 

@@ -28,6 +28,9 @@ class ViewFormat(StrEnum):
     json = "json"
 
 
+Shell = StrEnum("Shell", [(s, s) for s in ("bash", "zsh", "fish", "powershell")])  # type: ignore[misc]
+
+
 class CheckFormat(StrEnum):
     text = "text"
     json = "json"
@@ -134,7 +137,7 @@ OUTPUT_PATHS = {
 }
 NOT_PATHS = frozenset(
     {"fmt", "policy", "param", "a_policy", "b_policy", "a_param", "b_param", "steps", "session"}
-    | {"task", "until", "grid", "backend", "address", "cache", "golden_dir"}
+    | {"task", "until", "grid", "backend", "address", "cache", "golden_dir", "shell"}
 )
 
 
@@ -485,6 +488,14 @@ StrictOption = Annotated[
         help="A golden that no trace claims fails the check (the default; or as configured).",
         show_default=False,
     ),
+]
+ShellArgument = Annotated[
+    Shell,
+    typer.Argument(metavar="SHELL", help="bash, zsh, fish or powershell."),
+]
+InstallOption = Annotated[
+    bool,
+    typer.Option("--install", help="Add it to the shell's start-up file instead of printing it."),
 ]
 StagedOption = Annotated[
     bool,

@@ -119,9 +119,12 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
             from .render import mismatch_view
 
             err().print(mismatch_view(e.mismatch, e.mismatch.left))
+            _said_checked(req, opened.name, engine, err, "the first difference included")
             raise
         except (SchedcliError, Stopped) as e:
             _close(outputs, None, e)
+            progress.stop()
+            _said_checked(req, opened.name, engine, err, "before it stopped")
             raise
         finally:
             progress.stop()
@@ -253,6 +256,15 @@ def _check_coverage(
         raise CheckFailed(
             f"{name}: {total - engine.checked} of {total} batches record no expect (--require-all)"
         )
+
+
+def _said_checked(
+    req: ReplayRequest, name: str, engine: Replayer, err: Callable[[], Console], when: str
+) -> None:
+    """What --check had compared when the replay ended early (a difference, an error,
+    Ctrl-C): said on every exit, not only on success."""
+    if req.check:
+        err().print(f"{name}: {checked_text(engine)}, {when}", soft_wrap=True, highlight=False)
 
 
 def checked_text(engine: Replayer) -> str:

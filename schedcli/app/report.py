@@ -182,6 +182,9 @@ class _Binning:
     def dropped(self, tasks: list[Task], step: int) -> None:
         self.metrics.dropped(tasks, step)
 
+    def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
+        pass
+
 
 def _from_dump(path: str, allow_incomplete: bool) -> list[Run]:
     run = Run(display_name(path), None)

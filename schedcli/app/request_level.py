@@ -114,6 +114,7 @@ def run_request_replay(
             check=req.check,
             drain=req.drain,
             on_left=fan.on_left,
+            trace_name=reader.name,
         )
         events = RequestReader(reader)
         try:

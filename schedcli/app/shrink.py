@@ -104,6 +104,9 @@ def _keys(ids: Sequence[Any]) -> tuple[Any, ...]:
 
 # A number in a contract message that is not an id: a count, which a smaller trace changes.
 _COUNT = re.compile(r"(?<!task )(?<!tid )(?<!chunk )(?<!session )(?<!cancel\()\b\d+\b")
+# The tasks a contract message lists as examples (the lost ones, say): a smaller trace
+# loses others, the same way.
+_TASKS = re.compile(r" \(tasks: [^)]*\)")
 _CONTRACT = re.compile(r"broke the Scheduler contract at step \d+ \(([^)]*)\): (.*)", re.S)
 
 
@@ -135,7 +138,7 @@ def _replay_fails(
             return Failure(0, ("contract", str(e)))
         where, message = found.groups()
         line = int(where[5:]) if where.startswith("line ") and where[5:].isdigit() else 0
-        return Failure(line, ("contract", _COUNT.sub("N", message)))
+        return Failure(line, ("contract", _COUNT.sub("N", _TASKS.sub("", message))))
     except SchedcliError:
         return None
     return None
@@ -162,7 +165,9 @@ def _request_replay_fails(
                 reader.header, reader.name, policy, {k: str(v) for k, v in params.items()}
             )
             try:
-                engine = RequestReplayer(built, discard, policy_name=label, check=check)
+                engine = RequestReplayer(
+                    built, discard, policy_name=label, check=check, trace_name=reader.name
+                )
                 engine.run(RequestReader(reader), lambda: None)
             finally:
                 built.close()

@@ -197,4 +197,10 @@ def cost_model_of(path: str | None, a: float, b: float, c: float) -> CostModel:
         return CostModel(a, b, c)
     if (a, b, c) != (default.a, default.b, default.c):
         raise UsageError("--cost FILE is a whole model: give it or --cost-a/-b/-c, not both")
-    return CostModel.load(path)
+    model = CostModel.load(path)
+    poor = CostModel.poor_fit(path)
+    if poor:
+        from .fitting import warn_poor
+
+        warn_poor(poor, f"the fit in {path}")
+    return model

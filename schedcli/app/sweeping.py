@@ -142,13 +142,14 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
         if outcome.error is not None:
             err.print(f"point failed: {_label(outcome)}: {outcome.error}", soft_wrap=True)
 
+    cache = Cache(req.cache, __version__)
     try:
         outcomes = run_points(
             todo,
             backend=req.backend,
             jobs=req.jobs,
             address=req.address,
-            cache=Cache(req.cache, __version__),
+            cache=cache,
             fresh=req.fresh,
             on_done=on_done,
         )
@@ -162,6 +163,13 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
         err.print(line, soft_wrap=True, highlight=False, markup=False)
     cached = sum(o.cached for o in outcomes)
     failed = sum(o.error is not None for o in outcomes)
+    if cache.stale:
+        err.print(
+            f"note: {len(cache.stale)} cached point(s) ran again, as what they ran with "
+            f"changed (first: {cache.stale[0]})",
+            soft_wrap=True,
+            highlight=False,
+        )
     err.print(f"{len(outcomes)} points: {cached} from the cache, {failed} failed")
     return failed
 

@@ -21,7 +21,8 @@ def error_text(e: SchedcliError) -> str:
     if isinstance(e, WrongKind):
         where = f"{e.file}:{e.line}" if e.line is not None else e.file
         return f"{where}: {e.text(TAKERS.get(e.found))}"
-    return str(e) if isinstance(e, InputError) else f"schedcli: {e}"
+    located = isinstance(e, InputError) or getattr(e, "located", False)
+    return str(e) if located else f"schedcli: {e}"
 
 
 # The parser's words, in ours: pydantic's (typer 0.29, which coerces through it) and

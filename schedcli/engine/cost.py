@@ -58,6 +58,15 @@ class CostModel:
             del terms["d"]  # models without the context term read as they always did
         return terms
 
+    @staticmethod
+    def poor_fit(path: str) -> str | None:
+        """Why the fit written in ``path`` is poor (``schedcli fit`` marks it), or None."""
+        with open_binary(path, display_name(path)) as f:
+            data = orjson.loads(f.read())
+        fit = data.get("fit") if type(data) is dict else None
+        poor = fit.get("poor") if type(fit) is dict else None
+        return ", ".join(map(str, poor)) if type(poor) is list and poor else None
+
     @classmethod
     def load(cls, path: str) -> CostModel:
         """A model written by ``schedcli fit -o`` (its coefficients a, b, c and d)."""

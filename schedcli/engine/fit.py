@@ -36,6 +36,11 @@ class Step:
     seconds: float
 
 
+# A fit explaining less of the held-out steps than this is poor: said loudly, and marked.
+POOR_R2 = 0.5
+POOR_MAPE = 0.5
+
+
 @dataclass
 class Fit:
     terms: list[str]
@@ -48,6 +53,16 @@ class Fit:
     mape: float | None
     r2: float | None
     notes: list[str] = field(default_factory=list)
+
+    def poor(self) -> list[str]:
+        """Why the fit explains too little of the held-out steps to stand for them (R²
+        under POOR_R2, MAPE over POOR_MAPE); empty when it is good enough or unmeasured."""
+        why = []
+        if self.r2 is not None and self.r2 < POOR_R2:
+            why.append(f"R² {self.r2:.3f} < {POOR_R2}")
+        if self.mape is not None and self.mape > POOR_MAPE:
+            why.append(f"MAPE {self.mape * 100:.0f}% > {POOR_MAPE * 100:.0f}%")
+        return why
 
     def cost_json(self) -> dict[str, Any]:
         """What ``simulate --cost`` reads: the coefficients, and how good they are."""
@@ -63,6 +78,8 @@ class Fit:
                 "mape": self.mape,
                 "r2": self.r2,
                 "zero_terms": [t for t in self.terms if self.coefficients[t] == 0.0],
+                "quality": "poor" if self.poor() else "ok",
+                "poor": self.poor(),
                 "notes": self.notes,
             },
         }

@@ -105,6 +105,9 @@ class StepMetrics:
         self.tokens += tokens
         self.peak_tokens = max(self.peak_tokens, tokens)
 
+    def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
+        pass  # counted by the replay's totals
+
     def dropped(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
             self._submitted.pop(t.tid, None)

@@ -43,6 +43,9 @@ class Origins:
         for t in batch:
             queued.pop(id(t), None)
 
+    def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
+        pass  # never queued
+
     def dropped(self, tasks: list[Task], step: int) -> None:
         queued = self.queued
         for t in tasks:

@@ -19,7 +19,7 @@ from ..formats.trace import Event, Line, Run, as_event
 from ..model.errors import CheckFailed, InvariantError, UsageError
 from ..model.records import Left, Record, discard
 from ..model.scheduler import Scheduler
-from ..model.task import Id, Task, same_id
+from ..model.task import Id, Task, same_id, show_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
 from .ledger import Ledger, Totals
 
@@ -54,15 +54,19 @@ class Mismatch:
 
 
 class ExpectMismatch(CheckFailed):
-    def __init__(self, mismatch: Mismatch) -> None:
+    located = True  # its message starts FILE:LINE
+
+    def __init__(self, mismatch: Mismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(
-            f"line {mismatch.line}: step {mismatch.step} differs from the recorded batch"
+            f"{trace}:{mismatch.line}: step {mismatch.step} differs from the recorded batch"
         )
 
 
 class OutcomeMismatch(CheckFailed):
     """A submit the recording accepted and the replay rejected, or the other way round."""
+
+    located = True
 
     def __init__(self, trace: str, line: int, recorded: str | None, replayed: str | None) -> None:
         self.line = line
@@ -84,6 +88,25 @@ def recorded_rejection(meta: object) -> str | None:
     return None
 
 
+class RecordingRaised(CheckFailed):
+    """Under ``--check``: the recorded scheduler raised at this call, so the recording
+    stops there and cannot vouch for the rest of the run."""
+
+    located = True
+
+    def __init__(self, trace: str, line: int, op: str, raised: object) -> None:
+        self.line = line
+        super().__init__(
+            f"{trace}:{line}: the recorded scheduler raised in {op} ({raised}): the "
+            "recording is incomplete from here; --allow-incomplete checks what came before"
+        )
+
+
+def raised_in(meta: object) -> object:
+    """What a recorder says the recorded call raised (``meta.raised``), or None."""
+    return meta.get("raised") if type(meta) is dict else None
+
+
 class PolicyCrashed(UsageError):
     """The policy raised instead of answering (a broken plugin, usually)."""
 
@@ -97,6 +120,8 @@ class Observer(Protocol):
     def dispatched(self, batch: list[Task], step: int) -> None: ...
 
     def dropped(self, tasks: list[Task], step: int) -> None: ...
+
+    def rejected(self, tasks: list[Task], step: int, reason: str) -> None: ...
 
 
 def _stderr_warning(message: str) -> None:
@@ -154,9 +179,12 @@ class Replayer(_Located):
         on_left: Callable[[int, Left], None] | None = None,
         recorded_outcomes: bool = False,
         dump: StepLines | None = None,
+        allow_incomplete: bool = False,
     ) -> None:
         """``recorded_outcomes``: the trace is a recording that marks every rejected submit
-        (``meta.rejected``), so under ``check`` an unmarked submit must be accepted.
+        (``meta.rejected``), so under ``check`` an unmarked submit must be accepted. Under
+        ``check``, a call the recorded scheduler raised in (``meta.raised``) fails the
+        check, unless ``allow_incomplete``.
         ``dump``: the JSONL dump is the only output, and takes each batch's step record
         from the batch itself (``emit`` gets the other records)."""
         self.policy = policy
@@ -172,6 +200,7 @@ class Replayer(_Located):
         self.emit = emit
         self.policy_name = policy_name or type(policy).__name__
         self.check = check
+        self._check_raised = check and not allow_incomplete
         self.drain = drain
         self.on_step = on_step
         self._warn = warn or _stderr_warning
@@ -216,6 +245,7 @@ class Replayer(_Located):
         if answer != bool(self.ledger.queued):
             raise self._broken(
                 f"has_work() is {answer} but {len(self.ledger)} accepted tasks are queued"
+                + (f" (tasks: {_some(self.ledger.queued)})" if self.ledger.queued else "")
             )
         return answer
 
@@ -241,6 +271,8 @@ class Replayer(_Located):
             return
         totals.rejected += 1
         totals.rejected_tasks += len(tasks)
+        if self.observer is not None:
+            self.observer.rejected(tasks, self._next_step, str(reason))
         self.emit(
             {
                 "line": line,
@@ -316,7 +348,8 @@ class Replayer(_Located):
             if not _same_ids([t.tid for t in batch], event.expect):
                 queued = dict(self.ledger.queued)
                 left = self.policy.left_behind()  # this batch's reasons, while they hold
-                raise ExpectMismatch(Mismatch(step, event.line, event.expect, batch, queued, left))
+                mismatch = Mismatch(step, event.line, event.expect, batch, queued, left)
+                raise ExpectMismatch(mismatch, self.clock.trace_name)
         if self._listing:
             self.emit(
                 {"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)}
@@ -340,7 +373,8 @@ class Replayer(_Located):
                 if empty_run >= STUCK_AFTER:
                     raise self._broken(
                         f"{STUCK_AFTER} empty batches in a row while {len(self.ledger)} "
-                        "tasks are queued: the replay would never finish"
+                        f"tasks are queued (tasks: {_some(self.ledger.queued)}): the replay "
+                        "would never finish"
                     )
             yield step
             step += 1
@@ -361,6 +395,10 @@ class Replayer(_Located):
     def feed(self, event: Event) -> None:
         """Apply one event, calling get_work where the step mode says."""
         self._line = event.line
+        if self._check_raised and event.meta is not None:
+            raised = raised_in(event.meta)
+            if raised is not None:
+                raise RecordingRaised(self.clock.trace_name, event.line, event.op, raised)
         if event.op == "get_work":
             self.get_work(self.clock.get_work_step(event), event)
             return
@@ -388,7 +426,12 @@ class Replayer(_Located):
                 self.feed(as_event(item, line))
             else:
                 self._submit(item, line)
-        elif item.op == "submit" and item.step is None and self.clock.current is not None:
+        elif (
+            item.op == "submit"
+            and item.step is None
+            and self.clock.current is not None
+            and (item.meta is None or not self._check_raised)
+        ):
             self._submit(item.tasks or [], line, item.meta)
         else:
             self.feed(item)
@@ -450,8 +493,39 @@ class Replayer(_Located):
         if hidden > 0:
             self._warn(f"warning: and {hidden} more times a batch owed a session two outputs")
         self._has_work()
+        if self.ledger.queued:
+            self._still_held()
         self.ledger.account(self.totals)
         self.emit(self.totals.end_record())
+
+    def _still_held(self) -> None:
+        """Tasks still queued at the end must still be in the policy, not forgotten by it:
+        the policy is asked for batches (shown nowhere) until each has come back. One it
+        never returns, while has_work() says there is none or over STUCK_AFTER empty
+        batches in a row, was lost (the contract broken, with or without --drain)."""
+        waiting = dict(self.ledger.queued)
+        self.last_batch_step = -1  # the policy is about to move past its last batch
+        empty_run = 0
+        while waiting:
+            try:
+                more = self.policy.has_work()
+                batch = self.policy.get_work() if more else []
+            except Exception as e:
+                raise self._crash("get_work (after the trace, for the tasks it holds)", e) from e
+            if not more:
+                raise self._broken(
+                    "has_work() is False while tasks it accepted were never returned: asked "
+                    f"for batches after the trace, it lost them (tasks: {_some(waiting)})"
+                )
+            for t in batch:
+                waiting.pop(t.tid, None)
+            empty_run = 0 if batch else empty_run + 1
+            if empty_run >= STUCK_AFTER:
+                raise self._broken(
+                    f"tasks it accepted are still queued at the end, and {STUCK_AFTER} calls "
+                    "of get_work after the trace never return them: it lost them "
+                    f"(tasks: {_some(waiting)})"
+                )
 
 
 @contextmanager
@@ -469,6 +543,12 @@ def few_collections() -> Iterator[None]:
         gc.set_threshold(*threshold)
 
 
+def _some(tasks: dict[Id, Task]) -> str:
+    """The first few tids of ``tasks``, and how many more."""
+    shown = ", ".join(show_id(tid) for tid in list(tasks)[:5])
+    return shown + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+
+
 def _same_ids(got: list[Id], expected: list[Id]) -> bool:
     return len(got) == len(expected) and all(map(same_id, got, expected))
 
@@ -481,6 +561,7 @@ __all__ = [
     "Observer",
     "OutcomeMismatch",
     "Record",
+    "RecordingRaised",
     "Replayer",
     "Totals",
 ]

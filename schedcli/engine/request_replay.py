@@ -37,10 +37,12 @@ class RequestMismatch:
 
 
 class RequestExpectMismatch(CheckFailed):
-    def __init__(self, mismatch: RequestMismatch) -> None:
+    located = True  # its message starts FILE:LINE
+
+    def __init__(self, mismatch: RequestMismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(
-            f"line {mismatch.line}: step {mismatch.step} differs from the recorded step"
+            f"{trace}:{mismatch.line}: step {mismatch.step} differs from the recorded step"
         )
 
 
@@ -77,8 +79,10 @@ class RequestReplayer:
         check: bool = False,
         drain: bool = False,
         on_left: Callable[[int, Left], None] | None = None,
+        trace_name: str = "<trace>",
     ) -> None:
         self.policy, self.emit, self.policy_name = policy, emit, policy_name
+        self.trace_name = trace_name
         self.check, self.drain, self.on_left = check, drain, on_left
         self.totals = Totals(mode="request", budget=policy.token_budget)
         self.step_events = 0
@@ -225,7 +229,8 @@ class RequestReplayer:
             return
         step = self.totals.steps - 1
         held = list(self._live.values())
-        raise RequestExpectMismatch(RequestMismatch(step, line, want, got, self.last_reasons, held))
+        mismatch = RequestMismatch(step, line, want, got, self.last_reasons, held)
+        raise RequestExpectMismatch(mismatch, self.trace_name)
 
     def drain_all(self) -> None:
         """Steps while the policy has work (a trace with no steps, or ``--drain``), the

@@ -83,6 +83,7 @@ class OpenTrace:
             on_left=on_left,
             recorded_outcomes=self.recorded_outcomes,
             dump=dump,
+            allow_incomplete=self.allow_incomplete,
         )
 
     @property

@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import multiprocessing
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -95,6 +96,9 @@ class Outcome:
     record: dict[str, Any] | None = None
     error: str | None = None
     cached: bool = False
+    # The files of the modules loaded where the point ran, outside the standard library
+    # and site-packages, by their digests: a cached record stands while they do.
+    deps: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -346,11 +350,15 @@ def _capacity(point: Point, cap: Capacity) -> dict[str, Any]:
 
 
 class Cache:
-    """Finished points' records, one file per cache key, written atomically."""
+    """Finished points' records, one file per cache key, written atomically, each with the
+    digests of the modules it ran with (``local_modules``): a record whose modules have
+    changed since (a plugin's helper edited) is stale, not served, and counted."""
 
     def __init__(self, directory: str | Path, version: str) -> None:
         self.directory = Path(directory)
         self.version = version
+        self.stale: list[str] = []  # why each stale record was not served
+        self._digests: dict[str, str | None] = {}
 
     def get(self, point: Point) -> dict[str, Any] | None:
         key = point.key(self.version)
@@ -358,21 +366,76 @@ class Cache:
             return None
         path = self.directory / f"{key}.json"
         try:
-            record: dict[str, Any] = orjson.loads(path.read_bytes())
+            kept = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             return None
+        if type(kept) is not dict or type(kept.get("record")) is not dict:
+            self.stale.append(f"{path.name}: written by an older schedcli")
+            return None
+        for file, digest in dict(kept.get("deps") or {}).items():
+            if self._digest(file) != digest:
+                self.stale.append(f"{file} changed since the point was cached")
+                return None
+        record: dict[str, Any] = kept["record"]
         record["workload"] = point.workload  # the same content may sit at another path
         return record
 
-    def put(self, point: Point, record: dict[str, Any]) -> None:
+    def _digest(self, file: str) -> str | None:
+        if file not in self._digests:
+            self._digests[file] = _file_digest(file)
+        return self._digests[file]
+
+    def put(self, point: Point, record: dict[str, Any], deps: dict[str, str]) -> None:
         key = point.key(self.version)
         if key is None:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{key}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(record))
+        kept = {"record": record, "deps": deps}
+        tmp.write_bytes(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS))
         os.replace(tmp, path)
+
+
+def _file_digest(file: str) -> str | None:
+    try:
+        return file_sha256(file)
+    except OSError:
+        return None
+
+
+_LOCAL: dict[str, str | None] = {}  # this process's module files, by their digests
+
+
+def local_modules() -> dict[str, str]:
+    """Every module loaded in this process from a file outside the standard library and
+    site-packages (a plugin, the helpers it imports, an editable checkout), by digest:
+    what a point's result may depend on beyond its policy's own source."""
+    installed = _installed_roots()
+    found: dict[str, str] = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str):
+            continue
+        real = os.path.realpath(file)
+        if real.startswith(installed):
+            continue
+        if real not in _LOCAL:
+            _LOCAL[real] = _file_digest(real)
+        digest = _LOCAL[real]
+        if digest is not None:
+            found[real] = digest
+    return dict(sorted(found.items()))
+
+
+def _installed_roots() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(site.getsitepackages())
+    paths.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
 
 
 # --- running them -----------------------------------------------------------------------
@@ -403,7 +466,7 @@ def run_points(
 
     def done(outcome: Outcome) -> None:
         if outcome.record is not None and cache is not None:
-            cache.put(outcome.point, outcome.record)
+            cache.put(outcome.point, outcome.record, outcome.deps)
         if on_done is not None:
             on_done(outcome)
 
@@ -416,18 +479,22 @@ def run_points(
     return outcomes
 
 
-def _guarded(point: Point, data: bytes | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """A point's record or its error, never an exception (a worker reports, then goes on)."""
+Ran = tuple[dict[str, Any] | None, str | None, dict[str, str]]
+
+
+def _guarded(point: Point, data: bytes | None = None) -> Ran:
+    """A point's record or its error, never an exception (a worker reports, then goes on),
+    and the modules it ran with (``local_modules``)."""
     try:
-        return run_point(point, data), None
+        return run_point(point, data), None, local_modules()
     except Exception as e:
-        return None, f"{type(e).__name__}: {e}"
+        return None, f"{type(e).__name__}: {e}", {}
 
 
 def _run_local(todo: list[Outcome], jobs: int, done: Callable[[Outcome], None]) -> None:
     if jobs <= 1 or len(todo) <= 1:
         for outcome in todo:
-            outcome.record, outcome.error = _guarded(outcome.point)
+            outcome.record, outcome.error, outcome.deps = _guarded(outcome.point)
             done(outcome)
         return
     # Workers fork from a clean server process that has imported schedcli once: cheap to
@@ -438,7 +505,7 @@ def _run_local(todo: list[Outcome], jobs: int, done: Callable[[Outcome], None]) 
         futures = {pool.submit(_guarded, o.point): o for o in todo}
         for future in as_completed(futures):
             outcome = futures[future]
-            outcome.record, outcome.error = future.result()
+            outcome.record, outcome.error, outcome.deps = future.result()
             done(outcome)
 
 
@@ -454,7 +521,7 @@ def _run_ray(
         options: dict[str, Any] = {"address": address} if address else {"num_cpus": jobs}
         ray.init(include_dashboard=False, log_to_driver=False, **options)
     try:
-        remote = ray.remote(_guarded)
+        remote: Any = ray.remote(_guarded)
         # Each workload goes to the cluster once, as an object the workers read.
         shipped: dict[str, Any] = {}
         refs = {}
@@ -467,7 +534,7 @@ def _run_ray(
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             outcome = refs[ready[0]]
-            outcome.record, outcome.error = ray.get(ready[0])
+            outcome.record, outcome.error, outcome.deps = ray.get(ready[0])
             done(outcome)
     finally:
         if started:

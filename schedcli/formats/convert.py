@@ -133,19 +133,21 @@ def _write_rows(
     write = JsonlWriter(out)  # whole lines only, even if interrupted
     origin: float | None = None
     window_end = options.start + options.duration if options.duration is not None else None
-    last = 0.0
+    last: float | None = None  # the latest arrival read, on the source's clock
     sid = 0
     for row in rows:
         meta = row.meta
         if meta is not None and "__error__" in meta:
-            if not options.skip_bad:
-                raise InputError(name, row.line, meta["__error__"])
-            report.skipped_bad += 1
-            if len(report.first_bad) < 3:
-                report.first_bad.append(f"{name}:{row.line}: {meta['__error__']}")
+            _bad_row(name, row.line, meta["__error__"], options, report)
             continue
         t = arrivals.next() if arrivals is not None else row.arrival
         assert t is not None
+        # Sorted input only: a row earlier than one before it is never taken for one
+        # outside the window (the window is the one asked for, on the source's clock).
+        if last is not None and t < last:
+            _bad_row(name, row.line, UNSORTED, options, report)
+            continue
+        last = t
         if origin is None:
             origin = t
         rel = t - origin
@@ -156,12 +158,6 @@ def _write_rows(
             report.before_window += 1
             continue
         arrival = round((rel - options.start) * options.time_scale, 9)
-        if arrival < last:
-            if not options.skip_bad:
-                raise InputError(name, row.line, "arrivals go backwards (the file is not sorted)")
-            report.skipped_bad += 1
-            continue
-        last = arrival
         record: dict[str, Any] = {
             "sid": sid,
             "arrival": arrival,
@@ -186,6 +182,20 @@ def _write_rows(
         warn(f"skipped {report.skipped_bad} bad row(s); first: {'; '.join(report.first_bad)}")
     if report.dropped_failed:
         warn(f"dropped {report.dropped_failed} failed request(s) (0 response tokens)")
+
+
+UNSORTED = "arrivals go backwards (the file is not sorted)"
+
+
+def _bad_row(
+    name: str, line: int, message: str, options: ConvertOptions, report: ConvertReport
+) -> None:
+    """A row that cannot be taken: bad input at its line, or skipped and counted."""
+    if not options.skip_bad:
+        raise InputError(name, line, message)
+    report.skipped_bad += 1
+    if len(report.first_bad) < 3:
+        report.first_bad.append(f"{name}:{line}: {message}")
 
 
 def to_text(report: ConvertReport) -> str:

@@ -37,7 +37,8 @@ def refuse_overwriting(inputs: Sequence[Named], outputs: Sequence[Named]) -> Non
         found = _file_id(path, 0)
         if found is not None:
             read.setdefault(found, _named(label, path, "input"))
-    for label, path in outputs:
+    stdout = [o for o in outputs if o[1] == "-"][:1]  # several outputs may share stdout
+    for label, path in [o for o in outputs if o[1] != "-"] + stdout:
         key: object = _file_id(path, 1)
         if key is None and path != "-":
             key = ("not yet made", os.path.realpath(path))

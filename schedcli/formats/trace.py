@@ -153,10 +153,10 @@ def to_event(s: schema.EventStruct, line: int) -> Event:
         meta = s.meta if s.tasks is not None else None  # inline, meta is the task's
         return Event("submit", line, s.step, s.t, tasks=_submit_tasks(s), meta=meta)
     if type(s) is GetWork:
-        return Event("get_work", line, s.step, s.t, expect=s.expect)
+        return Event("get_work", line, s.step, s.t, expect=s.expect, meta=s.meta)
     if type(s) is Cancel:
-        return Event("cancel", line, s.step, s.t, sid=s.sid)
-    return Event("clear", line, s.step, s.t)
+        return Event("cancel", line, s.step, s.t, sid=s.sid, meta=s.meta)
+    return Event("clear", line, s.step, s.t, meta=s.meta)
 
 
 def partial_marker(raw: bytes) -> dict[str, Any] | None:

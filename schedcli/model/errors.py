@@ -46,6 +46,7 @@ class CheckFailed(SchedcliError):
     """A comparison (--check, --golden, diff) found a difference."""
 
     exit_code = 1
+    located = False  # True where the message starts FILE:LINE (said as it is)
 
 
 class InvariantError(SchedcliError):

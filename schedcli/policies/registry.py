@@ -283,6 +283,9 @@ def check_request_params(spec: str, params: Mapping[str, object]) -> dict[str, o
         check_params(cls.PARAMS, values)
     except ValueError as e:
         raise UsageError(f"policy {cls.name or spec!r}: {e}") from e
+    missing = cls.available() if hasattr(cls, "available") else None
+    if missing is not None:  # what building it would refuse, said without building it
+        raise UsageError(f"policy {cls.name or spec!r}: {missing}")
     return values
 
 

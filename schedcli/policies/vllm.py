@@ -342,11 +342,22 @@ _loaded: _Vllm | None = None
 
 
 def available() -> str | None:
-    """None when vLLM can be loaded; else what to install."""
+    """None when vLLM can be loaded, at the pinned version; else what to install. (Its
+    files and metadata are looked up, not imported: a validate stays fast.)"""
     import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
 
     if importlib.util.find_spec("vllm") is None:
         return f"needs vLLM {VLLM_VERSION}: pip install 'schedcli[vllm]'"
+    try:
+        found = version("vllm")
+    except PackageNotFoundError:
+        return f"needs vLLM {VLLM_VERSION}: pip install 'schedcli[vllm]'"
+    if found != VLLM_VERSION:
+        return (
+            f"-p vllm drives vLLM {VLLM_VERSION}'s internals, and {found} is installed: "
+            f"pip install 'vllm=={VLLM_VERSION}' (docs/policies.md: moving the pin)"
+        )
     return None
 
 
@@ -356,14 +367,6 @@ def _load() -> _Vllm:
         missing = available()
         if missing is not None:
             raise ValueError(missing)
-        from importlib.metadata import version
-
-        found = version("vllm")
-        if found != VLLM_VERSION:
-            raise ValueError(
-                f"-p vllm drives vLLM {VLLM_VERSION}'s internals, and {found} is installed: "
-                f"pip install 'vllm=={VLLM_VERSION}' (docs/policies.md: moving the pin)"
-            )
         _quiet_environment()
         _loaded = _Vllm()
     return _loaded

@@ -88,27 +88,38 @@ def read_csv(
     if first is None:
         return
     cols = columns_of(first[1], columns, name, first[0])
+    width = len(first[1])
     for lineno, fields in rows:
+        if len(fields) != width:
+            yield bad(lineno, f"expected {width} columns, as the header has, got {len(fields)}")
+            continue
         try:
             yield Row(lineno, *make({key: fields[i] for key, i in cols.items()}))
-        except IndexError:
-            yield bad(lineno, f"expected {len(first[1])} columns, got {len(fields)}")
         except RowError as e:
             yield bad(lineno, str(e))
 
 
-def int_field(value: str, name: str, minimum: int = 0) -> int:
+def _decimal(value: str, name: str) -> str:
+    """A field's text, if it is a plain ASCII decimal (digits, one optional point and
+    digits after it): no sign, exponent, digit separator or other script's digits."""
     text = value.strip()
-    try:
-        n = int(text)
-    except ValueError:
+    whole, point, fraction = text.partition(".")
+    digits = whole.isascii() and whole.isdigit()
+    if not digits or (point and not (fraction.isascii() and fraction.isdigit())):
         try:
-            f = float(text)
+            float(text)
         except ValueError:
             raise RowError(f"{name} is not a number: {text!r}") from None
-        if not f.is_integer():
-            raise RowError(f"{name} is not a whole number: {text!r}") from None
-        n = int(f)
+        raise RowError(f"{name} is not a plain decimal number (ASCII digits): {text!r}")
+    return text
+
+
+def int_field(value: str, name: str, minimum: int = 0) -> int:
+    text = _decimal(value, name)
+    whole, _, fraction = text.partition(".")
+    if fraction.strip("0"):
+        raise RowError(f"{name} is not a whole number: {text!r}")
+    n = int(whole)
     if n < minimum:
         raise RowError(f"{name} must be >= {minimum}, not {n}")
     if n > MAX_REQUEST_TOKENS:
@@ -117,11 +128,8 @@ def int_field(value: str, name: str, minimum: int = 0) -> int:
 
 
 def float_field(value: str, name: str) -> float:
-    try:
-        f = float(value.strip())
-    except ValueError:
-        raise RowError(f"{name} is not a number: {value.strip()!r}") from None
-    if not math.isfinite(f) or f < 0:
+    f = float(_decimal(value, name))
+    if not math.isfinite(f):
         raise RowError(f"{name} must be a finite number >= 0, not {value.strip()}")
     return f
 

@@ -67,8 +67,18 @@ def read(lines: Lines, name: str, options: ConvertOptions, report: ConvertReport
         elif type(event) is Abort:
             req = held.get(_key(event.rid))
             if req is not None and not req.ended:
+                if event.t is None:
+                    yield bad(lineno, "abort has no t: when the client gave up is unknown")
+                    continue
+                if event.t < req.arrival:
+                    yield bad(
+                        lineno,
+                        f"abort at t={event.t} is before the request arrived "
+                        f"(t={req.arrival}, line {req.line})",
+                    )
+                    continue
                 req.ended = True
-                req.cancel_after = max(0.0, (event.t or req.arrival) - req.arrival)
+                req.cancel_after = event.t - req.arrival
         elif type(event) is Schedule:
             inflight.append(_planned(event.expect, held))
         elif type(event) is Update:
