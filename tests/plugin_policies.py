@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from schedcli import Scheduler, Task
+from schedcli import QueueScheduler, Scheduler, Task
 from schedcli.model.scheduler import Param
 from schedcli.model.task import Id
 
@@ -168,3 +168,33 @@ class Nameless(OnePerBatch):
 
     def __init__(self) -> None:
         super().__init__(max_batch_tokens=64)
+
+
+class Forgets(QueueScheduler):
+    """A broken policy: its queue drops the third task it admits, which QueueScheduler's
+    record still holds, so has_work() says there is work that never comes."""
+
+    name = "forgets"
+    PARAMS = (Param("max_batch_tokens", int, 64, "tokens one batch may hold", minimum=1),)
+
+    def __init__(self, max_batch_tokens: int = 64) -> None:
+        super().__init__(max_batch_tokens=max_batch_tokens)
+        self._queue: list[Task] = []
+        self._admitted = 0
+
+    def enqueue(self, task: Task) -> None:
+        self._admitted += 1
+        if self._admitted != 3:
+            self._queue.append(task)
+
+    def take_batch(self) -> list[Task]:
+        batch, self._queue = self._queue, []
+        return batch
+
+    def remove_session(self, sid: Id) -> list[Task]:
+        mine = [t for t in self._queue if t.sid == sid]
+        self._queue = [t for t in self._queue if t.sid != sid]
+        return mine
+
+    def reset(self) -> None:
+        self._queue.clear()

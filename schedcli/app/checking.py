@@ -416,7 +416,7 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
             from .golden import GoldenComparison
 
             label = f"replay under {opened.policy_name}"
-            comparison = GoldenComparison(golden, label, lambda: engine)
+            comparison = GoldenComparison(golden, label, lambda: engine, job.allow_incomplete)
             tee.sinks.append(comparison)
         if new is not None:
             tee.sinks.append(new)

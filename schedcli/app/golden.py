@@ -20,10 +20,15 @@ class GoldenComparison:
     """
 
     def __init__(
-        self, golden: str, replay_label: str, engine: Callable[[], Replayer] | None = None
+        self,
+        golden: str,
+        replay_label: str,
+        engine: Callable[[], Replayer] | None = None,
+        allow_incomplete: bool = False,
     ) -> None:
         """``engine``: the replay being compared; its policy's reasons at the first
-        differing step are kept as the step is compared (no second replay)."""
+        differing step are kept as the step is compared (no second replay).
+        ``allow_incomplete``: a golden cut short is compared as far as it goes."""
         self.golden = golden
         self.result = DiffResult((f"golden {golden}", replay_label), ({}, {}))
         self._aligner = Aligner(self.result)
@@ -34,7 +39,7 @@ class GoldenComparison:
             self._aligner.on_first = lambda step: self._reasons_now(engine(), step)
         self._golden_sink = self._aligner.sink("a")
         self._replay_sink = self._aligner.sink("b")
-        self._records: Iterator[Record] = read_dump(golden)
+        self._records: Iterator[Record] = read_dump(golden, allow_incomplete=allow_incomplete)
         self.records = 0
 
     def _pull(self) -> bool:

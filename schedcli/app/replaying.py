@@ -200,7 +200,9 @@ class GoldenCheck(Output):
         label = f"replay under {trace.policy_name}"
         from .golden import GoldenComparison
 
-        self.comparison = GoldenComparison(self._golden, label, self._engine)
+        self.comparison = GoldenComparison(
+            self._golden, label, self._engine, self._req.allow_incomplete
+        )
         self._name = trace.name
 
     def record(self, record: Record) -> None:
