@@ -302,7 +302,8 @@ def test_editing_a_helper_the_plugin_imports_invalidates_the_sweep_cache(tmp_pat
             for i in range(4)
         )
     )  # fmt: skip
-    env = {"PYTHONPATH": str(tmp_path)}
+    paths = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, paths))}
 
     def sweep(out: str) -> subprocess.CompletedProcess[bytes]:
         r = run_cli(
