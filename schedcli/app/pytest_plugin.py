@@ -114,7 +114,16 @@ class TraceFailed(Exception):
         self.text = text
 
 
-class TraceItem(pytest.Item):
+class _SuiteItem(pytest.Item):
+    """An item of a suite: its failure is the verdict's text, not a traceback."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, TraceFailed):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style)
+
+
+class TraceItem(_SuiteItem):
     def __init__(self, *, job: Any, req: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job, self.req = job, req
@@ -138,16 +147,11 @@ class TraceItem(pytest.Item):
             lines.append(f"reproduce: {verdict.command()}")
         raise TraceFailed("\n".join(lines))
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, TraceFailed):
-            return excinfo.value.text
-        return super().repr_failure(excinfo, style)
-
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"schedcli check {self.job.trace}"
 
 
-class OrphanItem(pytest.Item):
+class OrphanItem(_SuiteItem):
     """A golden that no trace claims: failing, as check fails it (skipped under
     ``strict = false``)."""
 
@@ -161,11 +165,6 @@ class OrphanItem(pytest.Item):
         if not self.req.strict:
             pytest.skip(f"{ORPHAN_TEXT} (strict = false)")
         raise TraceFailed(f"orphaned: {ORPHAN_TEXT} (its trace was deleted or renamed?)")
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, TraceFailed):
-            return excinfo.value.text
-        return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"schedcli check: orphaned golden {self.path}"
