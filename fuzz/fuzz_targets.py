@@ -8,6 +8,7 @@ break by a built-in policy (exit 3). Hangs and memory are the fuzzer's own limit
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -21,8 +22,14 @@ from schedcli.record import RecordingScheduler
 Target = Callable[[bytes], None]
 
 # vLLM takes 20 s and 1 GB to import, far past a fuzz input's 10 s: an input that asks for
-# `-p vllm` (a request-level header) gets the answer of a machine without the extra.
-vllm_policy.available = lambda: "vLLM is not loaded while fuzzing"
+# `-p vllm` (a request-level header) gets the answer of a machine without the extra, but
+# under the requests-vllm target (run.py sets SCHEDCLI_FUZZ_VLLM, and a longer time limit).
+if not os.environ.get("SCHEDCLI_FUZZ_VLLM"):
+    vllm_policy.available = lambda: "vLLM is not loaded while fuzzing"
+
+# The request level without vLLM: the tests' toy policy (tests/plugin_policies.py).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOY = "tests.plugin_policies:ToyRequests"
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -326,3 +333,151 @@ def compiled_pure(data: bytes) -> None:
 
 TARGETS["recorder"] = recorder
 TARGETS["compiled-pure"] = compiled_pure
+
+
+# --- the request level, the suites, the recorder's ids -----------------------------------------
+
+
+REQUEST_HEADER = b'{"schedcli":1,"level":"request","policy":"%s","params":%s}\n'
+
+
+def _request_trace(data: bytes, policy: str) -> bytes:
+    """The input as a request-level trace: as it is when it has a header, else after one
+    naming ``policy`` (the input's first byte picks small limits, so steps split)."""
+    if data.lstrip().startswith(b'{"schedcli"'):
+        return data
+    seqs, budget = 1 + (data[:1] or b"\x00")[0] % 4, 8 + 8 * ((data[1:2] or b"\x00")[0] % 8)
+    params = b'{"max_num_seqs":%d,"max_num_batched_tokens":%d}' % (seqs, budget)
+    if policy == "vllm":
+        params = params[:-1] + b',"num_gpu_blocks":64,"block_size":16}'
+    return REQUEST_HEADER % (policy.encode(), params) + data
+
+
+def _requests(data: bytes, policy: str) -> None:
+    """A request-level trace through every command that reads one."""
+    pick = ["-p", policy] if policy != "vllm" else []
+
+    def body(path: str, tmp: str) -> None:
+        for args, allowed in (
+            (["validate", path, *pick], (0, 2)),
+            (["replay", path, *pick, "-f", "table", "-o", os.devnull], (0, 2)),
+            (["replay", path, *pick, "--check", "--require-all", "-o", os.devnull], (0, 1, 2)),
+            (["replay", path, *pick, "--drain", "-f", "jsonl", "-o", os.devnull], (0, 2)),
+            (["stats", path, *pick, "-f", "json"], (0, 2)),
+            (["explain", path, *pick, "--step", "1"], (0, 2)),
+            (["convert", "requests", path, "-o", os.path.join(tmp, "w.jsonl")], (0, 2)),
+            (["shrink", path, *pick, "--until", "check", "--max-time", "2",
+              "-o", os.path.join(tmp, "s.jsonl")], (0, 2)),
+        ):  # fmt: skip
+            code, err = run(*args)
+            expect(code, err, allowed, " ".join(args[:1] + args[2:]))
+        suite = os.path.join(tmp, "suite")
+        os.makedirs(suite)
+        os.replace(path, os.path.join(suite, "t.jsonl"))
+        for extra in (["--update"], []):
+            code, err = run("check", suite, "-j", "1", "--allow-incomplete", *extra)
+            expect(code, err, (0, 1, 2), "check of a request-level trace")
+
+    _with_file(_request_trace(data, policy), ".jsonl", body)
+
+
+def requests(data: bytes) -> None:
+    _requests(data, TOY)
+
+
+def requests_vllm(data: bytes) -> None:
+    _requests(data, "vllm")
+
+
+def _suite_name(data: bytes, i: int) -> str:
+    """A file name the input spells: odd characters, control characters, spaces."""
+    raw = data[i : i + 6] or b"t"
+    name = raw.decode("latin-1").replace("/", "_").replace("\x00", "_").strip(".") or "t"
+    return name
+
+
+def check_suite(data: bytes) -> None:
+    """A suite the input lays out: traces under odd names, goldens right, cut or missing,
+    a twin claiming one golden, links back into the suite, a configuration from the
+    input's tail; check (and --update, and a JUnit report a parser must read)."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    import orjson
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    examples = sorted(
+        os.path.join(root, "traces", n) for n in os.listdir(os.path.join(root, "traces"))
+        if n.endswith(".jsonl")
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="schedcli-fuzz-") as tmp:
+        suite = os.path.join(tmp, "suite")
+        os.makedirs(os.path.join(suite, "golden"))
+        for i, byte in enumerate(data[:12]):
+            example = examples[byte % len(examples)]
+            name = _suite_name(data, i * 3)
+            folder = os.path.join(suite, "sub") if byte & 0x40 else suite
+            os.makedirs(os.path.join(folder, "golden"), exist_ok=True)
+            trace = os.path.join(folder, name + (".jsonl.gz" if byte & 0x80 else ".jsonl"))
+            shutil.copy(example, trace)
+            golden = os.path.join(root, "traces", "golden", os.path.basename(example)[:-6])
+            state = (byte >> 4) % 3
+            if state < 2:
+                copy = os.path.join(folder, "golden", name + ".dump.jsonl")
+                with open(golden + ".dump.jsonl", "rb") as f, open(copy, "wb") as g:
+                    body = f.read()
+                    g.write(body if state == 0 else body[: len(body) // 2])
+            if byte & 0x08:
+                os.symlink(".." if byte & 0x04 else ".", os.path.join(folder, f"link{i}"))
+        tail = data[12:200].decode("utf-8", "replace")
+        with open(os.path.join(tmp, "pyproject.toml"), "w") as f:
+            f.write('[tool.schedcli]\ntraces = ["suite"]\n' + tail)
+        report = os.path.join(tmp, "junit.xml")
+        here = os.getcwd()
+        for args in (["--update"], ["-f", "json"], ["--junit-xml", report], ["--no-strict"]):
+            os.chdir(tmp)  # the project is the suite's: its pyproject.toml, paths below it
+            try:
+                done = run_cli_in_process(["check", "-j", "1", *args])
+            finally:
+                os.chdir(here)
+            err = done.stderr.decode("utf-8", "replace")
+            expect(done.code, err, (0, 1, 2), f"check {' '.join(args)}")
+            if args[0] == "-f" and done.code in (0, 1):
+                for line in done.stdout.splitlines():
+                    orjson.loads(line)
+        if os.path.exists(report):
+            ET.parse(report)  # well-formed, whatever the names
+
+
+def recorder_ids(data: bytes) -> None:
+    """Ids the trace format cannot hold, among ones it can: the recorder refuses the former
+    before the policy sees them, and the recording replays with --check."""
+    ids: tuple[object, ...] = (1, "a", True, 2**63, -(2**63) - 1, 2**64, 2**63 - 1, -(2**63), "")
+    with tempfile.TemporaryDirectory(prefix="schedcli-fuzz-") as tmp:
+        path = os.path.join(tmp, "rec.jsonl")
+        inner = build_policy(POLICIES[len(data) % len(POLICIES)], {})
+        with RecordingScheduler(inner, path) as rec:
+            for n, byte in enumerate(data):
+                tid, sid = ids[byte % len(ids)], ids[(byte >> 4) % len(ids)]
+                if isinstance(tid, int) and not isinstance(tid, bool) and -(2**62) < tid < 2**62:
+                    tid = tid * 1000 + n  # unique
+                refused = rec.try_submit([Task(tid, sid, "decode", 1)])  # type: ignore[arg-type]
+                writable = all(
+                    type(x) is str or (type(x) is int and -(2**63) <= x < 2**63) for x in (tid, sid)
+                )
+                if writable != (refused is None or "cannot be recorded" not in refused):
+                    raise AssertionError(f"recorder: {tid!r}, {sid!r} -> {refused!r}")
+                if byte % 3 == 0:
+                    rec.get_work()
+            while rec.has_work():
+                rec.get_work()
+        code, err = run("replay", path, "--check", "-o", os.devnull)
+        expect(code, err, (0, 2), "replay --check of a recording with refused ids")
+        if code == 2 and "nothing to check" not in err:
+            raise AssertionError(f"a recording did not replay: {err}")
+
+
+TARGETS["requests"] = requests
+TARGETS["requests-vllm"] = requests_vllm
+TARGETS["check-suite"] = check_suite
+TARGETS["recorder-ids"] = recorder_ids

@@ -42,6 +42,17 @@ SEEDS = {
         b'"rejected":1,"rejected_by_reason":{"too big":1},"throughput_output_tokens_per_s":9.5,'
         b'"ttft":{"p99":0.2},"tpot":{"p99":0.01},"chunk_size":256},"capacity":{"rate_multiplier":2}}\n'
     ),
+    "requests.jsonl": (
+        b'{"op":"arrive","rid":"a","prompt_tokens":40,"max_tokens":3,"t":0.0}\n'
+        b'{"op":"arrive","rid":2,"prompt_tokens":7,"max_tokens":2,"t":0.1}\n'
+        b'{"op":"step","expect":{"batch":[["a",16],[2,7]],"preempted":[],"finished":[]}}\n'
+        b'{"op":"abort","rid":"a","t":0.3}\n{"op":"step"}\n{"op":"step"}\n'
+    ),
+    "requests-split.jsonl": (
+        b'{"op":"arrive","rid":"a","prompt_tokens":20,"max_tokens":2,"t":0.0}\n'
+        b'{"op":"schedule","expect":{"batch":[["a",16]],"preempted":[]}}\n'
+        b'{"op":"schedule"}\n{"op":"update"}\n{"op":"update","expect":{"finished":[]}}\n'
+    ),
     "clocked.jsonl": b"".join(
         b'{"op":"submit","tid":%d,"sid":%d,"kind":"decode","size":1}\n'
         b'{"op":"get_work","expect":[%d],"t":%f}\n' % (i, i, i, 0.01 * i + 0.001 * (i % 3))
@@ -66,6 +77,10 @@ def main() -> None:
     target_name, flags = sys.argv[1], sys.argv[2:]
     # Pure Python: atheris instruments bytecode, and compiled modules have none to guide it.
     os.environ["SCHEDCLI_PURE_PYTHON"] = "1"
+    defaults = ["-timeout=10", "-rss_limit_mb=2048", "-max_len=4096"]
+    if target_name == "requests-vllm":  # vLLM's own scheduler: its import is an input's time
+        os.environ["SCHEDCLI_FUZZ_VLLM"] = "1"
+        defaults = ["-timeout=180", "-rss_limit_mb=6144", "-max_len=4096"]
     with atheris.instrument_imports():
         from fuzz_targets import TARGETS
 
@@ -75,7 +90,6 @@ def main() -> None:
         sys.exit(f"unknown target {target_name!r}; one of {', '.join(TARGETS)}")
     target = TARGETS[target_name]
     corpus = seed_corpus(target_name)
-    defaults = ["-timeout=10", "-rss_limit_mb=2048", "-max_len=4096"]
     args = [sys.argv[0], *defaults, *flags, f"-artifact_prefix={Path.cwd()}/", str(corpus)]
     atheris.Setup(args, target)
     atheris.Fuzz()

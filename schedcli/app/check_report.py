@@ -42,11 +42,17 @@ def relative_to(root: Path) -> Shown:
     def shown(path: str) -> str:
         full = os.path.abspath(path)
         try:
-            return Path(full).relative_to(root).as_posix()
+            return printable(Path(full).relative_to(root).as_posix())
         except ValueError:
-            return full
+            return printable(full)
 
     return shown
+
+
+def printable(text: str) -> str:
+    """Text any output can carry: a file name's bytes that are not UTF-8 (held as lone
+    surrogates) shown as U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def show_text(
@@ -56,16 +62,16 @@ def show_text(
     orphans = [shown(g) for g in suite.orphans]
     width = max([len(n) for n in names + orphans] + [1])
     for v, name in zip(verdicts, names, strict=True):
-        said = v.coverage if v.status != ERRORED else v.detail.splitlines()[0]
+        said = printable(v.coverage if v.status != ERRORED else v.detail.splitlines()[0])
         out.write(f"{v.status:<9}  {name:<{width}}  {said}\n")
         if v.updated:
-            out.write(f"{'':<9}  {'':<{width}}  {v.updated}\n")
+            out.write(f"{'':<9}  {'':<{width}}  {printable(v.updated)}\n")
     for golden in orphans:
         out.write(f"{ORPHANED:<9}  {golden:<{width}}  {ORPHAN_TEXT}\n")
     for v, name in zip(verdicts, names, strict=True):
         if v.status == FAIL and v.detail:
             where = f"{name}:{v.line}" if v.line else name
-            out.write(f"\n--- {where}: first divergence ---\n{v.detail}\n")
+            out.write(f"\n--- {where}: first divergence ---\n{printable(v.detail)}\n")
             out.write(f"reproduce: {v.command(shown)}\n")
         elif v.status == ERRORED:
             out.write(f"\n--- {name}: could not be checked ---\nreproduce: {v.command(shown)}\n")
@@ -94,7 +100,8 @@ def summary(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> str
 
 def show_json(out: IO[bytes], suite: Suite, verdicts: Sequence[Verdict], shown: Shown) -> None:
     for v in verdicts:
-        out.write(orjson.dumps(v.to_json(shown)) + b"\n")
+        record = {k: printable(x) if isinstance(x, str) else x for k, x in v.to_json(shown).items()}
+        out.write(orjson.dumps(record) + b"\n")
     for golden in suite.orphans:
         orphan = {"trace": None, "golden": shown(golden), "status": ORPHANED}
         out.write(orjson.dumps(orphan) + b"\n")
@@ -203,6 +210,9 @@ def run_check(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
         where = ", ".join(req.paths)
         raise UsageError(f"no traces (*.jsonl, *.jsonl.gz) in {where}: nothing to check")
     shown = relative_to(config.root)
+    cores = os.cpu_count() or 1
+    if req.jobs is not None and req.jobs > cores:
+        print(f"note: --jobs {req.jobs}: checking on the {cores} cores there are", file=sys.stderr)
     verdicts = list(run_suite(req, suite))
     if fmt == "json":
         show_json(sys.stdout.buffer, suite, verdicts, shown)

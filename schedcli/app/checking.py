@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from ..engine.replay import ExpectMismatch, Record
 from ..engine.run import open_replay
 from ..formats.output import atomic_output
 from ..formats.writer import JsonlWriter
-from ..model.errors import CheckFailed, SchedcliError, UsageError
+from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
 from .config import Config
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -231,26 +231,34 @@ def staged_changes(within: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def _folders(top: Path, searched: dict[tuple[int, int], Path], notes: list[str]) -> Iterator[Path]:
     """``top`` and every folder below it but golden folders and hidden ones, each real
-    folder once: a link to a folder searched already, or to one holding the folder it
-    sits in (a loop), is noted and not followed."""
-    try:
-        st = top.stat()
-    except OSError:
-        return
-    key = (st.st_dev, st.st_ino)
-    if key in searched:
-        if top.is_symlink():
-            notes.append(f"{top}: a link to {searched[key]}, searched already: not searched again")
-        return
-    searched[key] = top
-    yield top
-    for child in sorted(top.iterdir()):
-        if not child.is_dir() or child.name == "golden" or child.name.startswith("."):
+    folder once, in sorted depth-first order (walked with a stack of our own: a tree of
+    any depth): a link to a folder searched already, or to one holding the folder it sits
+    in (a loop), is noted and not followed."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = folder.stat()
+        except OSError:
             continue
-        if child.is_symlink() and top.resolve().is_relative_to(child.resolve()):
-            notes.append(f"{child}: a link to a folder holding it (a loop): not followed")
+        key = (st.st_dev, st.st_ino)
+        if key in searched:
+            if folder.is_symlink():
+                notes.append(
+                    f"{folder}: a link to {searched[key]}, searched already: not searched again"
+                )
             continue
-        yield from _folders(child, searched, notes)
+        searched[key] = folder
+        yield folder
+        below = []
+        for child in sorted(folder.iterdir()):
+            if not child.is_dir() or child.name == "golden" or child.name.startswith("."):
+                continue
+            if child.is_symlink() and folder.resolve().is_relative_to(child.resolve()):
+                notes.append(f"{child}: a link to a folder holding it (a loop): not followed")
+                continue
+            below.append(child)
+        stack.extend(reversed(below))
 
 
 def _traces_of(golden: Path, golden_dir: str | None) -> list[Path]:
@@ -278,7 +286,7 @@ def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
     """Each trace's verdict, in the suite's order, the traces checked on ``req.jobs``
     processes."""
     jobs = suite_jobs(req, suite)
-    workers = min(req.jobs or 1, len(jobs))
+    workers = min(req.jobs or 1, len(jobs), os.cpu_count() or 1)  # no more than the cores
     if workers < 2:
         yield from map(check_job, jobs)
         return
@@ -398,49 +406,99 @@ def check_trace(job: Job) -> Verdict:
             new.drop()  # unless kept
 
 
-def _check(job: Job, new: _NewGolden | None) -> Verdict:
-    trace, golden = job.trace, job.golden
-    tee = _Tee()
+class _Checked:
+    """One trace opened for a check, at its level: its engine (checking as it goes), how to
+    run it, the policy's label, and what its expects covered."""
+
+    def __init__(
+        self, engine: Any, run: Callable[[], object], label: str, covered: Callable[[], str]
+    ) -> None:
+        self.engine, self.run, self.label, self.covered = engine, run, label, covered
+
+
+@contextmanager
+def _opened(job: Job, emit: Callable[[Record], None]) -> Iterator[_Checked]:
+    from ..formats.kinds import is_request_trace
+
+    if is_request_trace(job.trace):
+        from ..engine.request_replay import (
+            RequestReplayer,
+            policy_for_request_trace,
+            refuse_partial,
+        )
+        from ..formats.requests import RequestReader
+        from ..formats.trace import open_trace
+
+        with open_trace(job.trace) as reader:
+            if reader.header is None:
+                raise InputError(reader.name, None, "a request-level trace without a header")
+            params = {k: str(v) for k, v in job.params.items()}
+            built, label = policy_for_request_trace(reader.header, reader.name, job.policy, params)
+            try:
+                engine = RequestReplayer(
+                    built, emit, policy_name=label, check=True, trace_name=reader.name
+                )
+                events = RequestReader(reader)
+
+                def run() -> object:
+                    return engine.run(events, lambda: refuse_partial(events, job.allow_incomplete))
+
+                def covered() -> str:
+                    return engine.checked_text() if engine.checked else ""
+
+                yield _Checked(engine, run, label, covered)
+            finally:
+                built.close()
+        return
+    from .replaying import checked_text
+
     with open_replay(
-        trace,
+        job.trace,
         policy=job.policy,
         params=job.params,
         note=lambda _: None,
         allow_incomplete=job.allow_incomplete,
     ) as opened:
         opened.policy.explaining = True  # a difference's reasons, kept as it is found
-        engine = opened.replayer(tee, check=True)
+        task_engine = opened.replayer(emit, check=True)
+
+        def task_covered() -> str:
+            checked = task_engine.checked or task_engine.outcomes_checked
+            return checked_text(task_engine) if checked else ""
+
+        yield _Checked(
+            task_engine, lambda: opened.run(task_engine), opened.policy_name, task_covered
+        )
+
+
+def _check(job: Job, new: _NewGolden | None) -> Verdict:
+    from ..engine.request_replay import RequestExpectMismatch
+
+    trace, golden = job.trace, job.golden
+    tee = _Tee()
+    with _opened(job, tee) as checked:
         comparison = None
         unreadable = _unreadable(golden) if new is not None and golden is not None else None
         if golden is not None and os.path.exists(golden) and unreadable is None:
             from .golden import GoldenComparison
 
-            label = f"replay under {opened.policy_name}"
+            label = f"replay under {checked.label}"
+            engine = checked.engine
             comparison = GoldenComparison(golden, label, lambda: engine, job.allow_incomplete)
             tee.sinks.append(comparison)
         if new is not None:
             tee.sinks.append(new)
         try:
-            opened.run(engine)
-        except ExpectMismatch as e:
-            from .render import mismatch_view
-
-            m = e.mismatch
-            text = _plain(mismatch_view(m, m.left))
-            failed = Verdict(trace, None, FAIL, f"expect differs at step {m.step}", text, m.line)
-            failed.expects = True
-            return failed
+            checked.run()
+        except (ExpectMismatch, RequestExpectMismatch) as e:
+            return _mismatched(trace, e)
         if comparison is not None:
             comparison.finish()
-    coverage = []
-    if engine.checked or engine.outcomes_checked:
-        from .replaying import checked_text
-
-        coverage.append(checked_text(engine))
+    coverage = [checked.covered()] if checked.covered() else []
     if comparison is not None:
         coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
     verdict = Verdict(trace, None, PASS, "; ".join(coverage))
-    verdict.expects = bool(engine.checked or engine.outcomes_checked)
+    verdict.expects = bool(checked.covered())
     if comparison is not None:
         _compared(verdict, job, comparison, new)
     elif new is not None:
@@ -458,6 +516,22 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
     if not verdict.coverage:
         verdict.status, verdict.coverage = UNCHECKED, "nothing to check: no expect, no golden"
     return verdict
+
+
+def _mismatched(trace: str, e: Any) -> Verdict:
+    """The first step that differs from its expect, as a failing verdict."""
+    m = e.mismatch
+    if isinstance(e, ExpectMismatch):
+        from .render import mismatch_view
+
+        text = _plain(mismatch_view(m, m.left))
+    else:
+        from .render_requests import request_mismatch_view
+
+        text = _plain(request_mismatch_view(m))
+    failed = Verdict(trace, None, FAIL, f"expect differs at step {m.step}", text, m.line)
+    failed.expects = True
+    return failed
 
 
 def _unreadable(golden: str) -> str | None:
@@ -533,7 +607,11 @@ class _NewGolden:
 
 def _golden_detail(job: Job, comparison: Any) -> str:
     def reasons_at(step: int) -> Any:
+        from ..formats.kinds import is_request_trace
         from .explain import explain_step
+
+        if is_request_trace(job.trace):
+            return None  # kept as the difference was found, or not derived
 
         return explain_step(job.trace, step, job.policy, job.params).left
 

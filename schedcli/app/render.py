@@ -94,22 +94,41 @@ class TableView:
             self.console.print(table)
 
     def _event(self, record: Record) -> None:
-        op = record.get("op")
-        line = record.get("line")
-        if op == "submit":
-            text = Text(f"  line {line}: submit [{_ids(record['tids'])}] rejected: ", style="red")
-            text.append(str(record["reason"]), style="bold red")
-        elif op == "cancel":
-            text = Text(
-                f"  line {line}: cancel session {show_id(record['sid'])}, "
-                f"dropped [{_ids(record['dropped'])}]",
-                style="yellow",
-            )
-        else:
-            text = Text(
-                f"  line {line}: clear, dropped [{_ids(record['dropped'])}]", style="magenta"
-            )
-        self.console.print(text, overflow="fold")
+        self.console.print(event_text(record), overflow="fold")
+
+
+def event_text(record: Record) -> Text:
+    """A record other than a batch, as a line of the table view: a rejected submit or
+    arrival, a cancel, a clear, an abort, a split step's update; any other as its fields."""
+    op = record.get("op")
+    at = f"  line {record.get('line')}: "
+    if op in ("submit", "arrive") and record.get("accepted") is False:
+        what = f"submit [{_ids(record.get('tids', ()))}]" if op == "submit" else "arrive"
+        if op == "arrive":
+            what += f" {_field(record.get('rid'))}"
+        text = Text(f"{at}{what} rejected: ", style="red")
+        text.append(str(record.get("reason")), style="bold red")
+        return text
+    if op == "cancel":
+        return Text(
+            f"{at}cancel session {_field(record.get('sid'))}, "
+            f"dropped [{_ids(record.get('dropped', ()))}]",
+            style="yellow",
+        )
+    if op == "clear":
+        return Text(f"{at}clear, dropped [{_ids(record.get('dropped', ()))}]", style="magenta")
+    if op == "abort":
+        return Text(
+            f"{at}abort {_field(record.get('rid'))} (was {record.get('was')})", style="yellow"
+        )
+    if op == "update":
+        return Text(f"{at}update, finished [{_ids(record.get('finished', ()))}]", style="cyan")
+    rest = {k: v for k, v in record.items() if k not in ("line", "op")}
+    return Text(f"{at}{op} {orjson.dumps(rest, default=str).decode()}")
+
+
+def _field(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
 
 
 def _pct(value: float | None) -> str:

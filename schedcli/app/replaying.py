@@ -72,6 +72,12 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
     if is_request_trace(req.trace):
         from .request_level import run_request_replay
 
+        if req.follow:
+            raise UsageError(
+                f"{req.trace}: --follow reads task-level traces as they grow; a "
+                "request-level trace is replayed once it is written (drop --follow)"
+            )
+
         def outputs_for(stack: ExitStack, engine: Callable[[], Replayer]) -> list[Output]:
             return _outputs(stack, req, WaitHook(), engine, err)
 

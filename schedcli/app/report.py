@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Iterator, Sequence, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..engine.cost import CostModel
@@ -22,11 +23,11 @@ from ..engine.metrics import StepMetrics
 from ..engine.request_sim import simulate_either
 from ..engine.run import open_replay
 from ..formats.dump import batch_tasks, read_dump
-from ..formats.kinds import sniff_kind
+from ..formats.kinds import is_request_trace, sniff_kind
 from ..formats.source import display_name
 from ..formats.workload import read_workload
 from ..model.errors import UsageError
-from ..model.records import discard
+from ..model.records import Record, discard
 from ..model.task import DECODE, Task
 from ..policies.registry import (
     build_any_policy,
@@ -190,14 +191,40 @@ def _from_dump(path: str, allow_incomplete: bool) -> list[Run]:
     run = Run(display_name(path), None)
     metrics = StepMetrics(waits_known=False)
     for record in read_dump(path, allow_incomplete=allow_incomplete):
-        if "batch" in record:
-            tasks = batch_tasks(record)
-            decode = sum(1 for t in tasks if t.kind is DECODE)
-            tokens = sum(t.size for t in tasks)
-            run.bins.add(record["step"], tokens - decode, decode, record["queued"])
-            metrics.dispatched(tasks, record["step"])
+        _bin(run, record, metrics)
     run.summary = metrics.summary()
     return [run]
+
+
+def _bin(run: Run, record: Record, metrics: StepMetrics | None = None) -> None:
+    """A dump's batch record into the run's bins (and ``metrics``)."""
+    if "batch" in record:
+        tasks = batch_tasks(record)
+        decode = sum(1 for t in tasks if t.kind is DECODE)
+        tokens = sum(t.size for t in tasks)
+        run.bins.add(record["step"], tokens - decode, decode, record["queued"])
+        if metrics is not None:
+            metrics.dispatched(tasks, record["step"])
+
+
+def _from_request_trace(
+    path: str, configs: Sequence[tuple[str, dict[str, str]]], allow_incomplete: bool
+) -> list[Run]:
+    """A request-level trace replayed under each configuration, binned from its dump."""
+    from ..engine.request_replay import request_trace_metrics
+
+    runs = []
+    chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
+    for spec, params in chosen:
+        run = Run("", None)
+        summary, label = request_trace_metrics(
+            path, spec, params, allow_incomplete=allow_incomplete, on_record=partial(_bin, run)
+        )
+        run.label = config_label(label, params)
+        run.budget = summary.pop("token_budget")
+        run.summary = summary
+        runs.append(run)
+    return runs
 
 
 def _from_workload(
@@ -450,7 +477,10 @@ def build_report(
         return _sweep_page(path)
     if kind == "dump" and parsed:
         raise UsageError("a dump is one schedule already: --policy applies to traces and workloads")
-    if kind == "trace":
+    if kind == "trace" and is_request_trace(path):
+        runs = _from_request_trace(path, parsed, allow_incomplete)
+        x_label = "step"
+    elif kind == "trace":
         runs = _from_trace(path, parsed, progress, allow_incomplete)
         x_label = "step"
     elif kind == "dump":
@@ -470,7 +500,7 @@ def build_report(
             ),
             _figure("queue", "Tasks queued after each step.", _queue_chart(plt, runs, x_label)),
         ]
-        if kind == "trace":
+        if kind == "trace" and runs and runs[0].waits:
             figures.append(
                 _figure(
                     "waits",

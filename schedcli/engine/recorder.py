@@ -22,6 +22,7 @@ from mypy_extensions import mypyc_attr
 
 from ..formats.output import atomic_output
 from ..formats.writer import LineBuffer, TraceWriter, task_record
+from ..model.limits import INT_MAX, INT_MIN
 from ..model.records import Left, Record
 from ..model.scheduler import Scheduler
 from ..model.task import DECODE, Id, Task
@@ -87,6 +88,9 @@ class RecordingScheduler(Scheduler):
 
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         group = tasks if isinstance(tasks, list) else list(tasks)
+        unwritable = _unrecordable(group)
+        if unwritable is not None:
+            return unwritable  # refused before the inner scheduler sees it: no trace of it
         self._acquire()  # not ``with``: compiled, about 0.1 µs less a call
         try:
             try:
@@ -310,6 +314,21 @@ class RecordingScheduler(Scheduler):
             if raising is not None:
                 writer.event(raising)
                 writer.partial(why)
+
+
+def _unrecordable(group: list[Task]) -> str | None:
+    """Why a task of ``group`` cannot be written to a trace (an id that is neither a
+    string nor a 64-bit integer, a bool among them; a size past 64 bits), or None."""
+    for t in group:
+        for name, value in (("tid", t.tid), ("sid", t.sid)):
+            if type(value) is not str and not (type(value) is int and INT_MIN <= value <= INT_MAX):
+                return (
+                    f"task {name} {value!r} cannot be recorded: a trace's ids are strings "
+                    "or 64-bit integers"
+                )
+        if t.size > INT_MAX:
+            return f"task size {t.size} cannot be recorded: a trace's sizes fit in 64 bits"
+    return None
 
 
 def _common(t: Task) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..formats.request_schema import Abort, Arrive, Schedule, Step, Update
 from ..formats.requests import RequestEvent, arrival, expect_of
-from ..model.errors import CheckFailed, InputError, InvariantError
+from ..model.errors import CheckFailed, InputError, InvariantError, UsageError
 from ..model.records import Left, Record
 from ..model.requests import RequestScheduler, StepPlan
 from ..model.task import DECODE, PREFILL, Id
@@ -86,6 +86,7 @@ class RequestReplayer:
         self.check, self.drain, self.on_left = check, drain, on_left
         self.totals = Totals(mode="request", budget=policy.token_budget)
         self.step_events = 0
+        self.update_events = 0  # split steps' updates: each compared on its own
         self.checked = 0
         self.finished = 0
         self.aborted = 0
@@ -145,6 +146,7 @@ class RequestReplayer:
         """A split step's outputs: the requests they finished, recorded when any did."""
         stop = frozenset(event.stop or ())
         sampled = {p.rid: p.tokens for p in event.sampled} if event.sampled else None
+        self.update_events += 1
         self._unanswered -= 1  # the reader refuses an update with no schedule to answer
         try:
             finished = self.policy.update(stop, sampled)
@@ -232,6 +234,14 @@ class RequestReplayer:
         mismatch = RequestMismatch(step, line, want, got, self.last_reasons, held)
         raise RequestExpectMismatch(mismatch, self.trace_name)
 
+    def checked_text(self) -> str:
+        """What ``--check`` compared, in one unit: steps, or for a split trace the calls
+        (each ``schedule`` and each ``update`` is compared on its own)."""
+        if self.update_events:
+            calls = self.step_events + self.update_events
+            return f"checked {self.checked} of {calls} calls (schedule and update)"
+        return f"checked {self.checked} of {self.step_events} steps"
+
     def drain_all(self) -> None:
         """Steps while the policy has work (a trace with no steps, or ``--drain``), the
         outputs of split steps still unanswered first."""
@@ -313,7 +323,12 @@ def policy_for_request_trace(
     if spec is None:
         raise InputError(name, header.line, "a request-level trace names its policy (vllm)")
     given: dict[str, object] = dict(header.params) if policy in (None, header.policy) else {}
-    built = build_request_policy(spec, given | params)
+    try:
+        built = build_request_policy(spec, given | params)
+    except UsageError as e:
+        if given and not params:  # the header's own parameters: located at the header
+            raise InputError(name, header.line, str(e)) from e
+        raise
     return built, built.name or spec
 
 
@@ -324,9 +339,11 @@ def request_trace_metrics(
     *,
     drain: bool = False,
     allow_incomplete: bool = False,
+    on_record: Callable[[Record], None] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """A request-level trace replayed, its steps measured as a dump's are (``stats``);
-    and the label of the policy it ran under."""
+    and the label of the policy it ran under (its ``token_budget`` in the summary).
+    ``on_record`` sees each record of the dump as it is made (``report`` bins them)."""
     from contextlib import ExitStack
 
     from ..formats.dump import batch_tasks
@@ -344,6 +361,8 @@ def request_trace_metrics(
         def measure(record: Record) -> None:
             if "batch" in record:
                 metrics.dispatched(batch_tasks(record), record["step"])
+            if on_record is not None:
+                on_record(record)
 
         engine = RequestReplayer(built, measure, policy_name=label, drain=drain)
         events = RequestReader(reader)
@@ -352,6 +371,7 @@ def request_trace_metrics(
     summary["rejected"] = totals.rejected
     summary["queued"] = totals.queued
     summary["preemptions"] = engine.preemptions
+    summary["token_budget"] = built.token_budget
     return summary, label
 
 

@@ -470,8 +470,9 @@ def run_points(
         if on_done is not None:
             on_done(outcome)
 
-    if backend == "local":
-        _run_local(todo, jobs or os.cpu_count() or 1, done)
+    if backend == "local":  # never more workers than cores
+        cores = os.cpu_count() or 1
+        _run_local(todo, min(jobs or cores, cores), done)
     elif backend == "ray":
         _run_ray(todo, jobs, address, done)
     else:

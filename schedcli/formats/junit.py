@@ -38,7 +38,8 @@ def write_junit(out: IO[bytes], suite_name: str, cases: Sequence[Case]) -> None:
     root = ET.Element("testsuites", attrs)
     suite = ET.SubElement(root, "testsuite", attrs)
     for case in cases:
-        element = ET.SubElement(suite, "testcase", {"classname": case.classname, "name": case.name})
+        names = {"classname": _xml_text(case.classname), "name": _xml_text(case.name)}
+        element = ET.SubElement(suite, "testcase", names)
         if case.outcome is not None:
             outcome = ET.SubElement(element, case.outcome, {"message": _xml_text(case.message)})
             if case.outcome != SKIPPED:
@@ -49,8 +50,10 @@ def write_junit(out: IO[bytes], suite_name: str, cases: Sequence[Case]) -> None:
 
 
 def _xml_text(text: str) -> str:
-    """Text XML 1.0 can hold: other control characters become U+FFFD."""
-    return "".join(
-        c if c in "\t\n\r" or (ord(c) >= 0x20 and ord(c) not in (0xFFFE, 0xFFFF)) else "\ufffd"
-        for c in text
-    )
+    """Text XML 1.0 can hold: other control characters, lone surrogates (a file name that
+    is not UTF-8) and U+FFFE/U+FFFF become U+FFFD."""
+    return "".join(c if c in "\t\n\r" or _xml_char(ord(c)) else "\ufffd" for c in text)
+
+
+def _xml_char(code: int) -> bool:
+    return 0x20 <= code < 0xD800 or 0xE000 <= code <= 0xFFFD or code >= 0x10000

@@ -9,7 +9,13 @@ import zlib
 import orjson
 
 from ..model.errors import InputError, WrongKind
-from .source import display_name, numbered_lines, open_binary
+from .source import (
+    DEFAULT_MAX_LINE_BYTES,
+    display_name,
+    numbered_lines,
+    open_binary,
+    peek_stdin_line,
+)
 
 LEVEL = "request"
 """The header's ``level`` of a request-level trace (docs/trace-format.md)."""
@@ -90,18 +96,21 @@ def detect_format(first_line: bytes) -> str | None:
 
 
 def is_request_trace(path: str) -> bool:
-    """Whether the file's header says ``"level": "request"``. Reads its first line only;
-    a pipe is never peeked (it could not be read again), nor is a file that cannot be read
-    (the task-level reader reports it)."""
-    if path == "-":
-        return False
+    """Whether the input's header says ``"level": "request"``: its first line that is not
+    blank, however long, a byte-order mark dropped. Standard input is read ahead for it
+    (the reader gets those bytes back). A file that cannot be read is not (the task-level
+    reader reports it)."""
     try:
-        with open_binary(path) as f:
-            head = f.readline(1 << 16)
-            while head and not head.strip():
-                head = f.readline(1 << 16)
+        if path == "-":
+            head = peek_stdin_line()
+        else:
+            with open_binary(path) as f:
+                head = f.readline(DEFAULT_MAX_LINE_BYTES)
+                while head and not head.strip():
+                    head = f.readline(DEFAULT_MAX_LINE_BYTES)
     except (OSError, InputError, EOFError, zlib.error):
         return False  # a corrupt or unreadable file: the task-level reader locates it
+    head = head.removeprefix(b"\xef\xbb\xbf")
     if b'"level"' not in head or b'"schedcli"' not in head:
         return False
     try:

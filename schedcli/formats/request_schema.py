@@ -9,10 +9,13 @@ from typing import Annotated, Any, Final
 import msgspec
 from msgspec import Meta, Struct
 
-from ..model.limits import INT_MAX
-from .schema import I64, Count, Id, Seconds, Tokens
+from ..model.limits import MAX_REQUEST_TOKENS
+from .schema import I64, Count, Id, Seconds
 
-Positive = Annotated[int, Meta(ge=1, le=INT_MAX)]
+# A request's sizes, bounded as every format's (model/limits.py).
+RequestTokens = Annotated[int, Meta(ge=1, le=MAX_REQUEST_TOKENS)]
+_PROMPT = {"noun": "an array of integers", "item": "each token"}
+Prompt = Annotated[list[I64], Meta(max_length=MAX_REQUEST_TOKENS, extra=_PROMPT)]
 Ids = Annotated[list[Id], Meta(extra={"noun": "an array of request ids", "item": "each rid"})]
 
 
@@ -20,9 +23,9 @@ class Arrive(Struct, tag_field="op", tag="arrive", forbid_unknown_fields=True, g
     """A request reaches the scheduler: its prompt's length (or ids), its output limit."""
 
     rid: Id
-    max_tokens: Positive
-    prompt_tokens: Positive | None = None
-    tokens: Tokens | None = None
+    max_tokens: RequestTokens
+    prompt_tokens: RequestTokens | None = None
+    tokens: Prompt | None = None
     priority: I64 = 0
     t: Seconds | None = None
     meta: Any = None

@@ -94,6 +94,66 @@ class _FollowRaw(io.RawIOBase):
         super().close()
 
 
+class _Prefixed(io.RawIOBase):
+    """Bytes read ahead (``peek_stdin_line``), then the stream they came from."""
+
+    def __init__(self, head: bytes, rest: BinaryIO | io.RawIOBase) -> None:
+        self._head = memoryview(head)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Buffer) -> int:
+        out = memoryview(buffer).cast("B")
+        if self._head:
+            n = min(len(out), len(self._head))
+            out[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._rest.readinto(out)  # type: ignore[union-attr]
+
+
+# Standard input's first bytes, read ahead to learn its level, for the stream they came
+# from: the next open_binary("-") of that same stream gives them back first.
+_stdin_ahead: tuple[object, bytes] | None = None
+
+
+def peek_stdin_line(limit: int = DEFAULT_MAX_LINE_BYTES) -> bytes:
+    """Standard input's first line that is not blank (decompressed, if gzip), read now
+    and kept for the reader, so a pipe's level can be told from its header."""
+    global _stdin_ahead
+    buffer = sys.stdin.buffer
+    ahead = _stdin_ahead[1] if _stdin_ahead is not None and _stdin_ahead[0] is buffer else b""
+    try:
+        fd: int | None = buffer.fileno()  # read past the buffer: nothing is held in it yet
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        fd = None
+    while True:
+        try:
+            gzipped = ahead[:2] == _GZIP_MAGIC
+            text = zlib.decompressobj(31).decompress(ahead, limit) if gzipped else ahead
+        except zlib.error:
+            text = b""  # not readable as gzip: the reader says where
+        line = text.lstrip(b" \t\r\n").split(b"\n", 1)
+        if len(line) > 1 or len(ahead) >= limit:
+            break
+        read = getattr(buffer, "read1", buffer.read)
+        chunk = os.read(fd, _CHUNK) if fd is not None else read(_CHUNK)
+        if not chunk:
+            break
+        ahead += chunk
+    _stdin_ahead = (buffer, ahead)
+    return line[0].removeprefix(_BOM)
+
+
+def _fd_of(stream: BinaryIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+
+
 def _is_live(stream: BinaryIO) -> bool:
     """A pipe, socket or terminal: input that can make a reader wait."""
     try:
@@ -123,9 +183,16 @@ def open_binary(
     if follow and path == "-":
         raise InputError(name, None, "--follow reads a file that is being written, not stdin")
     if path == "-":
+        global _stdin_ahead
         raw = sys.stdin.buffer
+        ahead, _stdin_ahead = _stdin_ahead, None
         if on_wait is not None and _is_live(raw):
             raw = io.BufferedReader(_LiveRaw(raw.fileno(), on_wait), 1 << 16)
+        if ahead is not None and ahead[0] is sys.stdin.buffer and ahead[1]:
+            rest: BinaryIO | io.RawIOBase = raw
+            if raw is sys.stdin.buffer and _fd_of(raw) is not None:
+                rest = io.FileIO(raw.fileno(), "rb", closefd=False)  # read ahead by fd too
+            raw = io.BufferedReader(_Prefixed(ahead[1], rest), 1 << 16)
     else:
         try:
             f = open(path, "rb")  # noqa: SIM115 - closed below

@@ -22,6 +22,19 @@ MAX_REQUEST_TOKENS = 2**21
 small enough that simulating one request is a bounded run."""
 
 
+# A request-level policy's sizes (vLLM's parameters): each large enough for any real
+# deployment, and small enough that building the scheduler and holding its KV cache is
+# bounded (twenty million blocks took 2.5 GB and half a minute to build).
+MAX_MODEL_LEN = 2 * MAX_REQUEST_TOKENS
+"""A request's prompt and output together."""
+MAX_KV_BLOCKS = 2**20
+"""KV-cache blocks (16M tokens at 16 a block)."""
+MAX_BLOCK_SIZE = 2**12
+"""Tokens in one KV-cache block."""
+MAX_RUNNING_SEQS = 2**16
+"""Requests running at once."""
+
+
 MAX_SECONDS = 10.0**9
 """A duration or a point in time given in seconds (an option, a time stamp, an SLO): about
 31 years, so that any sum of a few of them stays finite and exact enough to compare."""

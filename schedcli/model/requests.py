@@ -78,6 +78,12 @@ class RequestScheduler(ABC):
     PARAMS: ClassVar[tuple[Param, ...]] = ()
     level: ClassVar[str] = "request"
 
+    @classmethod
+    def create(cls, **params: Any) -> RequestScheduler:
+        """The scheduler these parameters ask for (``build_request_policy`` builds
+        through it, as for task-level policies): by default this class."""
+        return cls(**params)
+
     @property
     def token_budget(self) -> int | None:
         """Tokens one step may hold, when the policy has such a limit."""

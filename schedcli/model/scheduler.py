@@ -20,7 +20,8 @@ from .task import DECODE, Id, Task, settle_outputs, show_id
 class Param(NamedTuple):
     """One constructor parameter a policy declares (name, type, default, one-line help).
 
-    A ``str`` parameter takes one of ``choices``; numbers may have a ``minimum``.
+    A ``str`` parameter takes one of ``choices``; numbers may have a ``minimum`` and a
+    ``maximum`` (an integer is never past 64 bits either).
     (A named tuple: a value, made at a third of a frozen dataclass's start-up cost.)
     """
 
@@ -30,6 +31,7 @@ class Param(NamedTuple):
     help: str
     minimum: int | float | None = None
     choices: tuple[str, ...] = ()
+    maximum: int | float | None = None
 
     def check(self, value: object) -> int | float | str:
         """The value in its declared type (an integer given for a ``float`` parameter comes
@@ -49,6 +51,8 @@ class Param(NamedTuple):
             raise ValueError(f"{self.name} must be a finite number, not {value!r}")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"{self.name} must be >= {self.minimum}, not {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"{self.name} must be <= {self.maximum:,}, not {value!r}")
         if self.type is int:
             if not INT_MIN <= value <= INT_MAX:
                 raise ValueError(

@@ -381,6 +381,7 @@ def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, A
                 "default": p.default,
                 "help": p.help,
                 **({"choices": list(p.choices)} if p.choices else {}),
+                **({"maximum": p.maximum} if p.maximum is not None else {}),
             }
             for p in cls.PARAMS
         ],

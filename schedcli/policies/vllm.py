@@ -13,6 +13,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from ..model.limits import MAX_BLOCK_SIZE, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_RUNNING_SEQS
 from ..model.records import Left
 from ..model.requests import (
     KV_BLOCKS,
@@ -46,15 +47,36 @@ class VllmScheduler(RequestScheduler):
 
     name = "vllm"
     PARAMS = (
-        Param("max_num_batched_tokens", int, 2048, "tokens per step (the budget)", 1),
-        Param("max_num_seqs", int, 256, "requests running at once", 1),
-        Param("num_gpu_blocks", int, 8192, "KV-cache blocks", 1),
-        Param("block_size", int, 16, "tokens per KV-cache block", 1),
+        Param(
+            "max_num_batched_tokens",
+            int,
+            2048,
+            "tokens per step (the budget)",
+            1,
+            maximum=MAX_MODEL_LEN,
+        ),
+        Param("max_num_seqs", int, 256, "requests running at once", 1, maximum=MAX_RUNNING_SEQS),
+        Param("num_gpu_blocks", int, 8192, "KV-cache blocks", 1, maximum=MAX_KV_BLOCKS),
+        Param("block_size", int, 16, "tokens per KV-cache block", 1, maximum=MAX_BLOCK_SIZE),
         Param("enable_chunked_prefill", str, "true", "split prompts over steps", choices=ON_OFF),
-        Param("long_prefill_token_threshold", int, 0, "cap on one prompt's tokens a step", 0),
+        Param(
+            "long_prefill_token_threshold",
+            int,
+            0,
+            "cap on one prompt's tokens a step",
+            0,
+            maximum=MAX_MODEL_LEN,
+        ),
         Param("enable_prefix_caching", str, "true", "reuse cached prompt blocks", choices=ON_OFF),
         Param("policy", str, "fcfs", "waiting order", choices=("fcfs", "priority")),
-        Param("max_model_len", int, 32768, "longest prompt + output a request may have", 2),
+        Param(
+            "max_model_len",
+            int,
+            32768,
+            "longest prompt + output a request may have",
+            2,
+            maximum=MAX_MODEL_LEN,
+        ),
         Param(
             "async_scheduling",
             str,
@@ -120,10 +142,11 @@ class VllmScheduler(RequestScheduler):
             len(self._order),
         )
         v = self._vllm
-        tokens = list(arrival.tokens) if arrival.tokens is not None else _distinct(key, total)
+        prompt = arrival.prompt_tokens
+        tokens = list(arrival.tokens) if arrival.tokens is not None else _distinct(key, prompt)
         request = v.Request(
             request_id=key,
-            prompt_token_ids=tokens[: arrival.prompt_tokens],
+            prompt_token_ids=tokens[:prompt],
             sampling_params=v.SamplingParams(
                 max_tokens=arrival.max_tokens, ignore_eos=True, stop_token_ids=[STOP]
             ),
