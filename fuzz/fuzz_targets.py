@@ -450,23 +450,26 @@ def check_suite(data: bytes) -> None:
 
 
 def recorder_ids(data: bytes) -> None:
-    """Ids the trace format cannot hold, among ones it can: the recorder refuses the former
-    before the policy sees them, and the recording replays with --check."""
-    ids: tuple[object, ...] = (1, "a", True, 2**63, -(2**63) - 1, 2**64, 2**63 - 1, -(2**63), "")
+    """Ids and metas the trace format cannot hold, among ones it can: the recorder refuses
+    the former before the policy sees them, and the recording replays with --check."""
+    ids: tuple[object, ...] = (
+        1, "a", True, 2**63, -(2**63) - 1, 2**64, 2**63 - 1, -(2**63), "", "\ud800", "é",
+    )  # fmt: skip
+    metas: tuple[object, ...] = (None, {"k": [1, "x"]}, {1: 2}, object(), "m")
     with tempfile.TemporaryDirectory(prefix="schedcli-fuzz-") as tmp:
         path = os.path.join(tmp, "rec.jsonl")
         inner = build_policy(POLICIES[len(data) % len(POLICIES)], {})
         with RecordingScheduler(inner, path) as rec:
             for n, byte in enumerate(data):
                 tid, sid = ids[byte % len(ids)], ids[(byte >> 4) % len(ids)]
+                meta = metas[(byte + n) % len(metas)]
                 if isinstance(tid, int) and not isinstance(tid, bool) and -(2**62) < tid < 2**62:
                     tid = tid * 1000 + n  # unique
-                refused = rec.try_submit([Task(tid, sid, "decode", 1)])  # type: ignore[arg-type]
-                writable = all(
-                    type(x) is str or (type(x) is int and -(2**63) <= x < 2**63) for x in (tid, sid)
-                )
+                task = Task(tid, sid, "decode", 1, meta=meta)  # type: ignore[arg-type]
+                refused = rec.try_submit([task])
+                writable = all(_writable_id(x) for x in (tid, sid)) and _writable_meta(meta)
                 if writable != (refused is None or "cannot be recorded" not in refused):
-                    raise AssertionError(f"recorder: {tid!r}, {sid!r} -> {refused!r}")
+                    raise AssertionError(f"recorder: {tid!r}, {sid!r}, {meta!r} -> {refused!r}")
                 if byte % 3 == 0:
                     rec.get_work()
             while rec.has_work():
@@ -475,6 +478,16 @@ def recorder_ids(data: bytes) -> None:
         expect(code, err, (0, 2), "replay --check of a recording with refused ids")
         if code == 2 and "nothing to check" not in err:
             raise AssertionError(f"a recording did not replay: {err}")
+
+
+def _writable_id(x: object) -> bool:
+    if type(x) is int:
+        return -(2**63) <= x < 2**63
+    return type(x) is str and x != "\ud800"
+
+
+def _writable_meta(meta: object) -> bool:
+    return meta is None or type(meta) is str or (type(meta) is dict and 1 not in meta)
 
 
 TARGETS["requests"] = requests

@@ -41,9 +41,7 @@ def _write(path: Path, lines: list[dict[str, object]]) -> Path:
     ],
     ids=["abort", "rejected-arrival", "update"],
 )
-def test_the_table_view_draws_aborts_rejections_and_updates(
-    tmp_path: Path, event: object
-) -> None:
+def test_the_table_view_draws_aborts_rejections_and_updates(tmp_path: Path, event: object) -> None:
     events: list[dict[str, object]] = [ARRIVE]
     if event == "split":
         events += [{"op": "schedule"}, {"op": "update"}] * 4
@@ -110,6 +108,28 @@ def test_a_request_larger_than_any_cache_is_refused_at_its_line(tmp_path: Path) 
     for command in ("validate", "replay"):
         r = run_cli(command, str(trace))
         assert r.returncode == 2 and r.stderr.decode().startswith(f"{trace}:2: ")
+        assert "prompt_tokens must be <= 2,097,152, not 2000000000" in r.stderr.decode()
+
+
+def test_a_prompt_longer_than_the_bound_is_named_as_such(tmp_path: Path) -> None:
+    prompt = list(range(2**21 + 1))
+    trace = _write(
+        tmp_path / "r.jsonl",
+        [HEADER, {"op": "arrive", "rid": "a", "tokens": prompt, "max_tokens": 1}],
+    )
+    r = run_cli("validate", str(trace))
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{trace}:2: tokens has 2,097,153 entries, more than")
+
+
+@pytest.mark.parametrize("level", ["task", "request"])
+def test_a_header_that_is_not_json_is_one_problem(tmp_path: Path, level: str) -> None:
+    header = json.dumps(HEADER if level == "request" else {"schedcli": 1, "policy": "fcfs"})
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(header[:-1] + "\n")  # the header's closing brace lost
+    r = run_cli("validate", str(trace))
+    assert r.returncode == 2
+    assert r.stderr.decode().count(f"{trace}:1: not valid JSON") == 1
 
 
 # 4: shrink at a split step's update
@@ -147,6 +167,26 @@ def test_the_recorder_refuses_an_id_the_format_cannot_hold(tid: object, sid: obj
         rec.get_work()
     lines = out.getvalue().splitlines()
     assert len(lines) == 3  # the header, the good submit, its get_work
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        Task(1, "\ud800", "decode", 1),
+        Task(1, 1, "decode", 1, meta={"handle": object()}),
+        Task(1, 1, "decode", 1, meta={1: "a key that is not a string"}),
+    ],
+    ids=["lone-surrogate-sid", "meta-object", "meta-int-key"],
+)
+def test_the_recorder_refuses_what_json_cannot_hold_before_the_policy(task: Task) -> None:
+    out = io.BytesIO()
+    inner = DecodeFirstScheduler(544, 8, 256)
+    with RecordingScheduler(inner, out) as rec:
+        reason = rec.try_submit([task])
+        assert reason is not None and "cannot be recorded" in reason
+        assert not inner.has_work()
+        rec.get_work()
+    assert len(out.getvalue().splitlines()) == 2  # the header and the get_work
 
 
 def test_a_task_with_a_float_id_is_refused_in_both_cores() -> None:

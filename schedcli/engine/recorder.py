@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final
 
+import orjson
 from mypy_extensions import mypyc_attr
 
 from ..formats.output import atomic_output
@@ -318,17 +319,35 @@ class RecordingScheduler(Scheduler):
 
 def _unrecordable(group: list[Task]) -> str | None:
     """Why a task of ``group`` cannot be written to a trace (an id that is neither a
-    string nor a 64-bit integer, a bool among them; a size past 64 bits), or None."""
+    UTF-8 string nor a 64-bit integer, a bool among them; a size past 64 bits; a meta
+    that is not JSON), or None."""
     for t in group:
         for name, value in (("tid", t.tid), ("sid", t.sid)):
-            if type(value) is not str and not (type(value) is int and INT_MIN <= value <= INT_MAX):
+            if type(value) is int and INT_MIN <= value <= INT_MAX:
+                continue
+            if type(value) is not str or not _utf8(value):
                 return (
-                    f"task {name} {value!r} cannot be recorded: a trace's ids are strings "
-                    "or 64-bit integers"
+                    f"task {name} {value!r} cannot be recorded: a trace's ids are UTF-8 "
+                    "strings or 64-bit integers"
                 )
         if t.size > INT_MAX:
             return f"task size {t.size} cannot be recorded: a trace's sizes fit in 64 bits"
+        if t.meta is not None:
+            try:
+                orjson.dumps(t.meta)
+            except TypeError as e:
+                return f"task {t.tid!r}'s meta cannot be recorded: {e}"
     return None
+
+
+def _utf8(s: str) -> bool:
+    if s.isascii():
+        return True
+    try:
+        s.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 def _common(t: Task) -> bool:

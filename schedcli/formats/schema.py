@@ -201,6 +201,8 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
             return f"{name} is beyond the 64-bit integer range"
         if t.ge is not None and value < t.ge:
             return f"{name} must be >= {t.ge}, not {value}"
+        if t.le is not None and value > t.le:
+            return f"{name} must be <= {t.le:,}, not {value}"
         return None
     if isinstance(t, mi.LiteralType):
         if value in t.values and type(value) is str:
@@ -222,6 +224,8 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
     if isinstance(t, mi.ListType):
         if type(value) is not list:
             return f"{name} must be {noun or 'an array'}, not {json_type(value)}"
+        if t.max_length is not None and len(value) > t.max_length:
+            return f"{name} has {len(value):,} entries, more than {t.max_length:,}"
         item_type, _ = _unwrap(t.item_type)
         if isinstance(item_type, mi.StructType):
             for i, item in enumerate(value):

@@ -605,6 +605,11 @@ class TraceReader:
                 obj = decode_object(raw, complete)
                 if "schedcli" not in obj:
                     return
+            except LineError as e:  # one report for the line, header or not
+                self._first_lines = lines[1:]
+                self._fail(lineno, str(e))
+                return
+            try:
                 self._first_lines = lines[1:]
                 check_duplicate_keys(raw, _key_total(obj))
                 self.header = parse_header(obj, lineno)
