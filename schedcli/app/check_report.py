@@ -160,9 +160,7 @@ def annotate(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict], shown
 
 def _annotation(file: str, line: int | None, title: str, message: str) -> None:
     where = f"file={_escape_property(file)}" + (f",line={line}" if line else "")
-    sys.stderr.write(
-        f"::error {where},title={_escape_property(title)}::{_escape_data(message)}\n"
-    )
+    sys.stderr.write(f"::error {where},title={_escape_property(title)}::{_escape_data(message)}\n")
 
 
 def _escape_data(text: str) -> str:

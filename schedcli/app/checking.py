@@ -12,16 +12,16 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.replay import ExpectMismatch, Record
+from ..engine.replay import Record
 from ..engine.run import open_replay
 from ..formats.output import atomic_output
 from ..formats.writer import JsonlWriter
-from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
+from ..model.errors import CheckFailed, SchedcliError, StepMismatch, UsageError
 from .config import Config
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -128,9 +128,7 @@ class Suite:
     notes: list[str] = field(default_factory=list)
 
 
-def find_suite(
-    paths: Sequence[str], golden_dir: str | None, deleted: Sequence[str] = ()
-) -> Suite:
+def find_suite(paths: Sequence[str], golden_dir: str | None, deleted: Sequence[str] = ()) -> Suite:
     """Every trace in ``paths`` and the folders below them, sorted, each with its golden's
     path; goldens in a searched folder's golden folder that no trace claims are orphans.
     A golden given by name stands for its trace (a commit that changes only a golden
@@ -406,52 +404,9 @@ def check_trace(job: Job) -> Verdict:
             new.drop()  # unless kept
 
 
-class _Checked:
-    """One trace opened for a check, at its level: its engine (checking as it goes), how to
-    run it, the policy's label, and what its expects covered."""
-
-    def __init__(
-        self, engine: Any, run: Callable[[], object], label: str, covered: Callable[[], str]
-    ) -> None:
-        self.engine, self.run, self.label, self.covered = engine, run, label, covered
-
-
-@contextmanager
-def _opened(job: Job, emit: Callable[[Record], None]) -> Iterator[_Checked]:
-    from ..formats.kinds import is_request_trace
-
-    if is_request_trace(job.trace):
-        from ..engine.request_replay import (
-            RequestReplayer,
-            policy_for_request_trace,
-            refuse_partial,
-        )
-        from ..formats.requests import RequestReader
-        from ..formats.trace import open_trace
-
-        with open_trace(job.trace) as reader:
-            if reader.header is None:
-                raise InputError(reader.name, None, "a request-level trace without a header")
-            params = {k: str(v) for k, v in job.params.items()}
-            built, label = policy_for_request_trace(reader.header, reader.name, job.policy, params)
-            try:
-                engine = RequestReplayer(
-                    built, emit, policy_name=label, check=True, trace_name=reader.name
-                )
-                events = RequestReader(reader)
-
-                def run() -> object:
-                    return engine.run(events, lambda: refuse_partial(events, job.allow_incomplete))
-
-                def covered() -> str:
-                    return engine.checked_text() if engine.checked else ""
-
-                yield _Checked(engine, run, label, covered)
-            finally:
-                built.close()
-        return
-    from .replaying import checked_text
-
+def _check(job: Job, new: _NewGolden | None) -> Verdict:
+    trace, golden = job.trace, job.golden
+    tee = _Tee()
     with open_replay(
         job.trace,
         policy=job.policy,
@@ -459,46 +414,29 @@ def _opened(job: Job, emit: Callable[[Record], None]) -> Iterator[_Checked]:
         note=lambda _: None,
         allow_incomplete=job.allow_incomplete,
     ) as opened:
-        opened.policy.explaining = True  # a difference's reasons, kept as it is found
-        task_engine = opened.replayer(emit, check=True)
-
-        def task_covered() -> str:
-            checked = task_engine.checked or task_engine.outcomes_checked
-            return checked_text(task_engine) if checked else ""
-
-        yield _Checked(
-            task_engine, lambda: opened.run(task_engine), opened.policy_name, task_covered
-        )
-
-
-def _check(job: Job, new: _NewGolden | None) -> Verdict:
-    from ..engine.request_replay import RequestExpectMismatch
-
-    trace, golden = job.trace, job.golden
-    tee = _Tee()
-    with _opened(job, tee) as checked:
+        opened.explain()  # a difference's reasons, kept as it is found
+        engine = opened.replayer(tee, check=True)
         comparison = None
         unreadable = _unreadable(golden) if new is not None and golden is not None else None
         if golden is not None and os.path.exists(golden) and unreadable is None:
             from .golden import GoldenComparison
 
-            label = f"replay under {checked.label}"
-            engine = checked.engine
+            label = f"replay under {opened.policy_name}"
             comparison = GoldenComparison(golden, label, lambda: engine, job.allow_incomplete)
             tee.sinks.append(comparison)
         if new is not None:
             tee.sinks.append(new)
         try:
-            checked.run()
-        except (ExpectMismatch, RequestExpectMismatch) as e:
+            opened.run(engine)
+        except StepMismatch as e:
             return _mismatched(trace, e)
         if comparison is not None:
             comparison.finish()
-    coverage = [checked.covered()] if checked.covered() else []
+    coverage = [] if engine.nothing_checked else [engine.checked_text()]
     if comparison is not None:
         coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
     verdict = Verdict(trace, None, PASS, "; ".join(coverage))
-    verdict.expects = bool(checked.covered())
+    verdict.expects = not engine.nothing_checked
     if comparison is not None:
         _compared(verdict, job, comparison, new)
     elif new is not None:
@@ -518,17 +456,12 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
     return verdict
 
 
-def _mismatched(trace: str, e: Any) -> Verdict:
+def _mismatched(trace: str, e: StepMismatch) -> Verdict:
     """The first step that differs from its expect, as a failing verdict."""
+    from .render import step_mismatch_view
+
     m = e.mismatch
-    if isinstance(e, ExpectMismatch):
-        from .render import mismatch_view
-
-        text = _plain(mismatch_view(m, m.left))
-    else:
-        from .render_requests import request_mismatch_view
-
-        text = _plain(request_mismatch_view(m))
+    text = _plain(step_mismatch_view(e))
     failed = Verdict(trace, None, FAIL, f"expect differs at step {m.step}", text, m.line)
     failed.expects = True
     return failed

@@ -10,7 +10,7 @@ from typing import Any
 from ..engine.lockstep import run_in_lockstep
 from ..engine.metrics import StepMetrics
 from ..engine.replay import Replayer
-from ..engine.run import choose_policy, open_replay
+from ..engine.run import choose_policy, open_task_replay
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.errors import UsageError
@@ -277,7 +277,7 @@ def diff_trace(
     allow_incomplete: bool = False,
 ) -> DiffResult:
     """Replay one trace under two configurations in lockstep and compare every step."""
-    with open_replay(
+    with open_task_replay(
         path,
         policy=a.policy,
         params=a.params,

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..engine.origins import Origins, Reached
 from ..engine.replay import Replayer
-from ..engine.run import open_replay
+from ..engine.run import open_task_replay
 from ..model.errors import InputError, UsageError
 from ..model.records import Left, discard
 from ..model.task import Id, Task, id_key, same_id
@@ -127,7 +127,7 @@ def _replay_to_step(
     path: str, policy: str | None, params: Mapping[str, object], step: int
 ) -> tuple[StepView | None, int]:
     """The view of ``step``, or None and how many steps the replay has."""
-    with open_replay(
+    with open_task_replay(
         path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
     ) as opened:
         opened.policy.explaining = True  # one step's reasons: asked for there, not every step
@@ -146,7 +146,7 @@ def _replay_to_step(
 
 
 def _replay(path: str, policy: str | None, params: Mapping[str, object], wanted: Any) -> _Watcher:
-    with open_replay(
+    with open_task_replay(
         path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
     ) as opened:
         holder: list[Replayer] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..engine.replay import Replayer
+from ..engine.run import Driver
 from ..formats.dump import read_dump
 from ..model.records import Left, Record
 from .diff import Aligner, DiffResult
@@ -23,7 +23,7 @@ class GoldenComparison:
         self,
         golden: str,
         replay_label: str,
-        engine: Callable[[], Replayer] | None = None,
+        engine: Callable[[], Driver] | None = None,
         allow_incomplete: bool = False,
     ) -> None:
         """``engine``: the replay being compared; its policy's reasons at the first
@@ -60,10 +60,10 @@ class GoldenComparison:
             pass
         self._aligner.settle(final=True)
 
-    def _reasons_now(self, engine: Replayer, step: int) -> None:
+    def _reasons_now(self, engine: Driver, step: int) -> None:
         self.first_line = engine.current_line or None
         if engine.last_batch_step == step:
-            self.first_left = engine.policy.left_behind()
+            self.first_left = engine.left_behind()
             self.first_left_known = True
 
     @property

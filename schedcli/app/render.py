@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..engine.replay import Mismatch, Totals
 from ..formats.interrupt import whole_write
+from ..model.errors import StepMismatch
 from ..model.records import Left, Record
 from ..model.task import Id, Task, id_key, ids_only_in, show_id
 
@@ -160,6 +161,16 @@ def _describe(t: Task | None, tid: Id) -> str:
     if t is None:
         return f"{show_id(tid)} (not queued)"
     return f"{show_id(tid)}  s{show_id(t.sid)} {t.kind.value} {t.size}"
+
+
+def step_mismatch_view(e: StepMismatch) -> Group:
+    """The view of a --check difference, at its trace's level."""
+    m = e.mismatch
+    if isinstance(m, Mismatch):
+        return mismatch_view(m, m.left)
+    from .render_requests import request_mismatch_view
+
+    return request_mismatch_view(m)
 
 
 def mismatch_view(m: Mismatch, left: Left = None) -> Group:

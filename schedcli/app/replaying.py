@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
-from ..engine.replay import ExpectMismatch, Record, Replayer, Totals
-from ..engine.run import OpenTrace, open_replay
+from ..engine.replay import Record, Totals
+from ..engine.run import Driver, OpenReplay, open_replay
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output, output_stream
 from ..formats.source import WaitHook
 from ..formats.writer import JsonlWriter
-from ..model.errors import CheckFailed, InputError, SchedcliError, UsageError
+from ..model.errors import CheckFailed, InputError, SchedcliError, StepMismatch, UsageError
 from ..model.records import Left
 from ..model.task import Id
 from .outputs import VIEWS, Fanout, Filtered, Opened, Output, OutputFormat, Timeline
@@ -67,21 +67,6 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
         raise UsageError("--update-golden needs --golden FILE")
     if req.require_all and not req.check:
         raise UsageError("--require-all applies to --check")
-    from ..formats.kinds import is_request_trace
-
-    if is_request_trace(req.trace):
-        from .request_level import run_request_replay
-
-        if req.follow:
-            raise UsageError(
-                f"{req.trace}: --follow reads task-level traces as they grow; a "
-                "request-level trace is replayed once it is written (drop --follow)"
-            )
-
-        def outputs_for(stack: ExitStack, engine: Callable[[], Replayer]) -> list[Output]:
-            return _outputs(stack, req, WaitHook(), engine, err)
-
-        return run_request_replay(req, err, outputs_for)
     flush_before_wait = WaitHook()  # live input: write each record out before waiting
     with ExitStack() as stack:
         # Every output, from the options alone, before the trace is opened.
@@ -100,13 +85,13 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
         trace = Opened(
             opened.name,
             opened.policy_name,
-            opened.policy.token_budget,
+            opened.token_budget,
             lambda: engine.totals.steps,
         )
         for output in outputs:
             output.opened(trace)
         if req.check or req.golden:
-            opened.policy.explaining = True  # a difference's reasons, kept as it is found
+            opened.explain()  # a difference's reasons, kept as it is found
         fan = Fanout(outputs)
         progress.position = opened.reader.position
         engine = opened.replayer(
@@ -119,12 +104,12 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
         )
         try:
             totals = opened.run(engine)
-        except ExpectMismatch as e:
+        except StepMismatch as e:
             _close(outputs, None, e)
             progress.stop()
-            from .render import mismatch_view
+            from .render import step_mismatch_view
 
-            err().print(mismatch_view(e.mismatch, e.mismatch.left))
+            err().print(step_mismatch_view(e))
             _said_checked(req, opened.name, engine, err, "the first difference included")
             raise
         except (SchedcliError, Stopped) as e:
@@ -147,7 +132,7 @@ def _outputs(
     stack: ExitStack,
     req: ReplayRequest,
     flush_before_wait: WaitHook,
-    engine: Callable[[], Replayer],
+    engine: Callable[[], Driver],
     err: Callable[[], Console],
 ) -> list[Output]:
     """Where the records go, from the options: the view (filtered), the golden, the
@@ -193,7 +178,7 @@ class GoldenCheck(Output):
     first difference side by side, with the replay's reasons there."""
 
     def __init__(
-        self, req: ReplayRequest, engine: Callable[[], Replayer], err: Callable[[], Console]
+        self, req: ReplayRequest, engine: Callable[[], Driver], err: Callable[[], Console]
     ) -> None:
         assert req.golden is not None
         self._req, self._err = req, err
@@ -247,40 +232,24 @@ def _reasons_at(req: ReplayRequest, step: int) -> Left:
 
 
 def _check_coverage(
-    req: ReplayRequest, name: str, engine: Replayer, err: Callable[[], Console]
+    req: ReplayRequest, name: str, engine: Driver, err: Callable[[], Console]
 ) -> None:
-    """What ``--check`` compared, said; nothing compared is bad input, and a batch left
-    unchecked fails ``--require-all``."""
-    if engine.checked == 0 and engine.outcomes_checked == 0:
-        raise InputError(
-            name,
-            None,
-            "nothing to check: no get_work in this trace records an expect "
-            "(record one, or drop --check)",
-        )
-    total = engine.get_work_events
-    err().print(f"{name}: {checked_text(engine)}", soft_wrap=True, highlight=False)
-    if req.require_all and engine.checked < total:
-        raise CheckFailed(
-            f"{name}: {total - engine.checked} of {total} batches record no expect (--require-all)"
-        )
+    """What ``--check`` compared, said; nothing compared is bad input, and a recorded call
+    left unchecked fails ``--require-all``."""
+    if engine.nothing_checked:
+        raise InputError(name, None, f"nothing to check: {engine.nothing_to_check()}")
+    err().print(f"{name}: {engine.checked_text()}", soft_wrap=True, highlight=False)
+    if req.require_all and engine.checked < engine.check_total:
+        raise CheckFailed(f"{name}: {engine.unchecked_text()}")
 
 
 def _said_checked(
-    req: ReplayRequest, name: str, engine: Replayer, err: Callable[[], Console], when: str
+    req: ReplayRequest, name: str, engine: Driver, err: Callable[[], Console], when: str
 ) -> None:
     """What --check had compared when the replay ended early (a difference, an error,
     Ctrl-C): said on every exit, not only on success."""
     if req.check:
-        err().print(f"{name}: {checked_text(engine)}, {when}", soft_wrap=True, highlight=False)
-
-
-def checked_text(engine: Replayer) -> str:
-    """What ``--check`` compared, as ``replay --check`` and ``check`` both say it."""
-    said = f"checked {engine.checked} of {engine.get_work_events} batches"
-    if engine.outcomes_checked:
-        said += f" and {engine.outcomes_checked} submit outcomes"
-    return said
+        err().print(f"{name}: {engine.checked_text()}, {when}", soft_wrap=True, highlight=False)
 
 
 def update_command(req: ReplayRequest) -> str:
@@ -315,8 +284,8 @@ def _readable(req: ReplayRequest, golden: str) -> None:
 
 def _finish(
     req: ReplayRequest,
-    opened: OpenTrace,
-    engine: Replayer,
+    opened: OpenReplay,
+    engine: Driver,
     outputs: list[Output],
     err: Callable[[], Console],
 ) -> None:

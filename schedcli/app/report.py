@@ -12,10 +12,9 @@ import html
 import io
 import sys
 import warnings
-from collections.abc import Iterator, Sequence, Sized
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from ..engine.cost import CostModel
@@ -23,7 +22,7 @@ from ..engine.metrics import StepMetrics
 from ..engine.request_sim import simulate_either
 from ..engine.run import open_replay
 from ..formats.dump import batch_tasks, read_dump
-from ..formats.kinds import is_request_trace, sniff_kind
+from ..formats.kinds import sniff_kind
 from ..formats.source import display_name
 from ..formats.workload import read_workload
 from ..model.errors import UsageError
@@ -138,14 +137,16 @@ def _from_trace(
     progress: TraceProgress | None = None,
     allow_incomplete: bool = False,
 ) -> list[Run]:
+    """A trace (either level) replayed under each configuration, binned by step."""
     runs = []
     chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
     for spec, params in chosen:
         with open_replay(
             path, policy=spec, params=params, allow_incomplete=allow_incomplete
         ) as opened:
-            run = Run(config_label(opened.policy_name, opened.params), opened.policy.token_budget)
-            metrics = StepMetrics(run.budget)
+            run = Run(config_label(opened.policy_name, opened.params), opened.token_budget)
+            task_level = opened.level == "task"
+            metrics = StepMetrics(run.budget, waits_known=task_level)
             on_step = None
             if progress is not None:
                 progress.position = opened.reader.position
@@ -153,10 +154,11 @@ def _from_trace(
             binning = _Binning(run, metrics)
             # The bins come from the observer: the engine then builds no step records.
             engine = opened.replayer(discard, observer=binning, on_step=on_step)
-            binning.queue = engine.queued
+            binning.queued = engine.queued_count
             opened.run(engine)
-            run.summary = metrics.summary()
-            run.waits = sorted(metrics.session_mean_waits(), reverse=True)
+            run.summary = metrics.summary() | engine.level_summary()
+            if task_level:  # a request's waits are not known from its steps
+                run.waits = sorted(metrics.session_mean_waits(), reverse=True)
             runs.append(run)
     return runs
 
@@ -167,7 +169,7 @@ class _Binning:
 
     def __init__(self, run: Run, metrics: StepMetrics) -> None:
         self.run, self.metrics = run, metrics
-        self.queue: Sized = ()  # the engine's queued tasks, once it is made
+        self.queued: Callable[[], int] = lambda: 0  # the engine's, once it is made
 
     def accepted(self, tasks: list[Task], step: int) -> None:
         self.metrics.accepted(tasks, step)
@@ -178,7 +180,7 @@ class _Binning:
         m.dispatched(batch, step)
         decode = m.decode_tokens - before
         tokens = sum(t.size for t in batch)
-        self.run.bins.add(step, tokens - decode, decode, len(self.queue))
+        self.run.bins.add(step, tokens - decode, decode, self.queued())
 
     def dropped(self, tasks: list[Task], step: int) -> None:
         self.metrics.dropped(tasks, step)
@@ -205,26 +207,6 @@ def _bin(run: Run, record: Record, metrics: StepMetrics | None = None) -> None:
         run.bins.add(record["step"], tokens - decode, decode, record["queued"])
         if metrics is not None:
             metrics.dispatched(tasks, record["step"])
-
-
-def _from_request_trace(
-    path: str, configs: Sequence[tuple[str, dict[str, str]]], allow_incomplete: bool
-) -> list[Run]:
-    """A request-level trace replayed under each configuration, binned from its dump."""
-    from ..engine.request_replay import request_trace_metrics
-
-    runs = []
-    chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
-    for spec, params in chosen:
-        run = Run("", None)
-        summary, label = request_trace_metrics(
-            path, spec, params, allow_incomplete=allow_incomplete, on_record=partial(_bin, run)
-        )
-        run.label = config_label(label, params)
-        run.budget = summary.pop("token_budget")
-        run.summary = summary
-        runs.append(run)
-    return runs
 
 
 def _from_workload(
@@ -477,10 +459,7 @@ def build_report(
         return _sweep_page(path)
     if kind == "dump" and parsed:
         raise UsageError("a dump is one schedule already: --policy applies to traces and workloads")
-    if kind == "trace" and is_request_trace(path):
-        runs = _from_request_trace(path, parsed, allow_incomplete)
-        x_label = "step"
-    elif kind == "trace":
+    if kind == "trace":
         runs = _from_trace(path, parsed, progress, allow_incomplete)
         x_label = "step"
     elif kind == "dump":

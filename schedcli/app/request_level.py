@@ -1,4 +1,4 @@
-"""``simulate`` and ``replay`` for request-level policies (``-p vllm``) and traces."""
+"""``simulate`` of a request-level policy (``-p vllm``); ``validate`` of a request-level trace."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.replay import PolicyCrashed
 from ..engine.request_replay import (
-    RequestExpectMismatch,
-    RequestReplayer,
-    policy_for_request_trace,
+    check_request_trace_params,
     refuse_partial,
 )
 from ..engine.request_sim import simulate_requests
@@ -20,14 +18,12 @@ from ..formats.output import atomic_output
 from ..formats.requests import RequestReader, RequestTraceWriter
 from ..formats.trace import open_trace
 from ..formats.workload import read_workload
-from ..model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
+from ..model.errors import InputError, InvariantError, SchedcliError, UsageError
 from ..policies.registry import build_request_policy
-from .outputs import Fanout, Opened
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .replaying import ReplayRequest
     from .simulating import SimulateRequest
 
 
@@ -38,7 +34,14 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
             f"--chunk-size is for task-level policies; {req.policy!r} chunks prompts itself "
             "(max_num_batched_tokens, long_prefill_token_threshold)"
         )
-    from .simulating import _progress, _timeline_feeder, open_timeline, raise_kept, show_summary
+    from .simulating import (
+        _progress,
+        _timeline_feeder,
+        open_timeline,
+        raise_kept,
+        show_summary,
+        trace_meta,
+    )
 
     to_stderr = req.summary_to_stderr()
     policy = build_request_policy(req.policy, req.params or {})
@@ -48,12 +51,7 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
         stack.callback(policy.close)
         trace: RequestTraceWriter | None = None
         if req.output is not None:
-            cost = req.cost
-            meta = {
-                "generated_by": "schedcli simulate",
-                "workload": req.workload,
-                "cost_model": cost.as_dict(),
-            }
+            meta = trace_meta(req)
             # The header names the policy as given (vllm, or module:Class): what loads it.
             trace = RequestTraceWriter(
                 stack.enter_context(atomic_output(req.output)), req.policy, declared, meta
@@ -89,81 +87,6 @@ def run_request_simulate(req: SimulateRequest, out: Console, err: Console) -> Si
     return result
 
 
-def run_request_replay(
-    req: ReplayRequest, err: Callable[[], Console], outputs_for: Callable[..., list[Any]]
-) -> None:
-    """``replay`` of a request-level trace: views, --check, --golden, --perfetto."""
-    with ExitStack() as stack:
-        reader = stack.enter_context(open_trace(req.trace, max_line_bytes=req.max_line_bytes))
-        assert reader.header is not None
-        policy, label = policy_for_request_trace(
-            reader.header, reader.name, req.policy, req.params or {}
-        )
-        stack.callback(policy.close)
-        engine: RequestReplayer | None = None
-        outputs = outputs_for(stack, lambda: engine)
-        opened = Opened(
-            reader.name, label, policy.token_budget, lambda: engine.totals.steps if engine else 0
-        )
-        for output in outputs:
-            output.opened(opened)
-        fan = Fanout(outputs)
-        engine = RequestReplayer(
-            policy,
-            fan.emit,
-            policy_name=label,
-            check=req.check,
-            drain=req.drain,
-            on_left=fan.on_left,
-            trace_name=reader.name,
-        )
-        events = RequestReader(reader)
-        try:
-            totals = engine.run(events, lambda: refuse_partial(events, req.allow_incomplete))
-        except RequestExpectMismatch as e:
-            for output in outputs:
-                output.close(None, e)
-            from .render_requests import request_mismatch_view
-
-            err().print(request_mismatch_view(e.mismatch))
-            raise
-        except (SchedcliError, Stopped) as e:
-            for output in outputs:
-                output.close(None, e)
-            raise
-        for output in outputs:
-            output.close(totals, None)
-    if req.check:
-        if engine.checked == 0:
-            raise InputError(
-                reader.name, None, "nothing to check: no step in this trace records an expect"
-            )
-        err().print(f"{reader.name}: {engine.checked_text()}", soft_wrap=True, highlight=False)
-        total = engine.step_events + engine.update_events
-        if req.require_all and engine.checked < total:
-            raise CheckFailed(
-                f"{reader.name}: {total - engine.checked} of {total} recorded calls record no "
-                "expect (--require-all)"
-            )
-    for output in outputs:
-        verdict = getattr(output, "verdict", None)
-        if verdict is not None:
-            verdict()
-
-
-def request_stats(
-    path: str, policy: str | None, params: dict[str, Any], *, drain: bool, allow_incomplete: bool
-) -> tuple[dict[str, Any], str]:
-    """``stats`` of a request-level trace: replayed, its steps measured as a dump's are."""
-    from ..engine.request_replay import request_trace_metrics
-    from ..formats.source import display_name
-
-    summary, label = request_trace_metrics(
-        path, policy, params, drain=drain, allow_incomplete=allow_incomplete
-    )
-    return summary, f"{display_name(path)} under {label}"
-
-
 def validate_request_trace(
     path: str,
     collect: Callable[[InputError], None],
@@ -173,19 +96,12 @@ def validate_request_trace(
 ) -> int:
     """Every problem of a request-level trace to ``collect``; the valid events. The
     policy's parameters are checked as a replay would take them, without building it."""
-    from ..policies.registry import check_request_params
-
     with open_trace(path, on_error=collect) as reader:
         header = reader.header
         if header is None:  # a header the reader refused: collected already, nothing to read
             return 0
-        spec = policy or header.policy
-        given = dict(header.params) if policy in (None, header.policy) else {}
-        given.update(params)
         try:
-            if spec is None:
-                raise InputError(reader.name, header.line, "a request-level trace names its policy")
-            check_request_params(spec, given)
+            check_request_trace_params(header, reader.name, policy, params)
         except InputError as e:
             collect(e)
         except UsageError as e:

@@ -26,7 +26,7 @@ from typing import IO, Any
 from rich.console import Console
 
 from ..engine.replay import ExpectMismatch, OutcomeMismatch
-from ..engine.run import open_replay
+from ..engine.run import open_task_replay
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
 from ..formats.source import display_name
@@ -114,7 +114,7 @@ def _replay_fails(
     path: str, policy: str | None, params: Mapping[str, object], *, check: bool
 ) -> Failure | None:
     try:
-        with open_replay(
+        with open_task_replay(
             path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
         ) as opened:
             opened.run(opened.replayer(discard, check=check))

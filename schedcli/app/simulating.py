@@ -73,7 +73,7 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
         if req.output is not None:
             trace = TraceWriter(stack.enter_context(atomic_output(req.output)))
             # The policy as a replay resolves it (a plugin's module:Class).
-            trace.header(policy_reference(type(built)), declared, _trace_meta(req, size))
+            trace.header(policy_reference(type(built)), declared, trace_meta(req, size))
         timeline = open_timeline(req, stack, label, built.token_budget)
         progress = _progress(req.workload, err)
         stopped: SchedcliError | Stopped | None = None
@@ -149,14 +149,14 @@ def open_timeline(
     )
 
 
-def _trace_meta(req: SimulateRequest, size: int) -> Record:
-    cost = req.cost
-    return {
-        "generated_by": "schedcli simulate",
-        "workload": req.workload,
-        "chunk_size": size,
-        "cost_model": {"a": cost.a, "b": cost.b, "c": cost.c},
-    }
+def trace_meta(req: SimulateRequest, size: int | None = None) -> Record:
+    """The header meta of a trace ``simulate -o`` writes, at either level: every term of
+    the cost model it ran under (``d`` too), and the chunk size a task-level run used."""
+    meta: Record = {"generated_by": "schedcli simulate", "workload": req.workload}
+    if size is not None:
+        meta["chunk_size"] = size
+    meta["cost_model"] = req.cost.as_dict()
+    return meta
 
 
 def _note_rejections(result: SimResult, err: Console) -> None:

@@ -6,12 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..engine.metrics import StepMetrics
-from ..engine.run import open_replay
+from ..engine.run import replay_metrics
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.kinds import sniff_kind
 from ..formats.source import display_name
 from ..model.errors import UsageError
-from ..model.records import discard
 from .progress import TraceProgress
 
 
@@ -51,28 +50,14 @@ def stats_of(
                 "a dump is one schedule already: --policy, --param and --drain apply to traces"
             )
         return _dump_stats(path, allow_incomplete), f"{display_name(path)} (dump)"
-    from ..formats.kinds import is_request_trace
-
-    if is_request_trace(path):
-        from .request_level import request_stats
-
-        return request_stats(
-            path, policy, dict(params), drain=drain, allow_incomplete=allow_incomplete
-        )
-    with open_replay(
-        path, policy=policy, params=params, allow_incomplete=allow_incomplete
-    ) as opened:
-        metrics = StepMetrics(opened.policy.token_budget)
-        on_step = None
-        if progress is not None:
-            progress.position = opened.reader.position
-            on_step = progress.on_step
-        engine = opened.replayer(discard, drain=drain, observer=metrics, on_step=on_step)
-        totals = opened.run(engine)
-        summary = metrics.summary()
-        summary["rejected"] = totals.rejected
-        summary["queued"] = totals.queued
-        return summary, f"{opened.name} under {opened.policy_name}"
+    return replay_metrics(
+        path,
+        policy,
+        params,
+        drain=drain,
+        allow_incomplete=allow_incomplete,
+        progress=progress,
+    )
 
 
 def stats_command(

@@ -6,9 +6,9 @@ import sys
 from collections.abc import Mapping
 
 from ..engine.clock import StepClock
-from ..engine.run import choose_policy, incomplete_trace
+from ..engine.run import choose_policy
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
-from ..formats.trace import open_trace
+from ..formats.trace import incomplete_trace, open_trace
 from ..model.errors import InputError, UsageError
 from .usage import error_text
 

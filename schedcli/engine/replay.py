@@ -16,7 +16,7 @@ from typing import Final, Protocol
 
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Line, Run, as_event
-from ..model.errors import CheckFailed, InvariantError, UsageError
+from ..model.errors import CheckFailed, InvariantError, StepMismatch, UsageError
 from ..model.records import Left, Record, discard
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id, show_id
@@ -53,9 +53,7 @@ class Mismatch:
         self.left = left
 
 
-class ExpectMismatch(CheckFailed):
-    located = True  # its message starts FILE:LINE
-
+class ExpectMismatch(StepMismatch):
     def __init__(self, mismatch: Mismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(
@@ -221,6 +219,44 @@ class Replayer(_Located):
         self.get_work_events = 0  # get_work events read (explicit mode)
         self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
         self.two_output_batches = 0
+
+    # --- what --check compared (the driver protocol both levels' replayers share) -------
+
+    @property
+    def check_total(self) -> int:
+        """The recorded calls ``--check`` could compare: get_work events."""
+        return self.get_work_events
+
+    @property
+    def nothing_checked(self) -> bool:
+        return self.checked == 0 and self.outcomes_checked == 0
+
+    def nothing_to_check(self) -> str:
+        return "no get_work in this trace records an expect (record one, or drop --check)"
+
+    def unchecked_text(self) -> str:
+        """``--require-all``'s failure: how many recorded calls had no expect."""
+        total = self.get_work_events
+        return f"{total - self.checked} of {total} batches record no expect (--require-all)"
+
+    def queued_count(self) -> int:
+        """Tasks accepted and not yet returned."""
+        return len(self.ledger.queued)
+
+    def level_summary(self) -> dict[str, object]:
+        """What this level adds to a replay's metrics: nothing."""
+        return {}
+
+    def left_behind(self) -> Left:
+        """The policy's reasons for what its last batch left out."""
+        return self.policy.left_behind()
+
+    def checked_text(self) -> str:
+        """What ``--check`` compared, as ``replay --check`` and ``check`` both say it."""
+        said = f"checked {self.checked} of {self.get_work_events} batches"
+        if self.outcomes_checked:
+            said += f" and {self.outcomes_checked} submit outcomes"
+        return said
 
     @property
     def queued(self) -> dict[Id, Task]:

@@ -12,14 +12,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..formats.dump import batch_tasks
 from ..formats.request_schema import Abort, Arrive, Schedule, Step, Update
 from ..formats.requests import RequestEvent, arrival, expect_of
-from ..model.errors import CheckFailed, InputError, InvariantError, UsageError
+from ..formats.trace import incomplete_trace
+from ..model.errors import InputError, InvariantError, StepMismatch, UsageError
 from ..model.records import Left, Record
 from ..model.requests import RequestScheduler, StepPlan
 from ..model.task import DECODE, PREFILL, Id
 from .ledger import Totals
-from .replay import PolicyCrashed
+from .replay import Observer, PolicyCrashed
 
 STUCK_AFTER = 1000
 
@@ -36,9 +38,7 @@ class RequestMismatch:
     held: list[Id]  # the requests held when the step began, in arrival order
 
 
-class RequestExpectMismatch(CheckFailed):
-    located = True  # its message starts FILE:LINE
-
+class RequestExpectMismatch(StepMismatch):
     def __init__(self, mismatch: RequestMismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(
@@ -80,10 +80,13 @@ class RequestReplayer:
         drain: bool = False,
         on_left: Callable[[int, Left], None] | None = None,
         trace_name: str = "<trace>",
+        on_step: Callable[[int], None] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.policy, self.emit, self.policy_name = policy, emit, policy_name
         self.trace_name = trace_name
         self.check, self.drain, self.on_left = check, drain, on_left
+        self.on_step, self.observer = on_step, observer
         self.totals = Totals(mode="request", budget=policy.token_budget)
         self.step_events = 0
         self.update_events = 0  # split steps' updates: each compared on its own
@@ -93,6 +96,7 @@ class RequestReplayer:
         self.preemptions = 0
         self.current_line = 0
         self.last_batch_step = -1
+        self.waiting = 0  # requests waiting after the last step
         self._live: dict[tuple[type, Id], Id] = {}  # under check: requests held, in order
         self._unanswered = 0  # split steps scheduled and not yet updated
         self.last_reasons: list[tuple[Id, str, str]] = []
@@ -216,7 +220,13 @@ class RequestReplayer:
         self.finished += len(plan.finished)
         self.preemptions += len(plan.preempted)
         self.last_batch_step = step
-        self.emit(batch_record(step, plan, running, waiting))
+        self.waiting = waiting
+        record = batch_record(step, plan, running, waiting)
+        if self.observer is not None:  # a request's waits are not a task's: dispatches only
+            self.observer.dispatched(batch_tasks(record), step)
+        self.emit(record)
+        if self.on_step is not None:
+            self.on_step(step)
         if self.on_left is not None or self.check:
             self.last_reasons = self.policy.reasons()
             if self.on_left is not None:
@@ -233,6 +243,34 @@ class RequestReplayer:
         held = list(self._live.values())
         mismatch = RequestMismatch(step, line, want, got, self.last_reasons, held)
         raise RequestExpectMismatch(mismatch, self.trace_name)
+
+    @property
+    def check_total(self) -> int:
+        """The recorded calls ``--check`` could compare: steps, and a split step's updates."""
+        return self.step_events + self.update_events
+
+    @property
+    def nothing_checked(self) -> bool:
+        return self.checked == 0
+
+    def nothing_to_check(self) -> str:
+        return "no step in this trace records an expect (record one, or drop --check)"
+
+    def unchecked_text(self) -> str:
+        total = self.check_total
+        return f"{total - self.checked} of {total} recorded calls record no expect (--require-all)"
+
+    def queued_count(self) -> int:
+        """Requests waiting after the last step (the batch record's ``queued``)."""
+        return self.waiting
+
+    def level_summary(self) -> dict[str, object]:
+        """What this level adds to a replay's metrics: its preemptions."""
+        return {"preemptions": self.preemptions}
+
+    def left_behind(self) -> Left:
+        """The policy's reasons for what its last batch left out."""
+        return self.policy.left_behind()
 
     def checked_text(self) -> str:
         """What ``--check`` compared, in one unit: steps, or for a split trace the calls
@@ -313,73 +351,130 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def policy_for_request_trace(
-    header: Any, name: str, policy: str | None, params: dict[str, Any]
+    header: Any,
+    name: str,
+    policy: str | None,
+    params: dict[str, Any],
+    note: Callable[[str], None] | None = None,
 ) -> tuple[RequestScheduler, str]:
     """The policy a request-level trace replays under, built: the command line's, else the
-    header's; the header's params apply to its own policy, then ours over them."""
+    header's; the header's params apply as at task level (``header_params_for``), then
+    ours over them."""
     from ..policies.registry import build_request_policy
+
+    built = _header_located(header, name, policy, params, note, build_request_policy)
+    return built, built.name or (policy or header.policy)
+
+
+def check_request_trace_params(
+    header: Any, name: str, policy: str | None, params: dict[str, Any]
+) -> None:
+    """What ``policy_for_request_trace`` would refuse, without building the policy
+    (``validate``: building vLLM's takes seconds)."""
+    from ..policies.registry import check_request_params
+
+    _header_located(header, name, policy, params, lambda _: None, check_request_params)
+
+
+def _header_located(
+    header: Any,
+    name: str,
+    policy: str | None,
+    params: dict[str, Any],
+    note: Callable[[str], None] | None,
+    make: Callable[[str, dict[str, Any]], Any],
+) -> Any:
+    from ..policies.registry import header_params_for, request_class
 
     spec = policy or header.policy
     if spec is None:
         raise InputError(name, header.line, "a request-level trace names its policy (vllm)")
-    given: dict[str, object] = dict(header.params) if policy in (None, header.policy) else {}
     try:
-        built = build_request_policy(spec, given | params)
+        cls = request_class(spec)
+    except UsageError as e:
+        if policy is None:  # the header's own policy: located at the header
+            raise InputError(name, header.line, str(e)) from e
+        raise
+    tell = note or _stderr_note
+    given = header_params_for(cls, spec, header.policy, header.params, name, header.line, tell)
+    try:
+        return make(spec, given | params)
     except UsageError as e:
         if given and not params:  # the header's own parameters: located at the header
             raise InputError(name, header.line, str(e)) from e
         raise
-    return built, built.name or spec
 
 
-def request_trace_metrics(
-    path: str,
-    policy: str | None,
-    params: dict[str, Any],
-    *,
-    drain: bool = False,
-    allow_incomplete: bool = False,
-    on_record: Callable[[Record], None] | None = None,
-) -> tuple[dict[str, Any], str]:
-    """A request-level trace replayed, its steps measured as a dump's are (``stats``);
-    and the label of the policy it ran under (its ``token_budget`` in the summary).
-    ``on_record`` sees each record of the dump as it is made (``report`` bins them)."""
-    from contextlib import ExitStack
+def _stderr_note(message: str) -> None:
+    import sys
 
-    from ..formats.dump import batch_tasks
-    from ..formats.requests import RequestReader
-    from ..formats.trace import open_trace
-    from .metrics import StepMetrics
+    print(message, file=sys.stderr)
 
-    with ExitStack() as stack:
-        reader = stack.enter_context(open_trace(path))
-        assert reader.header is not None
-        built, label = policy_for_request_trace(reader.header, reader.name, policy, params)
-        stack.callback(built.close)
-        metrics = StepMetrics(built.token_budget, waits_known=False)
 
-        def measure(record: Record) -> None:
-            if "batch" in record:
-                metrics.dispatched(batch_tasks(record), record["step"])
-            if on_record is not None:
-                on_record(record)
+class OpenRequestTrace:
+    """A request-level trace ready to replay (``run.open_replay`` opens either level): its
+    reader, its policy built, and the same protocol as the task level's ``OpenTrace``."""
 
-        engine = RequestReplayer(built, measure, policy_name=label, drain=drain)
-        events = RequestReader(reader)
-        totals = engine.run(events, lambda: refuse_partial(events, allow_incomplete))
-    summary = metrics.summary()
-    summary["rejected"] = totals.rejected
-    summary["queued"] = totals.queued
-    summary["preemptions"] = engine.preemptions
-    summary["token_budget"] = built.token_budget
-    return summary, label
+    level = "request"
+
+    def __init__(
+        self,
+        reader: Any,
+        policy: RequestScheduler,
+        policy_name: str,
+        name: str,
+        allow_incomplete: bool = False,
+    ) -> None:
+        from ..formats.requests import RequestReader
+
+        self.reader, self.policy, self.policy_name = reader, policy, policy_name
+        self.name, self.allow_incomplete = name, allow_incomplete
+        self.params: dict[str, object] = policy.params()
+        self.events = RequestReader(reader)
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.policy.token_budget
+
+    def explain(self) -> None:
+        """A request-level policy gives its reasons at every step: nothing to turn on."""
+
+    def replayer(
+        self,
+        emit: Callable[[Record], None],
+        *,
+        check: bool = False,
+        drain: bool = False,
+        on_step: Callable[[int], None] | None = None,
+        observer: Observer | None = None,
+        on_left: Callable[[int, Left], None] | None = None,
+        dump: Any = None,
+    ) -> RequestReplayer:
+        """``dump`` (the task level's fast path for batch lines) is not taken: every
+        record goes to ``emit``, the dump's writer among them."""
+        return RequestReplayer(
+            self.policy,
+            emit,
+            policy_name=self.policy_name,
+            check=check,
+            drain=drain,
+            on_left=on_left,
+            trace_name=self.name,
+            on_step=on_step,
+            observer=observer,
+        )
+
+    def run(self, engine: Any) -> Totals:
+        assert isinstance(engine, RequestReplayer)
+        return engine.run(self.events, self.check_complete)
+
+    def check_complete(self) -> None:
+        refuse_partial(self.events, self.allow_incomplete)
 
 
 def refuse_partial(events: Any, allow_incomplete: bool) -> None:
     """After the last event: a trace its writer marked partial is bad input, unless
     ``allow_incomplete`` (as for task-level traces)."""
-    from .run import incomplete_trace
-
     partial = events.partial
     if partial is not None and not allow_incomplete:
         raise InputError(events.name, partial[0], incomplete_trace(partial[1]))

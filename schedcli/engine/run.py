@@ -5,15 +5,20 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..formats.kinds import LEVEL
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.step_lines import StepLines
-from ..formats.trace import Header, TraceReader, open_trace, partial_reason
-from ..model.errors import InputError
-from ..model.records import Left
+from ..formats.trace import Header, TraceReader, incomplete_trace, open_trace
+from ..model.errors import InputError, UsageError
+from ..model.records import Left, discard
 from ..model.scheduler import Scheduler
 from ..policies.registry import RecordedPolicy, policy_for_trace
 from .replay import Emit, Observer, Replayer, Totals
+
+if TYPE_CHECKING:
+    from .request_replay import OpenRequestTrace
 
 
 def _stderr_note(message: str) -> None:
@@ -41,8 +46,77 @@ def choose_policy(
     return built, label, used
 
 
+class Driver(Protocol):
+    """What commands ask of a replay engine at either level (``replay.Replayer``,
+    ``request_replay.RequestReplayer``)."""
+
+    totals: Totals
+    checked: int
+    last_batch_step: int
+
+    @property
+    def upcoming_step(self) -> int: ...
+
+    @property
+    def current_line(self) -> int: ...
+
+    @property
+    def check_total(self) -> int: ...
+
+    @property
+    def nothing_checked(self) -> bool: ...
+
+    def nothing_to_check(self) -> str: ...
+
+    def unchecked_text(self) -> str: ...
+
+    def checked_text(self) -> str: ...
+
+    def left_behind(self) -> Left: ...
+
+    def queued_count(self) -> int: ...
+
+    def level_summary(self) -> dict[str, Any]: ...
+
+
+class OpenReplay(Protocol):
+    """A trace opened for one replay, at either level (``OpenTrace``,
+    ``request_replay.OpenRequestTrace``): ``replayer`` builds its engine, ``run`` runs it."""
+
+    level: str
+    name: str
+    policy_name: str
+    params: dict[str, object]
+
+    @property
+    def reader(self) -> TraceReader: ...
+
+    @property
+    def token_budget(self) -> int | None: ...
+
+    def explain(self) -> None: ...
+
+    def replayer(
+        self,
+        emit: Emit,
+        *,
+        check: bool = False,
+        drain: bool = False,
+        on_step: Callable[[int], None] | None = None,
+        observer: Observer | None = None,
+        on_left: Callable[[int, Left], None] | None = None,
+        dump: StepLines | None = None,
+    ) -> Driver: ...
+
+    def run(self, engine: Any) -> Totals: ...
+
+
 class OpenTrace:
-    """A trace ready to replay: its reader and its policy."""
+    """A task-level trace ready to replay: its reader and its policy. (A request-level one
+    is ``request_replay.OpenRequestTrace``, with the same protocol: ``name``,
+    ``policy_name``, ``params``, ``token_budget``, ``explain``, ``replayer``, ``run``.)"""
+
+    level = "task"
 
     def __init__(
         self,
@@ -59,6 +133,14 @@ class OpenTrace:
         self.params = params
         self.name = name
         self.allow_incomplete = allow_incomplete
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.policy.token_budget
+
+    def explain(self) -> None:
+        """Have the policy keep its reasons as it schedules (a difference shows them)."""
+        self.policy.explaining = True
 
     def replayer(
         self,
@@ -93,23 +175,17 @@ class OpenTrace:
         meta = header.meta if header is not None else None
         return isinstance(meta, dict) and "recorded_by" in meta
 
-    def run(self, engine: Replayer) -> Totals:
+    def run(self, engine: Any) -> Totals:
         """Replay every event of the trace through ``engine``, then finish. A trace marked
         partial is refused after its last event (before the end record), unless
         ``allow_incomplete``."""
+        assert isinstance(engine, Replayer)
         return engine.run(self.reader.runs(), self.check_complete)
 
     def check_complete(self) -> None:
         partial = self.reader.partial
         if partial is not None and not self.allow_incomplete:
             raise InputError(self.name, partial[0], incomplete_trace(partial[1]))
-
-
-def incomplete_trace(marker: dict[str, object]) -> str:
-    return (
-        f"partial trace ({partial_reason(marker)}): its writer stopped before the end; "
-        "--allow-incomplete replays it anyway"
-    )
 
 
 @contextmanager
@@ -123,12 +199,94 @@ def open_replay(
     on_wait: Callable[[], None] | None = None,
     follow: bool = False,
     allow_incomplete: bool = False,
-) -> Iterator[OpenTrace]:
-    """The trace opened for one pass, its policy built. ``on_wait`` runs before reading
-    from a pipe (or a ``follow``ed file) would wait: flush outputs there."""
+) -> Iterator[OpenReplay]:
+    """The trace opened for one pass, its policy built, at the level its header says.
+    ``on_wait`` runs before reading from a pipe (or a ``follow``ed file) would wait: flush
+    outputs there."""
     name = display_name(path)
     with open_trace(
         path, name=name, max_line_bytes=max_line_bytes, on_wait=on_wait, follow=follow
     ) as reader:
-        built, label, used = choose_policy(reader.header, name, policy, params or {}, note)
+        header = reader.header
+        if header is not None and header.level == LEVEL:
+            yield from _request_level(
+                reader, header, name, policy, params, note, follow, allow_incomplete
+            )
+            return
+        built, label, used = choose_policy(header, name, policy, params or {}, note)
         yield OpenTrace(reader, built, label, used, name, allow_incomplete)
+
+
+def _request_level(
+    reader: TraceReader,
+    header: Header,
+    name: str,
+    policy: str | None,
+    params: Mapping[str, object] | None,
+    note: Callable[[str], None],
+    follow: bool,
+    allow_incomplete: bool,
+) -> Iterator[OpenRequestTrace]:
+    if follow:
+        raise UsageError(
+            f"{name}: --follow reads task-level traces as they grow; a request-level trace "
+            "is replayed once it is written (drop --follow)"
+        )
+    from .request_replay import OpenRequestTrace, policy_for_request_trace
+
+    built, label = policy_for_request_trace(header, name, policy, dict(params or {}), note)
+    try:
+        yield OpenRequestTrace(reader, built, label, name, allow_incomplete)
+    finally:
+        built.close()
+
+
+@contextmanager
+def open_task_replay(path: str, **options: Any) -> Iterator[OpenTrace]:
+    """``open_replay`` for a command that reads task-level traces only: a request-level
+    one is a usage error naming the file."""
+    with open_replay(path, **options) as opened:
+        if not isinstance(opened, OpenTrace):
+            raise UsageError(
+                f"{opened.name}: a request-level trace; this command reads task-level ones"
+            )
+        yield opened
+
+
+class Progress(Protocol):
+    """A progress display that follows a replay (``app.progress.TraceProgress``)."""
+
+    position: Callable[[], int] | None
+
+    def on_step(self, step: int) -> None: ...
+
+
+def replay_metrics(
+    path: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    *,
+    drain: bool = False,
+    allow_incomplete: bool = False,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], str]:
+    """A trace replayed at its level and its steps measured (``stats``, a sweep's trace
+    point); and a title: the trace and the policy it ran under. A request-level replay's
+    metrics see dispatches only: a request's waits are not a task's."""
+    from .metrics import StepMetrics  # a dataclass: not made at start-up for every replay
+
+    with open_replay(
+        path, policy=policy, params=params, allow_incomplete=allow_incomplete
+    ) as opened:
+        metrics = StepMetrics(opened.token_budget, waits_known=opened.level == "task")
+        on_step = None
+        if progress is not None:
+            progress.position = opened.reader.position
+            on_step = progress.on_step
+        engine = opened.replayer(discard, drain=drain, observer=metrics, on_step=on_step)
+        totals = opened.run(engine)
+        summary = metrics.summary()
+        summary["rejected"] = totals.rejected
+        summary["queued"] = totals.queued
+        summary.update(engine.level_summary())
+        return summary, f"{opened.name} under {opened.policy_name}"

@@ -25,11 +25,10 @@ from typing import Any
 
 import orjson
 
-from ..formats.kinds import is_request_trace, sniff_kind
+from ..formats.kinds import sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
-from ..model.records import discard
 from ..policies.registry import (
     build_any_policy,
     declared_params,
@@ -38,10 +37,8 @@ from ..policies.registry import (
     policy_source,
 )
 from .cost import CostModel
-from .metrics import StepMetrics
-from .request_replay import request_trace_metrics
 from .request_sim import simulate_either
-from .run import open_replay
+from .run import replay_metrics
 
 # Grid keys that are not policy parameters.
 RUN_KEYS = ("time_scale", "chunk_size", "cost_a", "cost_b", "cost_c")
@@ -260,15 +257,7 @@ def run_point(point: Point, data: bytes | None = None) -> dict[str, Any]:
 
 def _replay_metrics(point: Point) -> dict[str, Any]:
     """A trace's point: the replay's step metrics (what ``schedcli stats`` shows)."""
-    if is_request_trace(point.workload):
-        return request_trace_metrics(point.workload, point.policy, point.params)[0]
-    with open_replay(point.workload, policy=point.policy, params=point.params) as opened:
-        metrics = StepMetrics(opened.policy.token_budget)
-        totals = opened.run(opened.replayer(discard, observer=metrics))
-    summary = metrics.summary()
-    summary["rejected"] = totals.rejected
-    summary["queued"] = totals.queued
-    return summary
+    return replay_metrics(point.workload, point.policy, point.params)[0]
 
 
 def _at(point: Point, path: str) -> Point:

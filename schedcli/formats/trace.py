@@ -178,6 +178,14 @@ def partial_reason(marker: dict[str, Any]) -> str:
     return str(reason) if reason else "the writer stopped before its end"
 
 
+def incomplete_trace(marker: dict[str, Any]) -> str:
+    """Why a trace its writer marked partial is refused (``marker``, its partial record)."""
+    return (
+        f"partial trace ({partial_reason(marker)}): its writer stopped before the end; "
+        "--allow-incomplete replays it anyway"
+    )
+
+
 # --- explaining a refused line --------------------------------------------------------
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SchedcliError(Exception):
     """Base class: a problem to report in one line, without a traceback."""
@@ -47,6 +49,14 @@ class CheckFailed(SchedcliError):
 
     exit_code = 1
     located = False  # True where the message starts FILE:LINE (said as it is)
+
+
+class StepMismatch(CheckFailed):
+    """A replay's step differs from the trace's recorded ``expect``, at either level:
+    ``mismatch`` holds what the views draw."""
+
+    located = True  # its message starts FILE:LINE
+    mismatch: Any
 
 
 class InvariantError(SchedcliError):

@@ -260,10 +260,10 @@ def is_request_policy(spec: str) -> bool:
         obj = _import_attr(spec)
     except UsageError:
         return False
-    return _is_request_class(obj)
+    return _isrequest_class(obj)
 
 
-def _is_request_class(obj: object) -> bool:
+def _isrequest_class(obj: object) -> bool:
     from ..model.requests import RequestScheduler  # not at import: most runs never ask
 
     return inspect.isclass(obj) and issubclass(obj, RequestScheduler)
@@ -271,13 +271,13 @@ def _is_request_class(obj: object) -> bool:
 
 def build_request_policy(spec: str, params: Mapping[str, object] | None = None) -> RequestScheduler:
     """A request-level policy, built and its parameters checked as ``build_policy`` does."""
-    return _build(_request_class(spec), spec, params)  # type: ignore[no-any-return]
+    return _build(request_class(spec), spec, params)  # type: ignore[no-any-return]
 
 
 def check_request_params(spec: str, params: Mapping[str, object]) -> dict[str, object]:
     """A request-level policy's parameters checked by name and type, the policy unbuilt
     (building vLLM's takes seconds and its extra); the given ones in their types."""
-    cls = _request_class(spec)
+    cls = request_class(spec)
     values = _declared(cls, cls.name or spec, params)
     try:
         check_params(cls.PARAMS, values)
@@ -299,7 +299,7 @@ def build_any_policy(spec: str, params: Mapping[str, object] | None = None) -> A
 
 def policy_class(spec: str) -> Any:
     """The class ``spec`` names, task-level or request-level."""
-    return _request_class(spec) if is_request_policy(spec) else resolve_policy(spec)
+    return request_class(spec) if is_request_policy(spec) else resolve_policy(spec)
 
 
 def declared_params(spec: str, params: Mapping[str, object]) -> dict[str, Any]:
@@ -308,10 +308,11 @@ def declared_params(spec: str, params: Mapping[str, object]) -> dict[str, Any]:
     if not is_request_policy(spec):
         return build_policy(spec, params).params()
     given = check_request_params(spec, params)
-    return {p.name: p.default for p in _request_class(spec).PARAMS} | given
+    return {p.name: p.default for p in request_class(spec).PARAMS} | given
 
 
-def _request_class(spec: str) -> Any:
+def request_class(spec: str) -> Any:
+    """The request-level class ``spec`` names; a UsageError if it names none."""
     if spec in REQUEST_POLICIES:
         module, _, attr = REQUEST_POLICIES[spec].partition(":")
         return getattr(importlib.import_module(module), attr)
@@ -322,7 +323,7 @@ def _request_class(spec: str) -> Any:
             f"policy needs one ({known}, or a RequestScheduler as module:Class)"
         )
     cls = _import_attr(spec)
-    if not _is_request_class(cls):
+    if not _isrequest_class(cls):
         raise UsageError(f"policy {spec!r} is not a request-level policy (RequestScheduler)")
     return cls
 
@@ -394,7 +395,7 @@ def describe_policies() -> list[dict[str, Any]]:
     when their runtime is missing); a plugin that cannot load is an error."""
     found = [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
     for name in REQUEST_POLICIES:
-        cls = _request_class(name)
+        cls = request_class(name)
         described = describe_policy(name, cls, "built-in, request-level")
         missing = cls.available() if hasattr(cls, "available") else None
         if missing is not None:
@@ -439,27 +440,8 @@ def policy_for_trace(
     else:
         cls = resolve_policy(spec)
     header_params = dict(recorded.params) if recorded else {}
-    merged: dict[str, object] = {}
-    if header_params:
-        if cls.PARAMS:
-            declared = {p.name for p in cls.PARAMS}
-            merged = {k: v for k, v in header_params.items() if k in declared}
-        elif spec == header_policy:
-            merged = header_params
-        ignored = [k for k in header_params if k not in merged]
-        if ignored and spec == header_policy:
-            assert recorded is not None
-            raise InputError(
-                trace_name,
-                recorded.line,
-                f"header param {ignored[0]!r} is not a parameter of policy {spec!r} "
-                f"(it takes {', '.join(p.name for p in cls.PARAMS)})",
-            )
-        if ignored:
-            note(
-                f"note: {cls.name or spec!r} does not take the trace header's "
-                f"{', '.join(ignored)}; not applied"
-            )
+    line = recorded.line if recorded else None
+    merged = header_params_for(cls, spec, header_policy, header_params, trace_name, line, note)
     from_header = bool(merged)
     merged.update(params)
     try:
@@ -470,6 +452,46 @@ def policy_for_trace(
         raise
     used = built.params() if built.PARAMS else merged
     return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
+
+
+def header_params_for(
+    cls: Any,
+    spec: str,
+    header_policy: str | None,
+    header_params: Mapping[str, object],
+    trace_name: str,
+    line: int | None,
+    note: Callable[[str], None],
+) -> dict[str, object]:
+    """The trace header's params that apply to policy ``cls`` (named ``spec``), at either
+    level: each one it declares; the rest named in one ``note``, or an error at the header
+    when ``cls`` is the header's own policy. A class that declares none takes them all only
+    when it is the header's own."""
+    if not header_params:
+        return {}
+    merged: dict[str, object] = {}
+    if cls.PARAMS:
+        declared = {p.name for p in cls.PARAMS}
+        merged = {k: v for k, v in header_params.items() if k in declared}
+    elif spec == header_policy:
+        merged = dict(header_params)
+    ignored = [k for k in header_params if k not in merged]
+    if ignored and spec == header_policy:
+        names = [p.name for p in cls.PARAMS]
+        hint = difflib.get_close_matches(ignored[0], names, n=1)
+        did_you_mean = f"did you mean {hint[0]!r}? " if hint else ""
+        raise InputError(
+            trace_name,
+            line,
+            f"header param {ignored[0]!r} is not a parameter of policy {spec!r} "
+            f"({did_you_mean}it takes {', '.join(names)})",
+        )
+    if ignored:
+        note(
+            f"note: {cls.name or spec!r} does not take the trace header's "
+            f"{', '.join(ignored)}; not applied"
+        )
+    return merged
 
 
 def _recorded_class(recorded: RecordedPolicy, trace_name: str) -> type[Scheduler]:
