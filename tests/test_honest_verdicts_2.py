@@ -766,7 +766,6 @@ def test_the_plugin_fails_an_orphaned_golden_as_check_does_under_strict(
     pytester.runpytest_subprocess("--schedcli").assert_outcomes(passed=1, skipped=1)
 
 
-
 NAMES = ("rotation-fairness", "deferral-order", "clear-shutdown", "long-prompts-and-chat")
 
 
@@ -842,8 +841,10 @@ def test_check_and_the_pytest_plugin_give_the_same_verdicts(
         name = Path(v["trace"] or v["golden"]).name
         status = v["status"]
         allowed = spec["allow_unchecked"] if status == "unchecked" else spec["strict"] is False
-        verdicts[name] = "passed" if status == "pass" else (
-            "skipped" if status in ("unchecked", "orphaned") and allowed else "failed"
+        verdicts[name] = (
+            "passed"
+            if status == "pass"
+            else ("skipped" if status in ("unchecked", "orphaned") and allowed else "failed")
         )
     said = ran.stdout.decode()
     outcomes = {}

@@ -130,3 +130,24 @@ def test_simulate_writes_every_cost_term_in_the_trace_header(cli: Cli, tmp_path:
         assert r.code == 0, r.stderr
         header = orjson.loads(out.read_bytes().splitlines()[0])
         assert header["meta"]["cost_model"] == {"a": 0.001, "b": 2e-05, "c": 0.0001, "d": 3e-06}
+
+
+def test_diff_of_a_trace_with_itself_is_identical_and_measures_as_stats(
+    cli: Cli, level_trace: Path
+) -> None:
+    """``diff`` runs the same opened trace twice in lockstep, at either level: a side's
+    summary is what ``stats`` says of the trace under that configuration."""
+    r = cli("diff", level_trace, "-f", "json")
+    assert r.code == 0, r.stderr
+    result = orjson.loads(r.stdout)
+    stats = orjson.loads(cli("stats", level_trace, "-f", "json").stdout)
+    assert result["identical"] is True
+    for side in (result["a"]["metrics"], result["b"]["metrics"]):
+        assert {k: v for k, v in stats.items() if k in side} == side
+
+
+def test_diff_finds_where_two_request_configurations_part(cli: Cli, tmp_path: Path) -> None:
+    trace = _request_trace(tmp_path)
+    r = cli("diff", trace, "--b-param", "max_num_seqs=1", "-f", "json")
+    assert r.code == 1, r.stderr
+    assert orjson.loads(r.stdout)["first_difference"]["step"] == 0

@@ -177,9 +177,7 @@ def test_a_one_task_submit_is_recorded_as_the_same_bytes_whatever_its_ids(
     event = {"op": "submit", "tid": tid, "sid": sid, "kind": kind, "size": size}
     if output is False:
         event["produce_output"] = False
-    writable = all(
-        type(x) is str or (type(x) is int and -(2**63) <= x < 2**63) for x in (tid, sid)
-    )
+    writable = all(type(x) is str or (type(x) is int and -(2**63) <= x < 2**63) for x in (tid, sid))
     if not writable:  # an id a trace cannot carry: refused, before the policy sees it
         assert not rec.submit([task]) and not rec.inner.has_work()
         rec.flush()

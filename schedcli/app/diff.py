@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.lockstep import run_in_lockstep
 from ..engine.metrics import StepMetrics
-from ..engine.replay import Replayer
-from ..engine.run import choose_policy, open_task_replay
+from ..engine.run import Driver, open_replay
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.errors import UsageError
@@ -276,58 +275,47 @@ def diff_trace(
     progress: TraceProgress | None = None,
     allow_incomplete: bool = False,
 ) -> DiffResult:
-    """Replay one trace under two configurations in lockstep and compare every step."""
-    with open_task_replay(
-        path,
-        policy=a.policy,
-        params=a.params,
-        max_line_bytes=max_line_bytes,
-        allow_incomplete=allow_incomplete,
-    ) as ta:
+    """Replay one trace (either level) under two configurations in lockstep and compare
+    every step."""
+    with ExitStack() as stack:
+        ta = stack.enter_context(
+            open_replay(
+                path,
+                policy=a.policy,
+                params=a.params,
+                max_line_bytes=max_line_bytes,
+                allow_incomplete=allow_incomplete,
+            )
+        )
+        tb = ta.sibling(b.policy, b.params)
+        stack.callback(tb.close)
         if progress is not None:
             progress.position = ta.reader.position
-        name = display_name(path)
-        policy_b, label_b, params_b = choose_policy(ta.reader.header, name, b.policy, b.params)
         # Both sides' whole configurations, defaults included: like is compared with like.
-        full_a = ta.policy.params() or dict(ta.params)
-        full_b = policy_b.params() or params_b
+        full_a, full_b = ta.full_params, tb.full_params
         result = DiffResult(
-            (config_label(ta.policy_name, full_a), config_label(label_b, full_b)),
+            (config_label(ta.policy_name, full_a), config_label(tb.policy_name, full_b)),
             (full_a, full_b),
         )
         aligner = Aligner(result)
-        ta.policy.explaining = policy_b.explaining = True  # reasons kept for when asked
-        metrics_a = StepMetrics(ta.policy.token_budget)
-        metrics_b = StepMetrics(policy_b.token_budget)
-        side_a = Replayer(
-            ta.policy,
-            aligner.sink("a"),
-            policy_name=ta.policy_name,
-            trace_name=name,
-            drain=drain,
-            observer=metrics_a,
-            on_step=progress.on_step if progress is not None else None,
-        )
-        side_b = Replayer(
-            policy_b,
-            aligner.sink("b"),
-            policy_name=label_b,
-            trace_name=name,
-            drain=drain,
-            observer=metrics_b,
-        )
+        ta.explain()  # reasons kept for when asked
+        tb.explain()
+        metrics_a, metrics_b = ta.step_metrics(), tb.step_metrics()
+        on_step = progress.on_step if progress is not None else None
+        side_a = ta.replayer(aligner.sink("a"), drain=drain, observer=metrics_a, on_step=on_step)
+        side_b = tb.replayer(aligner.sink("b"), drain=drain, observer=metrics_b)
         aligner.on_first = lambda step: _reasons_now(result, step, side_a, side_b)
-        run_in_lockstep(ta.reader.runs(), side_a, side_b, aligner.settle, ta.check_complete)
+        ta.lockstep(side_a, side_b, aligner.settle)
         aligner.settle(final=True)
         result.summaries = (metrics_a.summary(), metrics_b.summary())
         return result
 
 
-def _reasons_now(result: DiffResult, step: int, a: Replayer, b: Replayer) -> None:
+def _reasons_now(result: DiffResult, step: int, a: Driver, b: Driver) -> None:
     """Both sides' reasons at the first differing step, if neither has moved past it."""
     first = result.first
     if first is not None and a.last_batch_step == step == b.last_batch_step:
-        first.left = (a.policy.left_behind(), b.policy.left_behind())
+        first.left = (a.left_behind(), b.left_behind())
 
 
 def diff_dumps(path_a: str, path_b: str, *, allow_incomplete: bool = False) -> DiffResult:
@@ -371,13 +359,7 @@ def run_diff(
 ) -> bool:
     """``schedcli diff``: one trace under two configurations, or two dumps; the result on
     stdout, with each side's reasons at the first difference. Whether they are the same."""
-    from ..formats.kinds import is_request_trace
-
-    if len(inputs) == 1 and is_request_trace(inputs[0]):
-        from .request_diff import diff_request_trace
-
-        result = diff_request_trace(inputs[0], a, b, drain=drain, allow_incomplete=allow_incomplete)
-    elif len(inputs) == 1:
+    if len(inputs) == 1:
         progress = trace_progress("comparing", inputs[0])
         try:
             result = diff_trace(

@@ -11,17 +11,18 @@ from rich.console import Console
 
 from ..engine.cost import CostModel
 from ..engine.replay import PolicyCrashed
+from ..engine.request_sim import simulate_either, trace_writer
 from ..engine.simulate import SimResult, chunk_size_for
-from ..engine.simulate import simulate as run_simulation
 from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
 from ..formats.workload import read_workload
-from ..formats.writer import TraceWriter, task_entry
+from ..formats.writer import task_entry
 from ..model.errors import InvariantError, SchedcliError, UsageError
 from ..model.records import Record
+from ..model.requests import RequestScheduler
 from ..model.task import Task
-from ..policies.registry import build_policy, is_request_policy, policy_reference
+from ..policies.registry import build_any_policy
 from .progress import ProgressBar
 from .render import simulation_tables
 from .sweep_report import group_reasons
@@ -57,28 +58,33 @@ class SimulateRequest:
 
 
 def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
-    """Simulate, write the trace, timeline and metrics asked for, and show the summary."""
-    if is_request_policy(req.policy):
-        from .request_level import run_request_simulate
-
-        return run_request_simulate(req, out, err)
+    """Simulate a policy of either level, write the trace, timeline and metrics asked for,
+    and show the summary."""
     to_stderr = req.summary_to_stderr()
-    built = build_policy(req.policy, req.params or {})
-    built.promise_serial_calls()  # the simulated runner is its only caller
-    label = built.name or req.policy
-    declared = built.params()
-    size = req.chunk_size or chunk_size_for(built)
+    built = build_any_policy(req.policy, req.params or {})
     with ExitStack() as stack:
-        trace: TraceWriter | None = None
+        if isinstance(built, RequestScheduler):
+            stack.callback(built.close)
+            if req.chunk_size is not None:
+                raise UsageError(
+                    f"--chunk-size is for task-level policies; {req.policy!r} chunks prompts "
+                    "itself (max_num_batched_tokens, long_prefill_token_threshold)"
+                )
+            size = None
+        else:
+            built.promise_serial_calls()  # the simulated runner is its only caller
+            size = req.chunk_size or chunk_size_for(built)
+        label = built.name or req.policy
+        declared = built.params()
+        trace = None
         if req.output is not None:
-            trace = TraceWriter(stack.enter_context(atomic_output(req.output)))
-            # The policy as a replay resolves it (a plugin's module:Class).
-            trace.header(policy_reference(type(built)), declared, trace_meta(req, size))
+            stream = stack.enter_context(atomic_output(req.output))
+            trace = trace_writer(stream, built, req.policy, declared, trace_meta(req, size))
         timeline = open_timeline(req, stack, label, built.token_budget)
         progress = _progress(req.workload, err)
         stopped: SchedcliError | Stopped | None = None
         try:
-            result = run_simulation(
+            result = simulate_either(
                 read_workload(req.workload),
                 built,
                 policy_name=label,
@@ -90,6 +96,8 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
                 slo_tpot=req.slo_tpot,
                 on_progress=lambda requests, t: progress.update(requests, t=t),
                 on_batch=_timeline_feeder(timeline) if timeline is not None else None,
+                on_preempt=timeline.preempted if timeline is not None else None,
+                close=False,
             )
         except (InvariantError, PolicyCrashed, Stopped) as e:
             # What was written is the run up to here: kept, and marked as such.

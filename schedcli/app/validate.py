@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..engine.clock import StepClock
 from ..engine.run import choose_policy
+from ..formats.kinds import LEVEL
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
-from ..formats.trace import incomplete_trace, open_trace
+from ..formats.trace import TraceReader, incomplete_trace, open_trace
 from ..model.errors import InputError, UsageError
 from .usage import error_text
 
@@ -48,44 +50,68 @@ def validate_trace(
         problems.append(error_text(err))
 
     events = 0
-    from ..formats.kinds import is_request_trace
-
-    if is_request_trace(path):
-        from .request_level import validate_request_trace
-
-        try:
-            events = validate_request_trace(
-                path, collect, policy, dict(params or {}), allow_incomplete
-            )
-        except InputError as e:
-            problems.append(error_text(e))
-        return problems, events
     try:
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
-            line = reader.header.line if reader.header is not None else None
-            try:
-                choose_policy(reader.header, name, policy, params or {}, note=lambda _: None)
-            except InputError as e:
-                problems.append(error_text(e))
-            except UsageError as e:
-                problems.append(f"{name}:{line}: {e}" if line else f"{name}: {e}")
-            clock = StepClock(name)
-            for event in reader:
-                try:
-                    clock.check(event)
-                except InputError as e:
-                    problems.append(error_text(e))
-                    continue
-                events += 1
-            if reader.partial is not None and not allow_incomplete:
-                problems.append(
-                    str(InputError(name, reader.partial[0], incomplete_trace(reader.partial[1])))
-                )
+            header = reader.header
+            if header is not None and header.level == LEVEL:
+                events, partial = _request_events(reader, collect, policy, params or {})
+            else:
+                events, partial = _task_events(reader, collect, policy, params or {})
+            if partial is not None and not allow_incomplete:
+                collect(InputError(name, partial[0], incomplete_trace(partial[1])))
     except InputError as e:
         # Problems past which nothing more can be read: a corrupt gzip stream, an
         # unreadable file, a line too long to hold.
         problems.append(error_text(e))
     return problems, events
+
+
+Collect = Callable[[InputError], None]
+Partial = tuple[int, dict[str, Any]] | None
+
+
+def _task_events(
+    reader: TraceReader, collect: Collect, policy: str | None, params: Mapping[str, object]
+) -> tuple[int, Partial]:
+    """A task-level trace's valid events, its policy built as replay builds it and its
+    steps checked by replay's rules (``StepClock``); and its partial marker."""
+    name, header = reader.name, reader.header
+    try:
+        choose_policy(header, name, policy, params, note=lambda _: None)
+    except InputError as e:
+        collect(e)
+    except UsageError as e:
+        collect(InputError(name, header.line if header is not None else None, str(e)))
+    clock = StepClock(name)
+    events = 0
+    for event in reader:
+        try:
+            clock.check(event)
+        except InputError as e:
+            collect(e)
+            continue
+        events += 1
+    return events, reader.partial
+
+
+def _request_events(
+    reader: TraceReader, collect: Collect, policy: str | None, params: Mapping[str, object]
+) -> tuple[int, Partial]:
+    """A request-level trace's valid events, its policy's parameters checked as a replay
+    takes them (without building it: vLLM's takes seconds); and its partial marker."""
+    from ..engine.request_replay import check_request_trace_params
+    from ..formats.requests import RequestReader
+
+    header = reader.header
+    assert header is not None
+    try:
+        check_request_trace_params(header, reader.name, policy, dict(params))
+    except InputError as e:
+        collect(e)
+    except UsageError as e:
+        collect(InputError(reader.name, header.line, str(e)))
+    events = RequestReader(reader, collect)
+    return sum(1 for _ in events), events.partial
 
 
 def check_trace(

@@ -8,9 +8,9 @@ one (one entry per scheduled request, ``tid`` = ``rid@position``), so views, gol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..formats.dump import batch_tasks
 from ..formats.request_schema import Abort, Arrive, Schedule, Step, Update
@@ -22,6 +22,9 @@ from ..model.requests import RequestScheduler, StepPlan
 from ..model.task import DECODE, PREFILL, Id
 from .ledger import Totals
 from .replay import Observer, PolicyCrashed
+
+if TYPE_CHECKING:
+    from .metrics import StepMetrics
 
 STUCK_AFTER = 1000
 
@@ -111,6 +114,10 @@ class RequestReplayer:
             self.current_line = line
             self.feed(line, event)
         at_end()
+        return self.close()
+
+    def close(self) -> Totals:
+        """After the last event: drained (a trace without steps, or ``drain``), finished."""
         if self.drain or self.step_events == 0:
             self.drain_all()
         return self.finish()
@@ -354,7 +361,7 @@ def policy_for_request_trace(
     header: Any,
     name: str,
     policy: str | None,
-    params: dict[str, Any],
+    params: Mapping[str, Any],
     note: Callable[[str], None] | None = None,
 ) -> tuple[RequestScheduler, str]:
     """The policy a request-level trace replays under, built: the command line's, else the
@@ -380,7 +387,7 @@ def _header_located(
     header: Any,
     name: str,
     policy: str | None,
-    params: dict[str, Any],
+    params: Mapping[str, Any],
     note: Callable[[str], None] | None,
     make: Callable[[str, dict[str, Any]], Any],
 ) -> Any:
@@ -398,7 +405,7 @@ def _header_located(
     tell = note or _stderr_note
     given = header_params_for(cls, spec, header.policy, header.params, name, header.line, tell)
     try:
-        return make(spec, given | params)
+        return make(spec, {**given, **params})
     except UsageError as e:
         if given and not params:  # the header's own parameters: located at the header
             raise InputError(name, header.line, str(e)) from e
@@ -467,6 +474,33 @@ class OpenRequestTrace:
     def run(self, engine: Any) -> Totals:
         assert isinstance(engine, RequestReplayer)
         return engine.run(self.events, self.check_complete)
+
+    @property
+    def full_params(self) -> dict[str, object]:
+        return self.params
+
+    def step_metrics(self) -> StepMetrics:
+        """Dispatches only: a request's waits are not a task's."""
+        from .metrics import StepMetrics
+
+        return StepMetrics(self.policy.token_budget, waits_known=False)
+
+    def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenRequestTrace:
+        built, label = policy_for_request_trace(self.reader.header, self.name, policy, params)
+        return OpenRequestTrace(self.reader, built, label, self.name, self.allow_incomplete)
+
+    def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None:
+        """Every event to engine ``a`` and to engine ``b`` of a sibling, step by step."""
+        for line, event in self.events:
+            a.feed(line, event)
+            b.feed(line, event)
+            after_each()
+        self.check_complete()
+        for side in (a, b):
+            side.close()
+
+    def close(self) -> None:
+        self.policy.close()
 
     def check_complete(self) -> None:
         refuse_partial(self.events, self.allow_incomplete)

@@ -15,10 +15,12 @@ from typing import Any
 
 from ..formats.requests import RequestTraceWriter
 from ..formats.workload import Request
+from ..formats.writer import TraceWriter
 from ..model.errors import InvariantError
 from ..model.requests import Arrival, RequestScheduler, StepPlan
 from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
+from ..policies.registry import policy_reference
 from .cost import CostModel
 from .replay import PolicyCrashed
 from .simulate import STUCK_AFTER, SimResult, _Live, chunk_size_for, simulate
@@ -203,13 +205,19 @@ def simulate_either(
     params: dict[str, Any],
     cost: CostModel,
     chunk_size: int | None = None,
+    trace: Any = None,
     slo_ttft: float | None = None,
     slo_tpot: float | None = None,
+    on_progress: Callable[[int, float], None] | None = None,
     on_batch: OnStep | None = None,
+    on_preempt: OnPreempt | None = None,
+    close: bool = True,
 ) -> SimResult:
     """The workload through a policy of either level: ``simulate_requests`` for one that
-    slices requests itself (closed after), else ``simulate``, chunking prompts at
-    ``chunk_size`` or the policy's own limit."""
+    slices requests itself (closed after, unless ``close`` is false), else ``simulate``,
+    chunking prompts at ``chunk_size`` or the policy's own limit. ``trace`` is the
+    writer ``trace_writer`` made for it; ``on_preempt`` hears of a request-level
+    policy's preemptions (a task-level one has none)."""
     if isinstance(policy, RequestScheduler):
         try:
             return simulate_requests(
@@ -218,12 +226,16 @@ def simulate_either(
                 policy_name=policy_name,
                 params=params,
                 cost=cost,
+                trace=trace,
                 slo_ttft=slo_ttft,
                 slo_tpot=slo_tpot,
+                on_progress=on_progress,
                 on_batch=on_batch,
+                on_preempt=on_preempt,
             )
         finally:
-            policy.close()
+            if close:
+                policy.close()
     return simulate(
         requests,
         policy,
@@ -231,7 +243,21 @@ def simulate_either(
         params=params,
         chunk_size=chunk_size or chunk_size_for(policy),
         cost=cost,
+        trace=trace,
         slo_ttft=slo_ttft,
         slo_tpot=slo_tpot,
+        on_progress=on_progress,
         on_batch=on_batch,
     )
+
+
+def trace_writer(
+    out: Any, policy: Scheduler | RequestScheduler, spec: str, params: dict[str, Any], meta: Any
+) -> TraceWriter | RequestTraceWriter:
+    """The writer of a simulated run's trace at the policy's level, its header written:
+    the policy named so that a replay loads it (a request-level one as given)."""
+    if isinstance(policy, RequestScheduler):
+        return RequestTraceWriter(out, spec, params, meta)
+    writer = TraceWriter(out)
+    writer.header(policy_reference(type(policy)), params, meta)
+    return writer

@@ -18,6 +18,7 @@ from ..policies.registry import RecordedPolicy, policy_for_trace
 from .replay import Emit, Observer, Replayer, Totals
 
 if TYPE_CHECKING:
+    from .metrics import StepMetrics
     from .request_replay import OpenRequestTrace
 
 
@@ -110,6 +111,17 @@ class OpenReplay(Protocol):
 
     def run(self, engine: Any) -> Totals: ...
 
+    @property
+    def full_params(self) -> dict[str, object]: ...
+
+    def step_metrics(self) -> StepMetrics: ...
+
+    def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenReplay: ...
+
+    def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None: ...
+
+    def close(self) -> None: ...
+
 
 class OpenTrace:
     """A task-level trace ready to replay: its reader and its policy. (A request-level one
@@ -181,6 +193,31 @@ class OpenTrace:
         ``allow_incomplete``."""
         assert isinstance(engine, Replayer)
         return engine.run(self.reader.runs(), self.check_complete)
+
+    @property
+    def full_params(self) -> dict[str, object]:
+        """Every parameter of the policy, defaults included (what it was given, for a
+        plugin that declares none)."""
+        return self.policy.params() or dict(self.params)
+
+    def step_metrics(self) -> StepMetrics:
+        from .metrics import StepMetrics  # a dataclass: not made at start-up for a replay
+
+        return StepMetrics(self.policy.token_budget)
+
+    def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenTrace:
+        """The same trace under another configuration, for a replay beside this one."""
+        built, label, used = choose_policy(self.reader.header, self.name, policy, params)
+        return OpenTrace(self.reader, built, label, used, self.name, self.allow_incomplete)
+
+    def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None:
+        """Every event to engine ``a`` and to engine ``b`` of a sibling, step by step."""
+        from .lockstep import run_in_lockstep
+
+        run_in_lockstep(self.reader.runs(), a, b, after_each, self.check_complete)
+
+    def close(self) -> None:
+        """A task-level policy holds nothing to release."""
 
     def check_complete(self) -> None:
         partial = self.reader.partial
