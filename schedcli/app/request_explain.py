@@ -13,7 +13,7 @@ from ..formats.trace import open_trace
 from ..model.errors import InputError
 from ..model.records import Left, Record
 from ..model.task import DECODE, PREFILL, Id, Task, id_key
-from .explain import Life, Queued, StepView
+from .explanation import Life, Queued, StepView
 
 
 class _Reached(Exception):

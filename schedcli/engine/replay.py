@@ -220,11 +220,10 @@ class Replayer(_Located):
         self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
         self.two_output_batches = 0
 
-    # --- what --check compared (the driver protocol both levels' replayers share) -------
+    # --- the rest of the driver protocol (engine/run.py, Driver) ----------------------
 
     @property
-    def check_total(self) -> int:
-        """The recorded calls ``--check`` could compare: get_work events."""
+    def check_total(self) -> int:  # what --check could compare: get_work events
         return self.get_work_events
 
     @property
@@ -235,28 +234,23 @@ class Replayer(_Located):
         return "no get_work in this trace records an expect (record one, or drop --check)"
 
     def unchecked_text(self) -> str:
-        """``--require-all``'s failure: how many recorded calls had no expect."""
         total = self.get_work_events
         return f"{total - self.checked} of {total} batches record no expect (--require-all)"
 
-    def queued_count(self) -> int:
-        """Tasks accepted and not yet returned."""
-        return len(self.ledger.queued)
-
-    def level_summary(self) -> dict[str, object]:
-        """What this level adds to a replay's metrics: nothing."""
-        return {}
-
-    def left_behind(self) -> Left:
-        """The policy's reasons for what its last batch left out."""
-        return self.policy.left_behind()
-
     def checked_text(self) -> str:
-        """What ``--check`` compared, as ``replay --check`` and ``check`` both say it."""
         said = f"checked {self.checked} of {self.get_work_events} batches"
         if self.outcomes_checked:
             said += f" and {self.outcomes_checked} submit outcomes"
         return said
+
+    def queued_count(self) -> int:
+        return len(self.ledger.queued)
+
+    def level_summary(self) -> dict[str, object]:  # the task level adds nothing to metrics
+        return {}
+
+    def left_behind(self) -> Left:
+        return self.policy.left_behind()
 
     @property
     def queued(self) -> dict[Id, Task]:

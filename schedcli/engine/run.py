@@ -52,8 +52,8 @@ class Driver(Protocol):
     ``request_replay.RequestReplayer``)."""
 
     totals: Totals
-    checked: int
-    last_batch_step: int
+    checked: int  # recorded calls compared with their expect so far
+    last_batch_step: int  # -1 once the policy has moved on from its last batch
 
     @property
     def upcoming_step(self) -> int: ...
@@ -62,22 +62,22 @@ class Driver(Protocol):
     def current_line(self) -> int: ...
 
     @property
-    def check_total(self) -> int: ...
+    def check_total(self) -> int: ...  # recorded calls --check could compare so far
 
     @property
     def nothing_checked(self) -> bool: ...
 
-    def nothing_to_check(self) -> str: ...
+    def nothing_to_check(self) -> str: ...  # why --check had nothing, for its error
 
-    def unchecked_text(self) -> str: ...
+    def unchecked_text(self) -> str: ...  # --require-all's failure
 
-    def checked_text(self) -> str: ...
+    def checked_text(self) -> str: ...  # "checked N of M <unit>", said by replay and check
 
-    def left_behind(self) -> Left: ...
+    def left_behind(self) -> Left: ...  # the policy's reasons at its last batch
 
-    def queued_count(self) -> int: ...
+    def queued_count(self) -> int: ...  # waiting now (a report's queue depth)
 
-    def level_summary(self) -> dict[str, Any]: ...
+    def level_summary(self) -> dict[str, Any]: ...  # what the level adds to metrics
 
 
 class OpenReplay(Protocol):
