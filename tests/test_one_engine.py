@@ -151,3 +151,20 @@ def test_diff_finds_where_two_request_configurations_part(cli: Cli, tmp_path: Pa
     r = cli("diff", trace, "--b-param", "max_num_seqs=1", "-f", "json")
     assert r.code == 1, r.stderr
     assert orjson.loads(r.stdout)["first_difference"]["step"] == 0
+
+
+def test_shrink_until_diff_takes_a_request_level_trace(cli: Cli, tmp_path: Path) -> None:
+    """``diff`` is written once, so ``shrink --until diff:`` takes both levels: the
+    smaller trace still parts ways under the two configurations."""
+    lines: list[dict[str, object]] = [REQUEST_HEADER]
+    for i in range(12):
+        lines.append({"op": "arrive", "rid": f"r{i}", "prompt_tokens": 6, "max_tokens": 2})
+        lines.append({"op": "step"})
+    trace = _write(tmp_path / "big.jsonl", lines)
+    other = f"diff:{TOY}"
+    out = tmp_path / "small.jsonl"
+    r = cli("shrink", trace, "-P", "max_num_seqs=1", "--until", other, "-o", out)
+    assert r.code == 0, r.stderr
+    assert len(out.read_text().splitlines()) < len(lines)
+    again = cli("diff", out, "--a-param", "max_num_seqs=1", "--b", TOY, "-f", "json")
+    assert again.code == 1, again.stderr

@@ -25,8 +25,9 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from ..engine.replay import ExpectMismatch, OutcomeMismatch
-from ..engine.run import open_task_replay
+from ..engine.replay import ExpectMismatch, Mismatch, OutcomeMismatch
+from ..engine.request_replay import RequestExpectMismatch, RequestMismatch
+from ..engine.run import open_replay
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output
 from ..formats.source import display_name
@@ -51,17 +52,9 @@ class Failure:
 Test = Callable[[str], Failure | None]
 
 
-def failure_test(
-    until: str, policy: str | None, params: Mapping[str, object], level: str = "task"
-) -> Test:
-    """How a candidate fails: ``check``, ``contract``, ``diff:POLICY`` or ``cmd:SHELL``."""
-    if level == "request" and until in ("check", "contract"):
-        return lambda path: _request_replay_fails(path, policy, params, check=until == "check")
-    if level == "request" and until.startswith("diff:"):
-        raise UsageError(
-            "--until diff: compares task-level traces; for a request-level one, "
-            "shrink --until check under the other configuration (-P)"
-        )
+def failure_test(until: str, policy: str | None, params: Mapping[str, object]) -> Test:
+    """How a candidate (a trace of either level) fails: ``check``, ``contract``,
+    ``diff:POLICY`` or ``cmd:SHELL``."""
     if until == "check":
         return lambda path: _replay_fails(path, policy, params, check=True)
     if until == "contract":
@@ -114,84 +107,64 @@ def _replay_fails(
     path: str, policy: str | None, params: Mapping[str, object], *, check: bool
 ) -> Failure | None:
     try:
-        with open_task_replay(
+        with open_replay(
             path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
         ) as opened:
             opened.run(opened.replayer(discard, check=check))
     except ExpectMismatch as e:
-        m = e.mismatch
-        # Only a batch that could have been dispatched: each task it names was queued then.
-        queued = {id_key(t) for t in m.queued} | {id_key(t.tid) for t in m.got}
-        if not all(id_key(tid) in queued for tid in m.expected):
-            return None
-        missing, extra = ids_only_in(m.expected, [t.tid for t in m.got])
-        if missing or extra:
-            return Failure(m.line, ("check", _keys(missing), _keys(extra)))
-        return Failure(m.line, ("order", tuple(id_key(x) for x in m.expected)))
+        return _batch_differs(e.mismatch)
+    except RequestExpectMismatch as e:
+        return _step_differs(e.mismatch)
     except OutcomeMismatch as e:
         return Failure(e.line, ("outcome", e.recorded, e.replayed))
     except InvariantError as e:
-        if check:
-            return None
-        found = _CONTRACT.search(str(e))
-        if found is None:
-            return Failure(0, ("contract", str(e)))
-        where, message = found.groups()
-        line = int(where[5:]) if where.startswith("line ") and where[5:].isdigit() else 0
-        return Failure(line, ("contract", _COUNT.sub("N", _TASKS.sub("", message))))
+        return None if check else _broke(str(e))
     except SchedcliError:
         return None
     return None
 
 
-def _request_replay_fails(
-    path: str, policy: str | None, params: Mapping[str, object], *, check: bool
-) -> Failure | None:
-    """A request-level trace's failure: the requests the first differing step scheduled
-    only in the recording, only in the replay, or with other token counts (a step that
-    names a request not held then could not have been recorded: no failure)."""
-    from ..engine.request_replay import (
-        RequestExpectMismatch,
-        RequestReplayer,
-        policy_for_request_trace,
-    )
-    from ..formats.requests import RequestReader
-    from ..formats.trace import open_trace
-
-    try:
-        with open_trace(path) as reader:
-            assert reader.header is not None
-            built, label = policy_for_request_trace(
-                reader.header, reader.name, policy, {k: str(v) for k, v in params.items()}
-            )
-            try:
-                engine = RequestReplayer(
-                    built, discard, policy_name=label, check=check, trace_name=reader.name
-                )
-                engine.run(RequestReader(reader), lambda: None)
-            finally:
-                built.close()
-    except RequestExpectMismatch as e:
-        m = e.mismatch
-        held = {id_key(r) for r in m.held}
-        want = {id_key(r): n for r, n in m.expected.get("batch", ())}
-        got = {id_key(r): n for r, n in m.got.get("batch", ())}
-        if not all(k in held for k in want):
-            return None
-        missing = tuple(sorted((k for k in want if k not in got), key=repr))
-        extra = tuple(sorted((k for k in got if k not in want), key=repr))
-        other = tuple(sorted((k for k in want if k in got and want[k] != got[k]), key=repr))
-        if missing or extra or other:
-            return Failure(m.line, ("check", missing, extra, other))
-        # The same slices, another field differing: a step's preemptions, or a split
-        # step's update (which records what finished, and no batch).
-        fields = sorted(k for k in {*m.expected, *m.got} if m.expected.get(k) != m.got.get(k))
-        return Failure(m.line, ("steps", tuple(want), tuple(fields)))
-    except InvariantError as e:
-        return None if check else Failure(0, ("contract", _COUNT.sub("N", str(e))))
-    except SchedcliError:
+def _batch_differs(m: Mismatch) -> Failure | None:
+    """A task-level batch that could have been dispatched (each task it names was queued
+    then): the tids only in the recording, only in the replay, or their order."""
+    queued = {id_key(t) for t in m.queued} | {id_key(t.tid) for t in m.got}
+    if not all(id_key(tid) in queued for tid in m.expected):
         return None
-    return None
+    missing, extra = ids_only_in(m.expected, [t.tid for t in m.got])
+    if missing or extra:
+        return Failure(m.line, ("check", _keys(missing), _keys(extra)))
+    return Failure(m.line, ("order", tuple(id_key(x) for x in m.expected)))
+
+
+def _step_differs(m: RequestMismatch) -> Failure | None:
+    """A request-level step: the requests it scheduled only in the recording, only in the
+    replay, or with other token counts (a step that names a request not held then could
+    not have been recorded: no failure)."""
+    held = {id_key(r) for r in m.held}
+    want = {id_key(r): n for r, n in m.expected.get("batch", ())}
+    got = {id_key(r): n for r, n in m.got.get("batch", ())}
+    if not all(k in held for k in want):
+        return None
+    missing = tuple(sorted((k for k in want if k not in got), key=repr))
+    extra = tuple(sorted((k for k in got if k not in want), key=repr))
+    other = tuple(sorted((k for k in want if k in got and want[k] != got[k]), key=repr))
+    if missing or extra or other:
+        return Failure(m.line, ("check", missing, extra, other))
+    # The same slices, another field differing: a step's preemptions, or a split step's
+    # update (which records what finished, and no batch).
+    fields = sorted(k for k in {*m.expected, *m.got} if m.expected.get(k) != m.got.get(k))
+    return Failure(m.line, ("steps", tuple(want), tuple(fields)))
+
+
+def _broke(message: str) -> Failure:
+    """A broken contract, its counts and example tasks dropped (a smaller trace changes
+    them); at the task level, located at the line the message names."""
+    found = _CONTRACT.search(message)
+    if found is None:  # the request level's message names no line
+        return Failure(0, ("contract", _COUNT.sub("N", message)))
+    where, said = found.groups()
+    line = int(where[5:]) if where.startswith("line ") and where[5:].isdigit() else 0
+    return Failure(line, ("contract", _COUNT.sub("N", _TASKS.sub("", said))))
 
 
 class _OutOfTime(Exception):
@@ -323,7 +296,7 @@ def shrink(
     closes ``Shrunk.lines``."""
     lines = Lines(path)
     try:
-        test = failure_test(until, policy, params, lines.level)
+        test = failure_test(until, policy, params)
     except BaseException:
         lines.close()
         raise
