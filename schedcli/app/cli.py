@@ -14,103 +14,8 @@ import typer
 
 from .. import CORE
 from ..formats.source import DEFAULT_MAX_LINE_BYTES
+from . import options as o
 from .console import PipeClosed, data_console, show, stderr_console
-from .options import (
-    DEFAULT_COST,
-    AddressOption,
-    AllowIncompleteOption,
-    AllowMissingGoldenOption,
-    AllowUncheckedOption,
-    AParamOption,
-    APolicyOption,
-    BackendOption,
-    BParamOption,
-    BPolicyOption,
-    CacheOption,
-    CapacityOption,
-    CheckFormat,
-    CheckFormatOption,
-    CheckOption,
-    CheckPathsArgument,
-    ChunkSizeOption,
-    ConvertFmtOption,
-    ConvertOutputOption,
-    CostAOption,
-    CostBOption,
-    CostCOption,
-    CostFileOption,
-    CvOption,
-    DrainOption,
-    DryRunOption,
-    DurationOption,
-    ExplainSessionOption,
-    ExplainTraceOption,
-    FitOutputOption,
-    FmtOption,
-    FollowOption,
-    FreshOption,
-    GoldenDirOption,
-    GoldenOption,
-    GoodputOption,
-    GridOption,
-    InputPathOption,
-    InputsOption,
-    InstallOption,
-    JobsOption,
-    JunitOption,
-    KeepExpectsOption,
-    KeepFailedOption,
-    LimitOption,
-    MaxErrorsOption,
-    MaxLineOption,
-    MaxTimeOption,
-    MetricsOption,
-    OutputOption,
-    ParamOption,
-    PerfettoOption,
-    PolicyOption,
-    RateOption,
-    RecordingsOption,
-    ReportInputPathOption,
-    ReportOutputOption,
-    ReportPolicyOption,
-    RequireAllOption,
-    SeedOption,
-    SessionOption,
-    ShellArgument,
-    ShrinkOutputOption,
-    ShrinkTraceOption,
-    SimulateOutputOption,
-    SimulatePolicyOption,
-    SkipBadOption,
-    SloTpotOption,
-    SloTtftOption,
-    SpecOption,
-    SrcOption,
-    StagedOption,
-    StartOption,
-    StatsPolicyOption,
-    StepOption,
-    StepsOption,
-    StrictOption,
-    SweepOutputOption,
-    SweepPolicyOption,
-    SweepSloTpotOption,
-    SweepSloTtftOption,
-    TaskOption,
-    TimeScaleOption,
-    TraceOption,
-    UntilOption,
-    UpdateGoldenOption,
-    UpdateOption,
-    ViewFormat,
-    ViewFormatOption,
-    WorkloadOption,
-    WorkloadsOption,
-    check_numbers,
-    check_paths,
-    parse_params,
-)
 from .parsing import StepRange, parse_id_option
 from .progress import trace_progress
 
@@ -138,8 +43,8 @@ def command(fn: F) -> F:
 
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        check_numbers(kwargs)
-        check_paths(kwargs)
+        o.check_numbers(kwargs)
+        o.check_paths(kwargs)
         try:
             return fn(*args, **kwargs)
         except BrokenPipeError:
@@ -191,22 +96,22 @@ def _root(
 
 @command
 def replay(
-    trace: TraceOption,
-    policy: PolicyOption = None,
-    param: ParamOption = None,
-    fmt: FmtOption = None,
-    output: OutputOption = None,
-    steps: StepsOption = None,
-    session: SessionOption = None,
-    drain: DrainOption = False,
-    check: CheckOption = False,
-    require_all: RequireAllOption = False,
-    golden: GoldenOption = None,
-    update_golden: UpdateGoldenOption = False,
-    max_line_bytes: MaxLineOption = DEFAULT_MAX_LINE_BYTES,
-    perfetto: PerfettoOption = None,
-    follow: FollowOption = False,
-    allow_incomplete: AllowIncompleteOption = False,
+    trace: o.TraceOption,
+    policy: o.PolicyOption = None,
+    param: o.ParamOption = None,
+    fmt: o.FmtOption = None,
+    output: o.OutputOption = None,
+    steps: o.StepsOption = None,
+    session: o.SessionOption = None,
+    drain: o.DrainOption = False,
+    check: o.CheckOption = False,
+    require_all: o.RequireAllOption = False,
+    golden: o.GoldenOption = None,
+    update_golden: o.UpdateGoldenOption = False,
+    max_line_bytes: o.MaxLineOption = DEFAULT_MAX_LINE_BYTES,
+    perfetto: o.PerfettoOption = None,
+    follow: o.FollowOption = False,
+    allow_incomplete: o.AllowIncompleteOption = False,
 ) -> None:
     """Replay a trace through a policy and show or dump every batch.
 
@@ -218,7 +123,7 @@ def replay(
     request = ReplayRequest(
         trace,
         policy=policy,
-        params=parse_params(param),
+        params=o.parse_params(param),
         fmt=fmt,
         output=output,
         steps=StepRange.parse(steps) if steps is not None else None,
@@ -239,12 +144,12 @@ def replay(
 
 @command
 def validate(
-    trace: TraceOption,
-    policy: PolicyOption = None,
-    param: ParamOption = None,
-    max_line_bytes: MaxLineOption = DEFAULT_MAX_LINE_BYTES,
-    max_errors: MaxErrorsOption = 20,
-    allow_incomplete: AllowIncompleteOption = False,
+    trace: o.TraceOption,
+    policy: o.PolicyOption = None,
+    param: o.ParamOption = None,
+    max_line_bytes: o.MaxLineOption = DEFAULT_MAX_LINE_BYTES,
+    max_errors: o.MaxErrorsOption = 20,
+    allow_incomplete: o.AllowIncompleteOption = False,
 ) -> None:
     """Check a trace against format v1 and report its problems, not only the first.
 
@@ -257,7 +162,7 @@ def validate(
         max_line_bytes=max_line_bytes,
         max_errors=max_errors,
         policy=policy,
-        params=parse_params(param),
+        params=o.parse_params(param),
         allow_incomplete=allow_incomplete,
     )
     if not valid:
@@ -266,7 +171,7 @@ def validate(
 
 @command
 def policies(
-    fmt: ViewFormatOption = ViewFormat.table,
+    fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
     """List the policies: built-ins and plugins, with parameters, defaults and rule."""
     from ..policies.registry import describe_policies
@@ -277,14 +182,14 @@ def policies(
 
 @command
 def diff(
-    inputs: InputsOption,
-    a_policy: APolicyOption = None,
-    b_policy: BPolicyOption = None,
-    a_param: AParamOption = None,
-    b_param: BParamOption = None,
-    drain: DrainOption = False,
-    allow_incomplete: AllowIncompleteOption = False,
-    fmt: ViewFormatOption = ViewFormat.table,
+    inputs: o.InputsOption,
+    a_policy: o.APolicyOption = None,
+    b_policy: o.BPolicyOption = None,
+    a_param: o.AParamOption = None,
+    b_param: o.BParamOption = None,
+    drain: o.DrainOption = False,
+    allow_incomplete: o.AllowIncompleteOption = False,
+    fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
     """Find where two schedules part ways: one trace under two configurations, or two dumps.
 
@@ -292,26 +197,26 @@ def diff(
     """
     from .diff import Config, run_diff
 
-    a = Config(a_policy, dict(parse_params(a_param)))
-    b = Config(b_policy, dict(parse_params(b_param)))
+    a = Config(a_policy, dict(o.parse_params(a_param)))
+    b = Config(b_policy, dict(o.parse_params(b_param)))
     if not run_diff(inputs, a, b, drain=drain, allow_incomplete=allow_incomplete, fmt=fmt):
         raise typer.Exit(1)
 
 
 @command
 def convert(
-    fmt: ConvertFmtOption,
-    src: SrcOption,
-    output: ConvertOutputOption = "-",
-    limit: LimitOption = None,
-    start: StartOption = 0.0,
-    duration: DurationOption = None,
-    time_scale: TimeScaleOption = 1.0,
-    seed: SeedOption = 0,
-    rate: RateOption = None,
-    cv: CvOption = None,
-    skip_bad: SkipBadOption = False,
-    keep_failed: KeepFailedOption = False,
+    fmt: o.ConvertFmtOption,
+    src: o.SrcOption,
+    output: o.ConvertOutputOption = "-",
+    limit: o.LimitOption = None,
+    start: o.StartOption = 0.0,
+    duration: o.DurationOption = None,
+    time_scale: o.TimeScaleOption = 1.0,
+    seed: o.SeedOption = 0,
+    rate: o.RateOption = None,
+    cv: o.CvOption = None,
+    skip_bad: o.SkipBadOption = False,
+    keep_failed: o.KeepFailedOption = False,
 ) -> None:
     """Turn a public request trace into a workload (arrival, prompt and output tokens).
 
@@ -336,20 +241,20 @@ def convert(
 
 @command
 def simulate(
-    workload: WorkloadOption,
-    policy: SimulatePolicyOption = "decode-first",
-    param: ParamOption = None,
-    output: SimulateOutputOption = None,
-    metrics: MetricsOption = None,
-    chunk_size: ChunkSizeOption = None,
-    cost_file: CostFileOption = None,
-    cost_a: CostAOption = DEFAULT_COST.a,
-    cost_b: CostBOption = DEFAULT_COST.b,
-    cost_c: CostCOption = DEFAULT_COST.c,
-    slo_ttft: SloTtftOption = None,
-    slo_tpot: SloTpotOption = None,
-    fmt: ViewFormatOption = ViewFormat.table,
-    perfetto: PerfettoOption = None,
+    workload: o.WorkloadOption,
+    policy: o.SimulatePolicyOption = "decode-first",
+    param: o.ParamOption = None,
+    output: o.SimulateOutputOption = None,
+    metrics: o.MetricsOption = None,
+    chunk_size: o.ChunkSizeOption = None,
+    cost_file: o.CostFileOption = None,
+    cost_a: o.CostAOption = o.DEFAULT_COST.a,
+    cost_b: o.CostBOption = o.DEFAULT_COST.b,
+    cost_c: o.CostCOption = o.DEFAULT_COST.c,
+    slo_ttft: o.SloTtftOption = None,
+    slo_tpot: o.SloTpotOption = None,
+    fmt: o.ViewFormatOption = o.ViewFormat.table,
+    perfetto: o.PerfettoOption = None,
 ) -> None:
     """Play the runner over a workload: emit scheduler traffic and measure latencies.
 
@@ -361,7 +266,7 @@ def simulate(
     request = SimulateRequest(
         workload,
         policy=policy,
-        params=parse_params(param),
+        params=o.parse_params(param),
         output=output,
         metrics=metrics,
         perfetto=perfetto,
@@ -369,27 +274,27 @@ def simulate(
         cost=cost_model_of(cost_file, cost_a, cost_b, cost_c),
         slo_ttft=slo_ttft,
         slo_tpot=slo_tpot,
-        json=fmt is ViewFormat.json,
+        json=fmt is o.ViewFormat.json,
     )
     run_simulate(request, data_console(), stderr_console())
 
 
 @command
 def explain(
-    trace: ExplainTraceOption,
-    step: StepOption = None,
-    task: TaskOption = None,
-    session: ExplainSessionOption = None,
-    policy: PolicyOption = None,
-    param: ParamOption = None,
-    fmt: ViewFormatOption = ViewFormat.table,
+    trace: o.ExplainTraceOption,
+    step: o.StepOption = None,
+    task: o.TaskOption = None,
+    session: o.ExplainSessionOption = None,
+    policy: o.PolicyOption = None,
+    param: o.ParamOption = None,
+    fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
     """Why the scheduler did that: the queue get_work saw at a step and why each task was
     left behind, or the life of a task or a session (submitted, passed over, dispatched).
     """
     from .explain import explain_command
 
-    params = parse_params(param)
+    params = o.parse_params(param)
     explain_command(
         trace, step=step, task=task, session=session, policy=policy, params=params, fmt=fmt
     )
@@ -397,13 +302,13 @@ def explain(
 
 @command
 def shrink(
-    trace: ShrinkTraceOption,
-    until: UntilOption,
-    output: ShrinkOutputOption = "-",
-    policy: PolicyOption = None,
-    param: ParamOption = None,
-    max_time: MaxTimeOption = None,
-    keep_expects: KeepExpectsOption = False,
+    trace: o.ShrinkTraceOption,
+    until: o.UntilOption,
+    output: o.ShrinkOutputOption = "-",
+    policy: o.PolicyOption = None,
+    param: o.ParamOption = None,
+    max_time: o.MaxTimeOption = None,
+    keep_expects: o.KeepExpectsOption = False,
 ) -> None:
     """Reduce a failing trace to a small one that still fails the same way: --check still
     finds the same tids missing or extra, the policy still breaks the contract with the same
@@ -414,29 +319,36 @@ def shrink(
     from .shrink import shrink_to_file
 
     shrink_to_file(
-        trace, until, policy, parse_params(param), output, max_time, keep_expects, stderr_console()
+        trace,
+        until,
+        policy,
+        o.parse_params(param),
+        output,
+        max_time,
+        keep_expects,
+        stderr_console(),
     )
 
 
 @command
 def sweep(
-    workloads: WorkloadsOption = None,
-    policy: SweepPolicyOption = None,
-    grid: GridOption = None,
-    spec: SpecOption = None,
-    output: SweepOutputOption = "-",
-    backend: BackendOption = "local",
-    jobs: JobsOption = None,
-    address: AddressOption = None,
-    cache: CacheOption = ".schedcli-cache/sweep",
-    fresh: FreshOption = False,
-    capacity: CapacityOption = False,
-    slo_ttft: SweepSloTtftOption = None,
-    slo_tpot: SweepSloTpotOption = None,
-    goodput: GoodputOption = 0.9,
-    cost_a: CostAOption = DEFAULT_COST.a,
-    cost_b: CostBOption = DEFAULT_COST.b,
-    cost_c: CostCOption = DEFAULT_COST.c,
+    workloads: o.WorkloadsOption = None,
+    policy: o.SweepPolicyOption = None,
+    grid: o.GridOption = None,
+    spec: o.SpecOption = None,
+    output: o.SweepOutputOption = "-",
+    backend: o.BackendOption = "local",
+    jobs: o.JobsOption = None,
+    address: o.AddressOption = None,
+    cache: o.CacheOption = ".schedcli-cache/sweep",
+    fresh: o.FreshOption = False,
+    capacity: o.CapacityOption = False,
+    slo_ttft: o.SweepSloTtftOption = None,
+    slo_tpot: o.SweepSloTpotOption = None,
+    goodput: o.GoodputOption = 0.9,
+    cost_a: o.CostAOption = o.DEFAULT_COST.a,
+    cost_b: o.CostBOption = o.DEFAULT_COST.b,
+    cost_c: o.CostCOption = o.DEFAULT_COST.c,
 ) -> None:
     """Run every workload x policy x grid point (simulate; replay for a trace) on all local
     cores or a Ray cluster, cached so a rerun skips finished points.
@@ -464,9 +376,9 @@ def sweep(
 
 @command
 def fit(
-    recordings: RecordingsOption,
-    output: FitOutputOption = None,
-    fmt: ViewFormatOption = ViewFormat.table,
+    recordings: o.RecordingsOption,
+    output: o.FitOutputOption = None,
+    fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
     """Fit simulate's step-time model to the time between get_work calls of recordings.
 
@@ -481,19 +393,19 @@ def fit(
 
 @command
 def stats(
-    input_path: InputPathOption,
-    policy: StatsPolicyOption = None,
-    param: ParamOption = None,
-    drain: DrainOption = False,
-    allow_incomplete: AllowIncompleteOption = False,
-    fmt: ViewFormatOption = ViewFormat.table,
+    input_path: o.InputPathOption,
+    policy: o.StatsPolicyOption = None,
+    param: o.ParamOption = None,
+    drain: o.DrainOption = False,
+    allow_incomplete: o.AllowIncompleteOption = False,
+    fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
     """Step-based metrics of a recorded trace (replayed) or of a dump: waits in steps,
     utilisation, fairness, rejections and cancellations.
     """
     from .stats import stats_command
 
-    params = parse_params(param)
+    params = o.parse_params(param)
     stats_command(
         input_path, policy, params, drain=drain, allow_incomplete=allow_incomplete, fmt=fmt
     )
@@ -501,13 +413,13 @@ def stats(
 
 @command
 def report(
-    input_path: ReportInputPathOption,
-    output: ReportOutputOption,
-    policy: ReportPolicyOption = None,
-    cost_a: CostAOption = DEFAULT_COST.a,
-    cost_b: CostBOption = DEFAULT_COST.b,
-    cost_c: CostCOption = DEFAULT_COST.c,
-    allow_incomplete: AllowIncompleteOption = False,
+    input_path: o.ReportInputPathOption,
+    output: o.ReportOutputOption,
+    policy: o.ReportPolicyOption = None,
+    cost_a: o.CostAOption = o.DEFAULT_COST.a,
+    cost_b: o.CostBOption = o.DEFAULT_COST.b,
+    cost_c: o.CostCOption = o.DEFAULT_COST.c,
+    allow_incomplete: o.AllowIncompleteOption = False,
 ) -> None:
     """Write one self-contained HTML report (works offline): tokens per step against the
     budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy.
@@ -521,18 +433,18 @@ def report(
 
 @command
 def check(
-    paths: CheckPathsArgument = None,
-    golden_dir: GoldenDirOption = None,
-    jobs: JobsOption = None,
-    allow_unchecked: AllowUncheckedOption = False,
-    allow_missing_golden: AllowMissingGoldenOption = False,
-    allow_incomplete: AllowIncompleteOption = False,
-    strict: StrictOption = None,
-    update: UpdateOption = False,
-    dry_run: DryRunOption = False,
-    junit_xml: JunitOption = None,
-    staged: StagedOption = False,
-    fmt: CheckFormatOption = CheckFormat.text,
+    paths: o.CheckPathsArgument = None,
+    golden_dir: o.GoldenDirOption = None,
+    jobs: o.JobsOption = None,
+    allow_unchecked: o.AllowUncheckedOption = False,
+    allow_missing_golden: o.AllowMissingGoldenOption = False,
+    allow_incomplete: o.AllowIncompleteOption = False,
+    strict: o.StrictOption = None,
+    update: o.UpdateOption = False,
+    dry_run: o.DryRunOption = False,
+    junit_xml: o.JunitOption = None,
+    staged: o.StagedOption = False,
+    fmt: o.CheckFormatOption = o.CheckFormat.text,
 ) -> None:
     """Check a suite of traces for CI: each against its recorded expects and its golden,
     in parallel; a line each, every failure's first divergence and the command that
@@ -558,7 +470,7 @@ def check(
 
 
 @command
-def completion(shell: ShellArgument, install: InstallOption = False) -> None:
+def completion(shell: o.ShellArgument, install: o.InstallOption = False) -> None:
     """Tab completion for your shell: print its script, or --install it
     (eval "$(schedcli completion bash)" in ~/.bashrc does the same)."""
     from .completion import completion_command
