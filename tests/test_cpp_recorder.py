@@ -1,5 +1,5 @@
-"""The C++ recorder (integrations/executorch/schedcli/recording_scheduler.h), built unchanged
-against our stand-ins of both shapes of ExecuTorch's interface (tests/cpp/seed: the five
+"""The C++ recorder (schedcli/include/schedcli/recording_scheduler.h, package data), built
+unchanged against our stand-ins of both shapes of ExecuTorch's interface (tests/cpp/seed: the five
 calls and a 32-bit TaskId; tests/cpp/later: max_prefill_chunk_size() on the interface and
 a 64-bit TaskId), with g++ and clang++, and under ThreadSanitizer: each recording replays."""
 
@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from schedcli.engine.fit import read_steps
+from schedcli.record import include_dir
 from tests.helpers import ROOT, run_cli
 
 # CI installs both compilers and sets SCHEDCLI_REQUIRE_GXX: a missing one then fails.
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def build(source: Path, binary: Path, compiler: str, shape: str, *extra: str) -> Path:
-    includes = [f"-I{ROOT / 'integrations' / 'executorch'}", f"-I{ROOT / 'tests' / 'cpp' / shape}"]
+    includes = [f"-I{include_dir()}", f"-I{ROOT / 'tests' / 'cpp' / shape}"]
     built = subprocess.run(
         [compiler, *FLAGS, *extra, *includes, str(source), "-o", str(binary)],
         capture_output=True,
@@ -202,3 +203,18 @@ class DecodeFirstScheduler : public Scheduler {
 };
 }}}}
 """
+
+
+def test_the_header_ships_in_the_package_and_includes_prints_its_flag(tmp_path: Path) -> None:
+    """``schedcli includes`` is the one flag a C++ build needs for the recorder, wherever
+    the package is installed (the header is package data, not a file of the repository)."""
+    r = run_cli("includes")
+    assert r.returncode == 0, r.stderr
+    flag = r.stdout.decode().strip()
+    assert flag == f"-I{include_dir()}"
+    header = Path(flag[2:]) / "schedcli" / "recording_scheduler.h"
+    assert header.is_file()
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "include/schedcli/*.h" in data["package-data"]["schedcli"]
