@@ -458,7 +458,7 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
 
 def _mismatched(trace: str, e: StepMismatch) -> Verdict:
     """The first step that differs from its expect, as a failing verdict."""
-    from .render import step_mismatch_view
+    from .check_views import step_mismatch_view
 
     m = e.mismatch
     text = _plain(step_mismatch_view(e))

@@ -11,11 +11,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.replay import Mismatch, Totals
+from ..engine.replay import Totals
 from ..formats.interrupt import whole_write
-from ..model.errors import StepMismatch
 from ..model.records import Left, Record
-from ..model.task import Id, Task, id_key, ids_only_in, show_id
+from ..model.task import Id, id_key, show_id
 
 
 def _step_table(header: bool) -> Table:
@@ -154,74 +153,6 @@ def summary_table(totals: Totals, title: str = "summary") -> Table:
     )
     for what, value in rows:
         table.add_row(what, value)
-    return table
-
-
-def _describe(t: Task | None, tid: Id) -> str:
-    if t is None:
-        return f"{show_id(tid)} (not queued)"
-    return f"{show_id(tid)}  s{show_id(t.sid)} {t.kind.value} {t.size}"
-
-
-def step_mismatch_view(e: StepMismatch) -> Group:
-    """The view of a --check difference, at its trace's level."""
-    m = e.mismatch
-    if isinstance(m, Mismatch):
-        return mismatch_view(m, m.left)
-    from .render_requests import request_mismatch_view
-
-    return request_mismatch_view(m)
-
-
-def mismatch_view(m: Mismatch, left: Left = None) -> Group:
-    """The first step whose batch differs from ``expect``, side by side, and why the
-    replay's policy left out what the recording had (``left``: its reasons there)."""
-    parts: list[Any] = [_mismatch_table(m)]
-    if left:
-        expected = {id_key(tid) for tid in m.expected}
-        why = [(t, code, detail) for t, code, detail in left if id_key(t.tid) in expected]
-        if why:
-            lines = ["why the replay left out what the recording dispatched:"]
-            for t, code, detail in why:
-                lines.append(f"  {show_id(t.tid)}: {code}  {detail}")
-            parts.append(Text("\n".join(lines), "yellow"))
-    return Group(*parts)
-
-
-def _mismatch_table(m: Mismatch) -> Table:
-    got_ids = [t.tid for t in m.got]
-    moved_out, moved_in = ids_only_in(m.expected, got_ids)
-    out_keys = {id_key(i) for i in moved_out}
-    in_keys = {id_key(i) for i in moved_in}
-    by_tid: dict[tuple[type, Id], Task] = {id_key(t.tid): t for t in m.got}
-    for tid, t in m.queued.items():
-        by_tid.setdefault(id_key(tid), t)
-    table = Table(
-        title=f"step {m.step} (trace line {m.line}): batch differs from the recording",
-        box=box.ROUNDED,
-        title_justify="left",
-    )
-    table.add_column("#", justify="right")
-    table.add_column("expected (recorded)")
-    table.add_column("got (replayed)")
-    for i in range(max(len(m.expected), len(got_ids))):
-        left = right = Text("")
-        if i < len(m.expected):
-            tid = m.expected[i]
-            key = id_key(tid)
-            style = "red" if key in out_keys else ""
-            left = Text(_describe(by_tid.get(key), tid), style=style)
-        if i < len(got_ids):
-            tid = got_ids[i]
-            style = "green" if id_key(tid) in in_keys else ""
-            right = Text(_describe(m.got[i], tid), style=style)
-        table.add_row(str(i), left, right)
-    table.caption = (
-        f"moved out (expected, not dispatched): [{_ids(moved_out)}]   "
-        f"moved in (dispatched, not expected): [{_ids(moved_in)}]"
-    )
-    if not moved_in and not moved_out:
-        table.caption = "same tasks, different order"
     return table
 
 

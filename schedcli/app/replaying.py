@@ -107,7 +107,7 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
         except StepMismatch as e:
             _close(outputs, None, e)
             progress.stop()
-            from .render import step_mismatch_view
+            from .check_views import step_mismatch_view
 
             err().print(step_mismatch_view(e))
             _said_checked(req, opened.name, engine, err, "the first difference included")
