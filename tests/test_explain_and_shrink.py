@@ -180,8 +180,8 @@ def test_diff_finds_each_sides_reasons_as_it_compares_without_a_second_replay(
 ) -> None:
     """Stepped traces and --drain run several steps a line (or at the close): the sides
     take them in turns, so the reasons are those a replay to the step gives."""
-    import schedcli.app.diff as diff
-    import schedcli.app.explain as explain
+    import schedcli.app.diff as diff_command
+    import schedcli.engine.diff as diff
 
     args = ("diff", str(TRACES / trace), "--b", policy, "--drain")
     with monkeypatch.context() as patched:
@@ -191,7 +191,7 @@ def test_diff_finds_each_sides_reasons_as_it_compares_without_a_second_replay(
     def no_second_replay(*_: object) -> None:
         raise AssertionError("diff replayed the trace again for its reasons")
 
-    monkeypatch.setattr(explain, "explain_step", no_second_replay)
+    monkeypatch.setattr(diff_command, "explain_step", no_second_replay)
     found = run_cli(*args)
     assert found.returncode == replayed_to_it.returncode
     assert found.stdout == replayed_to_it.stdout

@@ -540,8 +540,8 @@ class _NewGolden:
 
 def _golden_detail(job: Job, comparison: Any) -> str:
     def reasons_at(step: int) -> Any:
+        from ..engine.explain import explain_step
         from ..formats.kinds import is_request_trace
-        from .explain import explain_step
 
         if is_request_trace(job.trace):
             return None  # kept as the difference was found, or not derived

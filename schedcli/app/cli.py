@@ -207,7 +207,8 @@ def diff(
 
     Exit codes: 0 identical; 1 different; 2 bad input or usage; 3 a policy broke the contract.
     """
-    from .diff import Config, run_diff
+    from ..engine.diff import Config
+    from .diff import run_diff
 
     a = Config(a_policy, dict(o.parse_params(a_param)))
     b = Config(b_policy, dict(o.parse_params(b_param)))

@@ -6,20 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..engine import explain as finding
-from ..engine.explain import Life, StepView
+from ..engine.explain import Life, StepView, explain_step
 from ..engine.run import open_replay
 from ..model.errors import InputError, UsageError
 from ..model.task import Id
-
-
-def explain_step(
-    path: str, step: int, policy: str | None = None, params: Mapping[str, object] | None = None
-) -> StepView:
-    """``step`` of the trace (either level) replayed: its batch, queue and reasons."""
-    with open_replay(
-        path, policy=policy, params=params or {}, note=lambda _: None, allow_incomplete=True
-    ) as opened:
-        return finding.step_view(opened, step)
 
 
 def explain_lives(

@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import sys
-
 import orjson
 
 from ..engine.fit import Fit, fit_recordings
 from ..formats.output import atomic_output
 from .console import show
 from .render import fit_table
+from .usage import warn_poor_fit
 
 
 def fit_command(recordings: list[str], output: str | None, fmt: str) -> None:
     result = fit_recordings(recordings)
     poor = result.poor()
     if poor:
-        warn_poor(", ".join(poor), "this fit")
+        warn_poor_fit(", ".join(poor), "this fit")
     model = result.cost_json()
     if output is not None:
         with atomic_output(output) as out:
             out.write(orjson.dumps(model, option=orjson.OPT_INDENT_2) + b"\n")
     show(fmt, result, fit_table, Fit.cost_json)
-
-
-def warn_poor(why: str, what: str) -> None:
-    print(
-        f"warning: {what} is poor ({why}): it explains little of the recorded step times, "
-        "so a simulation under it is a choice, not a measurement",
-        file=sys.stderr,
-    )

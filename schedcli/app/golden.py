@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..engine.diff import Aligner, DiffResult
 from ..engine.run import Driver
 from ..formats.dump import read_dump
 from ..model.records import Left, Record
-from .diff import Aligner, DiffResult
 
 
 class GoldenComparison:

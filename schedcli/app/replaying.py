@@ -226,7 +226,7 @@ def _reasons_at(req: ReplayRequest, step: int) -> Left:
 
     if is_request_trace(req.trace):
         return None  # kept as the difference was found, or not derived
-    from .explain import explain_step
+    from ..engine.explain import explain_step
 
     return explain_step(req.trace, step, req.policy, req.params).left
 

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
+from ..engine.diff import Config, diff_trace
 from ..engine.replay import ExpectMismatch, Mismatch, OutcomeMismatch
 from ..engine.request_replay import RequestExpectMismatch, RequestMismatch
 from ..engine.run import open_replay
@@ -35,7 +36,6 @@ from ..model.errors import InputError, InvariantError, SchedcliError, UsageError
 from ..model.records import discard
 from ..model.task import id_key, ids_only_in
 from .candidates import Candidate, Lines, Ranges
-from .diff import Config, diff_trace
 from .progress import ProgressBar
 
 Event = dict[str, Any]

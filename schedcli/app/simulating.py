@@ -208,7 +208,7 @@ def cost_model_of(path: str | None, a: float, b: float, c: float) -> CostModel:
     model = CostModel.load(path)
     poor = CostModel.poor_fit(path)
     if poor:
-        from .fitting import warn_poor
+        from .usage import warn_poor_fit
 
-        warn_poor(poor, f"the fit in {path}")
+        warn_poor_fit(poor, f"the fit in {path}")
     return model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 from ..model.errors import InputError, SchedcliError, WrongKind
 
@@ -74,3 +75,12 @@ def usage_message(e: BaseException) -> str | None:
         r"Got unexpected extra argument\S* \((.*)\)", r"unexpected argument: \1", message
     )
     return f"{command}: {message[:1].lower()}{message[1:]} (see {command} -h)"
+
+
+def warn_poor_fit(why: str, what: str) -> None:
+    """A cost model's fit is poor: said once on stderr, by ``fit`` and by ``simulate``."""
+    print(
+        f"warning: {what} is poor ({why}): it explains little of the recorded step times, "
+        "so a simulation under it is a choice, not a measurement",
+        file=sys.stderr,
+    )

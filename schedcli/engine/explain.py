@@ -9,7 +9,7 @@ policy's codes); replays are deterministic, so the reasons are the ones of any r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from ..model.task import DECODE, PREFILL, Id, Task, id_key, same_id
 from .origins import Origins, Reached
 from .replay import Replayer
 from .request_replay import OpenRequestTrace, RequestReplayer
-from .run import OpenReplay, OpenTrace
+from .run import OpenReplay, OpenTrace, open_replay
 
 
 @dataclass
@@ -83,6 +83,16 @@ class Life:
 
 def _entry(t: Task) -> dict[str, Any]:
     return {"tid": t.tid, "sid": t.sid, "kind": t.kind.value, "size": t.size}
+
+
+def explain_step(
+    path: str, step: int, policy: str | None = None, params: Mapping[str, object] | None = None
+) -> StepView:
+    """``step`` of the trace (either level) replayed: its batch, queue and reasons."""
+    with open_replay(
+        path, policy=policy, params=params or {}, note=lambda _: None, allow_incomplete=True
+    ) as opened:
+        return step_view(opened, step)
 
 
 def step_view(opened: OpenReplay, step: int) -> StepView:
