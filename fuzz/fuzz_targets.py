@@ -29,7 +29,7 @@ if not os.environ.get("SCHEDCLI_FUZZ_VLLM"):
 
 # The request level without vLLM: the tests' toy policy (tests/plugin_policies.py).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOY = "tests.plugin_policies:ToyRequests"
+TOY = "tests.doubles:ToyRequests"
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -59,3 +59,14 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
         return CliResult(done.code, done.stdout, done.stderr.decode("utf-8", "replace"))
 
     yield run
+
+
+@pytest.fixture(params=["task", "request"])
+def level_trace(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A trace of each level (``t.jsonl``, ``r.jsonl``), three steps, an expect on its
+    first step only: a test that takes it runs at both levels."""
+    from tests.helpers import request_trace, task_trace
+
+    if request.param == "task":
+        return task_trace(tmp_path)
+    return request_trace(tmp_path, {"batch": [["a", 8], ["b", 8]], "preempted": [], "finished": []})

@@ -91,3 +91,48 @@ def run_process(
         timeout=timeout,
         check=False,
     )
+
+
+# The request level in the default run, without vLLM: tests/doubles' toy policy.
+TOY = "tests.doubles:ToyRequests"
+REQUEST_HEADER = {"schedcli": 1, "level": "request", "policy": TOY, "params": {}}
+
+
+def write_lines(path: Path, lines: Sequence[dict[str, object]]) -> Path:
+    """``lines`` as compact JSONL at ``path``."""
+    import json
+
+    path.write_text("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
+    return path
+
+
+def request_trace(tmp_path: Path, expect_first: dict[str, object] | None = None) -> Path:
+    """A request-level trace: two requests, three steps; the first step's expect as given."""
+    step: dict[str, object] = {"op": "step"}
+    if expect_first is not None:
+        step["expect"] = expect_first
+    return write_lines(
+        tmp_path / "r.jsonl",
+        [
+            REQUEST_HEADER,
+            {"op": "arrive", "rid": "a", "prompt_tokens": 8, "max_tokens": 2},
+            {"op": "arrive", "rid": "b", "prompt_tokens": 8, "max_tokens": 2},
+            step,
+            {"op": "step"},
+            {"op": "step"},
+        ],
+    )
+
+
+def task_trace(tmp_path: Path) -> Path:
+    """A task-level trace: three steps, an expect on the first only."""
+    return write_lines(
+        tmp_path / "t.jsonl",
+        [
+            {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 3},
+            {"op": "get_work", "expect": [1]},
+            {"op": "submit", "tid": 2, "sid": 1, "kind": "decode", "size": 1},
+            {"op": "get_work"},
+            {"op": "get_work"},
+        ],
+    )

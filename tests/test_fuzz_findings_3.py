@@ -1,6 +1,6 @@
 """Fuzzing the request level and the suites (#39): each root a test, named for what it
 checks. The request level runs without vLLM here, under the tests' toy policy
-(``tests.plugin_policies:ToyRequests``), as the fuzz targets do."""
+(``tests.doubles:ToyRequests``), as the fuzz targets do."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from schedcli import DecodeFirstScheduler, Task
 from schedcli.record import RecordingScheduler
 from tests.helpers import ROOT, TRACES, run_cli, run_process
 
-TOY = "tests.plugin_policies:ToyRequests"
+TOY = "tests.doubles:ToyRequests"
 HEADER = {"schedcli": 1, "level": "request", "policy": TOY, "params": {}}
 ARRIVE = {"op": "arrive", "rid": "a", "prompt_tokens": 10, "max_tokens": 3, "t": 0.0}
 

@@ -4,7 +4,6 @@ that replays a trace runs the same code over it. Each test is a drift the two co
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import orjson
@@ -12,50 +11,7 @@ import pytest
 
 from schedcli.engine.run import OpenTrace, open_replay
 from tests.conftest import Cli
-
-TOY = "tests.plugin_policies:ToyRequests"
-REQUEST_HEADER = {"schedcli": 1, "level": "request", "policy": TOY, "params": {}}
-
-
-def _write(path: Path, lines: list[dict[str, object]]) -> Path:
-    path.write_text("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
-    return path
-
-
-def _request_trace(tmp_path: Path, expect_first: dict[str, object] | None = None) -> Path:
-    """Three requests, three steps; the first step's expect as given (else none)."""
-    step: dict[str, object] = {"op": "step"}
-    if expect_first is not None:
-        step["expect"] = expect_first
-    return _write(
-        tmp_path / "r.jsonl",
-        [
-            REQUEST_HEADER,
-            {"op": "arrive", "rid": "a", "prompt_tokens": 8, "max_tokens": 2},
-            {"op": "arrive", "rid": "b", "prompt_tokens": 8, "max_tokens": 2},
-            step,
-            {"op": "step"},
-            {"op": "step"},
-        ],
-    )
-
-
-@pytest.fixture(params=["task", "request"])
-def level_trace(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """A trace of each level, three steps, an expect on its first step only."""
-    if request.param == "task":
-        return _write(
-            tmp_path / "t.jsonl",
-            [
-                {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 3},
-                {"op": "get_work", "expect": [1]},
-                {"op": "submit", "tid": 2, "sid": 1, "kind": "decode", "size": 1},
-                {"op": "get_work"},
-                {"op": "get_work"},
-            ],
-        )
-    first = {"batch": [["a", 8], ["b", 8]], "preempted": [], "finished": []}
-    return _request_trace(tmp_path, first)
+from tests.helpers import REQUEST_HEADER, TOY, request_trace, write_lines
 
 
 def test_open_replay_opens_either_level_by_its_header(level_trace: Path) -> None:
@@ -73,7 +29,7 @@ def test_a_filter_that_selects_nothing_is_noted_at_both_levels(cli: Cli, level_t
 
 
 def test_a_request_step_that_differs_says_what_was_checked(cli: Cli, tmp_path: Path) -> None:
-    trace = _request_trace(tmp_path, {"batch": [["b", 8]], "preempted": [], "finished": []})
+    trace = request_trace(tmp_path, {"batch": [["b", 8]], "preempted": [], "finished": []})
     r = cli("replay", trace, "--check", "-o", "/dev/null")
     assert r.code == 1
     assert f"{trace}: checked 1 of 1 steps, the first difference included" in r.stderr
@@ -104,7 +60,7 @@ def test_header_params_apply_to_another_request_policy_as_at_task_level(
     """The header's params the chosen policy declares apply; the rest are noted, at both
     levels (the request level dropped them all, silently)."""
     header = {**REQUEST_HEADER, "policy": "vllm", "params": {"max_num_seqs": 1, "block_size": 16}}
-    trace = _write(
+    trace = write_lines(
         tmp_path / "v.jsonl",
         [
             header,
@@ -147,7 +103,7 @@ def test_diff_of_a_trace_with_itself_is_identical_and_measures_as_stats(
 
 
 def test_diff_finds_where_two_request_configurations_part(cli: Cli, tmp_path: Path) -> None:
-    trace = _request_trace(tmp_path)
+    trace = request_trace(tmp_path)
     r = cli("diff", trace, "--b-param", "max_num_seqs=1", "-f", "json")
     assert r.code == 1, r.stderr
     assert orjson.loads(r.stdout)["first_difference"]["step"] == 0
@@ -160,7 +116,7 @@ def test_shrink_until_diff_takes_a_request_level_trace(cli: Cli, tmp_path: Path)
     for i in range(12):
         lines.append({"op": "arrive", "rid": f"r{i}", "prompt_tokens": 6, "max_tokens": 2})
         lines.append({"op": "step"})
-    trace = _write(tmp_path / "big.jsonl", lines)
+    trace = write_lines(tmp_path / "big.jsonl", lines)
     other = f"diff:{TOY}"
     out = tmp_path / "small.jsonl"
     r = cli("shrink", trace, "-P", "max_num_seqs=1", "--until", other, "-o", out)
@@ -168,3 +124,39 @@ def test_shrink_until_diff_takes_a_request_level_trace(cli: Cli, tmp_path: Path)
     assert len(out.read_text().splitlines()) < len(lines)
     again = cli("diff", out, "--a-param", "max_num_seqs=1", "--b", TOY, "-f", "json")
     assert again.code == 1, again.stderr
+
+
+# Every command that reads a trace, at both levels, in the default run (no vLLM): the
+# request level through tests.doubles:ToyRequests. (cmd, args, exit code)
+COMMANDS = [
+    ("replay", ["-f", "jsonl"], 0),
+    ("replay", ["-f", "table"], 0),
+    ("replay", ["--check", "-o", "/dev/null"], 0),
+    ("replay", ["--check", "--require-all", "-o", "/dev/null"], 1),
+    ("validate", [], 0),
+    ("stats", ["-f", "json"], 0),
+    ("diff", ["-f", "json"], 0),
+    ("explain", ["--step", "1", "-f", "json"], 0),
+    ("explain", ["--step", "9"], 2),
+    ("report", ["-o", "{tmp}/r.html"], 0),
+    ("shrink", ["--until", "cmd:false", "-o", "{tmp}/s.jsonl"], 0),
+    ("sweep", ["-p", "{policy}", "-j", "1", "-o", "{tmp}/sw.jsonl"], 0),
+]
+
+
+@pytest.mark.parametrize(("command", "args", "code"), COMMANDS, ids=lambda v: str(v))
+def test_each_command_takes_both_levels(
+    cli: Cli, level_trace: Path, tmp_path: Path, command: str, args: list[str], code: int
+) -> None:
+    policy = TOY if level_trace.name == "r.jsonl" else "decode-first"
+    given = [a.replace("{tmp}", str(tmp_path)).replace("{policy}", policy) for a in args]
+    r = cli(command, level_trace, *given)
+    assert r.code == code, r.stderr
+
+
+def test_check_and_its_golden_take_both_levels(cli: Cli, level_trace: Path) -> None:
+    folder = level_trace.parent
+    assert cli("check", folder, "--update").code == 0
+    r = cli("check", folder, "--strict")
+    assert r.code == 0, r.stderr
+    assert b"1 trace: 1 passed" in r.stdout

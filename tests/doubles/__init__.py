@@ -1,0 +1,6 @@
+"""Stand-ins the tests drive the engine with: a request-level policy
+(``tests.doubles:ToyRequests``)."""
+
+from tests.doubles.requests import ToyRequests
+
+__all__ = ["ToyRequests"]

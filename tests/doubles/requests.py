@@ -1,0 +1,139 @@
+"""A request-level policy without vLLM (``tests.doubles:ToyRequests``): the default test
+run, the fuzzers and the recipes drive every request-level path through it, so no
+request-level command needs the 9 GB extra to be tested."""
+
+from __future__ import annotations
+
+from schedcli.model.requests import (
+    MAX_SEQS,
+    TOKEN_BUDGET,
+    Arrival,
+    RequestScheduler,
+    Slice,
+    StepPlan,
+)
+from schedcli.model.scheduler import Param
+from schedcli.model.task import Id
+
+
+class _Request:
+    def __init__(self, a: Arrival) -> None:
+        self.rid, self.prompt, self.max_tokens = a.rid, a.prompt_tokens, a.max_tokens
+        self.computed = 0  # tokens computed
+        self.produced = 0  # tokens sampled
+
+    @property
+    def known(self) -> int:
+        return self.prompt + self.produced
+
+
+class ToyRequests(RequestScheduler):
+    """A request-level policy without vLLM, for tests and the fuzzer: first come, first
+    served under a token budget and a cap on running requests, prompts chunked to fit,
+    split steps (``schedule``/``update``) supported. Its rule is simple so that what it
+    exercises is the engine around it."""
+
+    name = "toy-requests"
+    PARAMS = (
+        Param("max_num_batched_tokens", int, 64, "tokens one step may hold", minimum=1),
+        Param("max_num_seqs", int, 4, "requests running at once", minimum=1),
+    )
+
+    def __init__(self, max_num_batched_tokens: int = 64, max_num_seqs: int = 4) -> None:
+        self.budget, self.seqs = max_num_batched_tokens, max_num_seqs
+        self._held: dict[tuple[type, Id], _Request] = {}  # arrival order
+        self._running: list[tuple[type, Id]] = []
+        self._planned: list[list[tuple[type, Id]]] = []  # split steps awaiting update
+        self._reasons: list[tuple[Id, str, str]] = []
+
+    @property
+    def token_budget(self) -> int:
+        return self.budget
+
+    def params(self) -> dict[str, object]:
+        return {"max_num_batched_tokens": self.budget, "max_num_seqs": self.seqs}
+
+    def add(self, arrival: Arrival) -> str | None:
+        key = (type(arrival.rid), arrival.rid)
+        if key in self._held:
+            return f"request {arrival.rid!r} is already held"
+        self._held[key] = _Request(arrival)
+        return None
+
+    def abort(self, rid: Id) -> str | None:
+        key = (type(rid), rid)
+        if self._held.pop(key, None) is None:
+            return None
+        if key in self._running:
+            self._running.remove(key)
+            return "running"
+        return "waiting"
+
+    def has_work(self) -> bool:
+        return bool(self._held)
+
+    def _plan(self) -> StepPlan:
+        for key in self._held:  # admit in arrival order
+            if len(self._running) >= self.seqs:
+                break
+            if key not in self._running:
+                self._running.append(key)
+        spent, batch, samplers = 0, [], []
+        self._reasons = []
+        for key in self._running:
+            r = self._held[key]
+            want = r.known - r.computed
+            take = min(want, self.budget - spent)
+            if take <= 0:
+                self._reasons.append((r.rid, TOKEN_BUDGET, "the step's tokens are spent"))
+                continue
+            samples = take == want
+            batch.append(Slice(r.rid, take, r.computed, r.computed < r.prompt, samples))
+            r.computed += take
+            spent += take
+            if samples:
+                samplers.append(key)
+        for key, r in self._held.items():
+            if key not in self._running:
+                self._reasons.append((r.rid, MAX_SEQS, f"{self.seqs} requests are running"))
+        self._planned.append(samplers)
+        return StepPlan(batch)
+
+    def _outputs(self, stop: frozenset[Id]) -> list[Id]:
+        finished = []
+        for key in self._planned.pop(0):
+            r = self._held.get(key)
+            if r is None:
+                continue  # aborted meanwhile
+            r.produced += 1
+            if r.produced >= r.max_tokens or r.rid in stop:
+                finished.append(key)
+        done = [key for key in self._held if key in finished]  # in arrival order
+        for key in done:
+            del self._held[key]
+            self._running.remove(key)
+        return [key[1] for key in done]
+
+    def step(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> StepPlan:
+        plan = self._plan()
+        plan.finished = self._outputs(stop)
+        return plan
+
+    def schedule(self) -> StepPlan:
+        return self._plan()
+
+    def update(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> list[Id]:
+        return self._outputs(stop)
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._running), len(self._held) - len(self._running)
+
+    def held(self) -> list[Id]:
+        return [key[1] for key in self._held]
+
+    def reasons(self) -> list[tuple[Id, str, str]]:
+        return list(self._reasons)
