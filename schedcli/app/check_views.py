@@ -59,14 +59,9 @@ def _mismatch_table(m: Mismatch) -> Table:
     by_tid: dict[tuple[type, Id], Task] = {id_key(t.tid): t for t in m.got}
     for tid, t in m.queued.items():
         by_tid.setdefault(id_key(tid), t)
-    table = Table(
-        title=f"step {m.step} (trace line {m.line}): batch differs from the recording",
-        box=box.ROUNDED,
-        title_justify="left",
+    table = _recorded_vs_replayed(
+        f"step {m.step} (trace line {m.line}): batch differs from the recording"
     )
-    table.add_column("#", justify="right")
-    table.add_column("expected (recorded)")
-    table.add_column("got (replayed)")
     for i in range(max(len(m.expected), len(got_ids))):
         left = right = Text("")
         if i < len(m.expected):
@@ -98,14 +93,9 @@ def _entries(side: dict[str, Any]) -> list[str]:
 def request_mismatch_view(m: RequestMismatch) -> Group:
     """The recorded step and the replayed one side by side, then why the replay left out
     each request the recording scheduled (the policy's reasons at that step)."""
-    table = Table(
-        title=f"step {m.step} (trace line {m.line}): differs from the recording",
-        box=box.ROUNDED,
-        title_justify="left",
+    table = _recorded_vs_replayed(
+        f"step {m.step} (trace line {m.line}): differs from the recording"
     )
-    table.add_column("#", justify="right")
-    table.add_column("expected (recorded)")
-    table.add_column("got (replayed)")
     want, got = _entries(m.expected), _entries(m.got)
     for i in range(max(len(want), len(got))):
         left = want[i] if i < len(want) else ""
@@ -134,3 +124,11 @@ def request_mismatch_view(m: RequestMismatch) -> Group:
             )
         )
     return Group(*parts)
+
+
+def _recorded_vs_replayed(title: str) -> Table:
+    table = Table(title=title, box=box.ROUNDED, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("expected (recorded)")
+    table.add_column("got (replayed)")
+    return table
