@@ -34,6 +34,10 @@ COMPILED_MODULES = (
     "schedcli.policies.sjf",
     "schedcli.formats.source",
     "schedcli.formats.trace",
+    "schedcli.formats.trace.events",
+    "schedcli.formats.trace.lines",
+    "schedcli.formats.trace.scan",
+    "schedcli.formats.trace.reader",
     "schedcli.formats.writer",
     "schedcli.formats.step_lines",
     "schedcli.formats.interrupt",
@@ -58,8 +62,13 @@ STALE = "the compiled core is older than its sources; rebuild it with pip instal
 
 
 def source_paths(package_dir: Path) -> list[Path]:
-    """The ``.py`` file of each compiled module, under the ``schedcli`` directory."""
-    return [package_dir.joinpath(*m.split(".")[1:]).with_suffix(".py") for m in COMPILED_MODULES]
+    """The ``.py`` file of each compiled module, under the ``schedcli`` directory (a
+    package's ``__init__.py``)."""
+    paths = []
+    for m in COMPILED_MODULES:
+        path = package_dir.joinpath(*m.split(".")[1:])
+        paths.append(path / "__init__.py" if path.is_dir() else path.with_suffix(".py"))
+    return paths
 
 
 def source_digest(package_dir: Path) -> str:
@@ -68,7 +77,9 @@ def source_digest(package_dir: Path) -> str:
 
     h = hashlib.sha256()
     for path in source_paths(package_dir):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(
+            path.relative_to(package_dir).as_posix().encode() + b"\0" + path.read_bytes() + b"\0"
+        )
     return h.hexdigest()
 
 

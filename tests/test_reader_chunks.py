@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from schedcli import InputError
 from schedcli.formats.schema import Submit, event_decoder
-from schedcli.formats.trace import Event, TraceReader, _canonical_task, as_event
+from schedcli.formats.trace import Event, TraceReader, as_event
+from schedcli.formats.trace.scan import _canonical_task
 
 
 class Trickle(io.RawIOBase):
@@ -236,9 +237,9 @@ def test_the_scan_reads_a_line_as_the_decoder_does_or_leaves_it(line: bytes) -> 
 
 def test_the_scan_is_used_where_the_core_is_compiled() -> None:
     import schedcli
-    from schedcli.formats import trace
+    from schedcli.formats.trace import scan
 
-    assert (schedcli.CORE == "compiled") == trace._SCAN
+    assert (schedcli.CORE == "compiled") == scan._SCAN
 
 
 def test_recorded_submits_read_as_their_tasks_at_their_lines() -> None:
