@@ -23,7 +23,7 @@ heavy = ("rich", "pydantic", "schedcli.app.render", "schedcli.app.golden",
          "schedcli.app.diff", "schedcli.engine.diff", "schedcli.engine.simulate",
          "schedcli.app.report",
          "importlib.metadata", "hashlib", "gzip", "schedcli.formats.requests",
-         "schedcli.formats.request_schema", "schedcli.model.requests", "msgspec",
+         "schedcli.formats.requests.schema", "schedcli.model.requests", "msgspec",
          "schedcli.formats.step_lines")
 made = sorted(
     f"{name}.{value.__qualname__}"

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.replay import Mismatch
-from ..engine.request_replay import RequestMismatch
+from ..engine.requests.replay import RequestMismatch
 from ..model.errors import StepMismatch
 from ..model.records import Left
 from ..model.task import Id, Task, id_key, ids_only_in, show_id

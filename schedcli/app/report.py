@@ -19,7 +19,7 @@ from typing import Any
 
 from ..engine.cost import CostModel
 from ..engine.metrics import StepMetrics
-from ..engine.request_sim import simulate_either
+from ..engine.requests.simulate import simulate_either
 from ..engine.run import open_replay
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.kinds import sniff_kind

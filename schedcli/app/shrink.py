@@ -27,7 +27,7 @@ from rich.console import Console
 
 from ..engine.diff import Config, diff_trace
 from ..engine.replay import ExpectMismatch, Mismatch, OutcomeMismatch
-from ..engine.request_replay import RequestExpectMismatch, RequestMismatch
+from ..engine.requests.replay import RequestExpectMismatch, RequestMismatch
 from ..engine.run import open_replay
 from ..formats.interrupt import Stopped
 from ..formats.output import atomic_output

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from ..engine.cost import CostModel
 from ..engine.replay import PolicyCrashed
-from ..engine.request_sim import simulate_either, trace_writer
+from ..engine.requests.simulate import simulate_either, trace_writer
 from ..engine.simulate import SimResult, chunk_size_for
 from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output

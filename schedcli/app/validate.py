@@ -99,7 +99,7 @@ def _request_events(
 ) -> tuple[int, Partial]:
     """A request-level trace's valid events, its policy's parameters checked as a replay
     takes them (without building it: vLLM's takes seconds); and its partial marker."""
-    from ..engine.request_replay import check_request_trace_params
+    from ..engine.requests.replay import check_request_trace_params
     from ..formats.requests import RequestReader
 
     header = reader.header

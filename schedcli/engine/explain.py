@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formats.request_schema import Abort, Arrive
+from ..formats.requests.schema import Abort, Arrive
 from ..model.errors import InputError, UsageError
 from ..model.records import Left, Record, discard
 from ..model.task import DECODE, PREFILL, Id, Task, id_key, same_id
 from .origins import Origins, Reached
 from .replay import Replayer
-from .request_replay import OpenRequestTrace, RequestReplayer
+from .requests.replay import OpenRequestTrace, RequestReplayer
 from .run import OpenReplay, OpenTrace, open_replay
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats.kinds import is_request_trace
-from ..formats.request_schema import Arrive, Schedule, Update
 from ..formats.requests import RequestReader
+from ..formats.requests.schema import Arrive, Schedule, Update
 from ..formats.trace import open_trace
 from ..model.errors import InputError
 from ..model.limits import MAX_SECONDS

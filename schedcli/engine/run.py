@@ -19,7 +19,7 @@ from .replay import Emit, Observer, Replayer, Totals
 
 if TYPE_CHECKING:
     from .metrics import StepMetrics
-    from .request_replay import OpenRequestTrace
+    from .requests.replay import OpenRequestTrace
 
 
 def _stderr_note(message: str) -> None:
@@ -49,7 +49,7 @@ def choose_policy(
 
 class Driver(Protocol):
     """What commands ask of a replay engine at either level (``replay.Replayer``,
-    ``request_replay.RequestReplayer``)."""
+    ``requests.replay.RequestReplayer``)."""
 
     totals: Totals
     checked: int  # recorded calls compared with their expect so far
@@ -82,7 +82,7 @@ class Driver(Protocol):
 
 class OpenReplay(Protocol):
     """A trace opened for one replay, at either level (``OpenTrace``,
-    ``request_replay.OpenRequestTrace``): ``replayer`` builds its engine, ``run`` runs it."""
+    ``requests.replay.OpenRequestTrace``): ``replayer`` builds its engine, ``run`` runs it."""
 
     level: str
     name: str
@@ -125,7 +125,7 @@ class OpenReplay(Protocol):
 
 class OpenTrace:
     """A task-level trace ready to replay: its reader and its policy. (A request-level one
-    is ``request_replay.OpenRequestTrace``, with the same protocol: ``name``,
+    is ``requests.replay.OpenRequestTrace``, with the same protocol: ``name``,
     ``policy_name``, ``params``, ``token_budget``, ``explain``, ``replayer``, ``run``.)"""
 
     level = "task"
@@ -269,7 +269,7 @@ def _request_level(
             f"{name}: --follow reads task-level traces as they grow; a request-level trace "
             "is replayed once it is written (drop --follow)"
         )
-    from .request_replay import OpenRequestTrace, policy_for_request_trace
+    from .requests.replay import OpenRequestTrace, policy_for_request_trace
 
     built, label = policy_for_request_trace(header, name, policy, dict(params or {}), note)
     try:

@@ -37,7 +37,7 @@ from ..policies.registry import (
     policy_source,
 )
 from .cost import CostModel
-from .request_sim import simulate_either
+from .requests.simulate import simulate_either
 from .run import replay_metrics
 
 # Grid keys that are not policy parameters.

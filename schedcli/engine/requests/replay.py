@@ -12,19 +12,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..formats.dump import batch_tasks
-from ..formats.request_schema import Abort, Arrive, Schedule, Step, Update
-from ..formats.requests import RequestEvent, arrival, expect_of
-from ..formats.trace import incomplete_trace
-from ..model.errors import InputError, InvariantError, StepMismatch, UsageError
-from ..model.records import Left, Record
-from ..model.requests import RequestScheduler, StepPlan
-from ..model.task import DECODE, PREFILL, Id
-from .ledger import Totals
-from .replay import Observer, PolicyCrashed
+from ...formats.dump import batch_tasks
+from ...formats.requests import RequestEvent, arrival, expect_of
+from ...formats.requests.schema import Abort, Arrive, Schedule, Step, Update
+from ...formats.trace import incomplete_trace
+from ...model.errors import InputError, InvariantError, StepMismatch, UsageError
+from ...model.records import Left, Record
+from ...model.requests import RequestScheduler, StepPlan
+from ...model.task import DECODE, PREFILL, Id
+from ..ledger import Totals
+from ..replay import Observer, PolicyCrashed
 
 if TYPE_CHECKING:
-    from .metrics import StepMetrics
+    from ..metrics import StepMetrics
 
 STUCK_AFTER = 1000
 
@@ -367,7 +367,7 @@ def policy_for_request_trace(
     """The policy a request-level trace replays under, built: the command line's, else the
     header's; the header's params apply as at task level (``header_params_for``), then
     ours over them."""
-    from ..policies.registry import build_request_policy
+    from ...policies.registry import build_request_policy
 
     built = _header_located(header, name, policy, params, note, build_request_policy)
     return built, built.name or (policy or header.policy)
@@ -378,7 +378,7 @@ def check_request_trace_params(
 ) -> None:
     """What ``policy_for_request_trace`` would refuse, without building the policy
     (``validate``: building vLLM's takes seconds)."""
-    from ..policies.registry import check_request_params
+    from ...policies.registry import check_request_params
 
     _header_located(header, name, policy, params, lambda _: None, check_request_params)
 
@@ -391,7 +391,7 @@ def _header_located(
     note: Callable[[str], None] | None,
     make: Callable[[str, dict[str, Any]], Any],
 ) -> Any:
-    from ..policies.registry import header_params_for, request_class
+    from ...policies.registry import header_params_for, request_class
 
     spec = policy or header.policy
     if spec is None:
@@ -432,7 +432,7 @@ class OpenRequestTrace:
         name: str,
         allow_incomplete: bool = False,
     ) -> None:
-        from ..formats.requests import RequestReader
+        from ...formats.requests import RequestReader
 
         self.reader, self.policy, self.policy_name = reader, policy, policy_name
         self.name, self.allow_incomplete = name, allow_incomplete
@@ -481,7 +481,7 @@ class OpenRequestTrace:
 
     def step_metrics(self) -> StepMetrics:
         """Dispatches only: a request's waits are not a task's."""
-        from .metrics import StepMetrics
+        from ..metrics import StepMetrics
 
         return StepMetrics(self.policy.token_budget, waits_known=False)
 

@@ -13,17 +13,17 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from ..formats.requests import RequestTraceWriter
-from ..formats.workload import Request
-from ..formats.writer import TraceWriter
-from ..model.errors import InvariantError
-from ..model.requests import Arrival, RequestScheduler, StepPlan
-from ..model.scheduler import Scheduler
-from ..model.task import DECODE, PREFILL, Id, Task
-from ..policies.registry import policy_reference
-from .cost import CostModel
-from .replay import PolicyCrashed
-from .simulate import STUCK_AFTER, SimResult, _Live, chunk_size_for, simulate
+from ...formats.requests import RequestTraceWriter
+from ...formats.workload import Request
+from ...formats.writer import TraceWriter
+from ...model.errors import InvariantError
+from ...model.requests import Arrival, RequestScheduler, StepPlan
+from ...model.scheduler import Scheduler
+from ...model.task import DECODE, PREFILL, Id, Task
+from ...policies.registry import policy_reference
+from ..cost import CostModel
+from ..replay import PolicyCrashed
+from ..simulate import STUCK_AFTER, SimResult, _Live, chunk_size_for, simulate
 
 OnStep = Callable[[int, float, float, list[Task], int], None]
 OnPreempt = Callable[[int, float, list[Id]], None]  # step, start in microseconds, requests

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from ..request_schema import Abort, Arrive, Schedule, Step, Update
 from ..requests import UNANSWERED, decode_request_event
+from ..requests.schema import Abort, Arrive, Schedule, Step, Update
 from ..trace import LineError
 from ._common import Converter, ConvertOptions, ConvertReport, Lines, Row, bad
 

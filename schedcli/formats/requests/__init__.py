@@ -12,12 +12,19 @@ from typing import Any, Protocol
 import msgspec
 import orjson
 
-from ..model.errors import InputError
-from ..model.requests import Arrival, StepPlan
-from ..model.task import Id
-from . import schema
-from .kinds import LEVEL
-from .request_schema import (
+from ...model.errors import InputError
+from ...model.requests import Arrival, StepPlan
+from ...model.task import Id
+from ..kinds import LEVEL
+from ..schema import explain as explain_fields  # `schema` is ours
+from ..trace import (
+    LineError,
+    TraceReader,
+    check_duplicate_keys,
+    decode_object,
+    partial_marker,
+)
+from .schema import (
     REQUEST_EVENTS,
     Abort,
     Arrive,
@@ -26,13 +33,6 @@ from .request_schema import (
     StepExpect,
     Update,
     request_decoder,
-)
-from .trace import (
-    LineError,
-    TraceReader,
-    check_duplicate_keys,
-    decode_object,
-    partial_marker,
 )
 
 RequestEvent = Arrive | Abort | Step | Schedule | Update
@@ -50,7 +50,7 @@ def _explain(raw: bytes, complete: bool) -> str:
     if cls is None:
         shown = orjson.dumps(op).decode()
         return f"unknown op {shown} in a request-level trace (ops: {OPS})"
-    problem = schema.explain(obj, cls, f"{op}", skip=("op",))
+    problem = explain_fields(obj, cls, f"{op}", skip=("op",))
     expect = obj.get("expect")
     if problem is None and cls in (Step, Schedule) and isinstance(expect, dict):
         problem = _explain_expect(obj["expect"])
@@ -71,7 +71,7 @@ def _explain_expect(expect: dict[str, Any]) -> str | None:
             and entry[1] >= 0
         ):
             return f"expect.batch entry {orjson.dumps(entry).decode()} is not [rid, tokens >= 0]"
-    return schema.explain(
+    return explain_fields(
         {k: v for k, v in expect.items() if k != "batch"}, StepExpect, "expect", ("batch",)
     )
 

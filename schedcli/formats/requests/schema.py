@@ -9,8 +9,8 @@ from typing import Annotated, Any, Final
 import msgspec
 from msgspec import Meta, Struct
 
-from ..model.limits import MAX_REQUEST_TOKENS
-from .schema import I64, Count, Id, Seconds
+from ...model.limits import MAX_REQUEST_TOKENS
+from ..schema import I64, Count, Id, Seconds
 
 # A request's sizes, bounded as every format's (model/limits.py).
 RequestTokens = Annotated[int, Meta(ge=1, le=MAX_REQUEST_TOKENS)]
