@@ -16,7 +16,9 @@ from ...model.errors import InputError
 from ...model.requests import Arrival, StepPlan
 from ...model.task import Id
 from ..kinds import LEVEL
-from ..schema import explain as explain_fields  # `schema` is ours
+
+# By name: once imported, this package's own submodule takes the name ``schema`` here.
+from ..schema import explain as explain_fields
 from ..trace import (
     LineError,
     TraceReader,
