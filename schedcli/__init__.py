@@ -9,7 +9,8 @@ from ._compiled import CORE
 
 if TYPE_CHECKING:
     from .model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
-    from .model.scheduler import Param, QueueScheduler, Scheduler
+    from .model.requests import Arrival, RequestScheduler, Slice, StepPlan
+    from .model.scheduler import Param, Policy, QueueScheduler, Scheduler
     from .model.task import Id, Task, TaskKind, settle_outputs
     from .policies import BUILTIN_POLICIES, DecodeFirstScheduler
     from .policies.registry import build_policy, policy_sources, resolve_policy
@@ -23,7 +24,8 @@ _HOMES = {
         ("CheckFailed", "InputError", "InvariantError", "SchedcliError", "UsageError"),
         "model.errors",
     ),
-    **dict.fromkeys(("Param", "QueueScheduler", "Scheduler"), "model.scheduler"),
+    **dict.fromkeys(("Param", "Policy", "QueueScheduler", "Scheduler"), "model.scheduler"),
+    **dict.fromkeys(("Arrival", "RequestScheduler", "Slice", "StepPlan"), "model.requests"),
     **dict.fromkeys(("Id", "Task", "TaskKind", "settle_outputs"), "model.task"),
     **dict.fromkeys(("BUILTIN_POLICIES", "DecodeFirstScheduler"), "policies"),
     **dict.fromkeys(("build_policy", "policy_sources", "resolve_policy"), "policies.registry"),
@@ -57,15 +59,20 @@ def __dir__() -> list[str]:
 __all__ = [
     "BUILTIN_POLICIES",
     "CORE",
+    "Arrival",
     "CheckFailed",
     "DecodeFirstScheduler",
     "Id",
     "InputError",
     "InvariantError",
     "Param",
+    "Policy",
     "QueueScheduler",
+    "RequestScheduler",
     "SchedcliError",
     "Scheduler",
+    "Slice",
+    "StepPlan",
     "Task",
     "TaskKind",
     "UsageError",

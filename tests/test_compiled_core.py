@@ -229,3 +229,25 @@ def test_every_builtin_policy_is_on_the_compile_list() -> None:
     # ...and so is what they call per task (the queues, the reference's bookkeeping).
     for module in ("schedcli.policies._queues", "schedcli.policies._decode_first_reference"):
         assert module in _compiled.COMPILED_MODULES, module
+
+
+def test_isinstance_answers_each_policy_class_for_itself() -> None:
+    # Compiled classes shared one isinstance cache (abc.ABC's): a "no" cached for
+    # "is fcfs a decode-first?" was then the answer to "is fcfs a Scheduler?".
+    from schedcli import Policy, RequestScheduler, Scheduler
+    from schedcli.engine.recorder import RecordingScheduler
+    from schedcli.model.scheduler import QueueScheduler
+    from schedcli.policies import DecodeFirstScheduler, FcfsScheduler, PriorityScheduler
+    from tests.doubles.requests import ToyRequests
+
+    fcfs = FcfsScheduler.create()
+    toy = ToyRequests()
+    assert not isinstance(fcfs, DecodeFirstScheduler)
+    assert not isinstance(fcfs, PriorityScheduler)
+    assert not isinstance(fcfs, RecordingScheduler)
+    assert isinstance(fcfs, Scheduler) and isinstance(fcfs, QueueScheduler)
+    assert isinstance(fcfs, Policy) and not isinstance(fcfs, RequestScheduler)
+    assert isinstance(toy, Policy) and isinstance(toy, RequestScheduler)
+    assert not isinstance(toy, Scheduler) and not isinstance(toy, QueueScheduler)
+    for cls in (*BUILTIN_POLICIES.values(), RecordingScheduler):
+        assert issubclass(cls, Scheduler) and not issubclass(RequestScheduler, cls)

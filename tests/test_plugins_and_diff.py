@@ -222,3 +222,20 @@ def test_every_policy_replays_every_example_without_breaking_the_contract(name: 
     for trace in sorted(TRACES.glob("*.jsonl")):
         r = run_cli("replay", str(trace), "-p", name, "--drain", "-o", os.devnull)
         assert r.returncode == 0, (trace, r.stderr.decode())
+
+
+def test_entry_point_registers_a_request_level_policy_by_name(tmp_path: Path) -> None:
+    # One registry for both levels: a RequestScheduler plugin is found, listed and run
+    # by its name as a task-level one is.
+    env = make_dist(tmp_path, {"toy": "tests.doubles.requests:ToyRequests"})
+    listed = run_cli("policies", "--format", "json", env=env)
+    assert listed.returncode == 0, listed.stderr.decode()
+    levels = {p["name"]: p["level"] for p in orjson.loads(listed.stdout)}
+    assert levels["toy"] == "request" and levels["decode-first"] == "task"
+    work = tmp_path / "w.jsonl"
+    work.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 3}\n')
+    r = run_cli("simulate", str(work), "-p", "toy", "-f", "json", env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    assert orjson.loads(r.stdout)["finished"] == 1
+    wrong = run_cli("replay", str(TRACES / "deferral-order.jsonl"), "-p", "toy", env=env)
+    assert wrong.returncode == 2 and b"'toy' is request-level" in wrong.stderr

@@ -28,10 +28,7 @@ from ..formats.workload import read_workload
 from ..model.errors import UsageError
 from ..model.records import Record, discard
 from ..model.task import DECODE, Task
-from ..policies.registry import (
-    build_any_policy,
-    config_label,
-)
+from ..policies.registry import build_policy, config_label
 from .progress import TraceProgress
 from .render import _METRIC_LABELS, _metric
 from .sweep_report import read_sweep, sweep_figures, sweep_summary
@@ -214,7 +211,7 @@ def _from_workload(
 ) -> list[Run]:
     runs = []
     for spec, params in configs or [("decode-first", {})]:
-        policy = build_any_policy(spec, params)
+        policy = build_policy(spec, params, level=None)
         declared = policy.params()
         label = config_label(
             policy.name or spec, {k: declared.get(k, v) for k, v in params.items()}

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from ..engine.cost import CostModel
 from ..engine.replay import PolicyCrashed
-from ..engine.requests.simulate import simulate_either, trace_writer
-from ..engine.simulate import SimResult, chunk_size_for
+from ..engine.requests.simulate import chunking, simulate_either, trace_writer
+from ..engine.simulate import SimResult
 from ..formats.interrupt import Stopped, stop_reason
 from ..formats.output import atomic_output
 from ..formats.perfetto import PerfettoWriter
@@ -20,9 +20,8 @@ from ..formats.workload import read_workload
 from ..formats.writer import task_entry
 from ..model.errors import InvariantError, SchedcliError, UsageError
 from ..model.records import Record
-from ..model.requests import RequestScheduler
 from ..model.task import Task
-from ..policies.registry import build_any_policy
+from ..policies.registry import build_policy
 from .progress import ProgressBar
 from .render import simulation_tables
 from .sweep_report import group_reasons
@@ -61,19 +60,11 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
     """Simulate a policy of either level, write the trace, timeline and metrics asked for,
     and show the summary."""
     to_stderr = req.summary_to_stderr()
-    built = build_any_policy(req.policy, req.params or {})
+    built = build_policy(req.policy, req.params or {}, level=None)
     with ExitStack() as stack:
-        if isinstance(built, RequestScheduler):
-            stack.callback(built.close)
-            if req.chunk_size is not None:
-                raise UsageError(
-                    f"--chunk-size is for task-level policies; {req.policy!r} chunks prompts "
-                    "itself (max_num_batched_tokens, long_prefill_token_threshold)"
-                )
-            size = None
-        else:
-            built.promise_serial_calls()  # the simulated runner is its only caller
-            size = req.chunk_size or chunk_size_for(built)
+        stack.callback(built.close)
+        built.promise_serial_calls()  # the simulated runner is its only caller
+        size = chunking(built, req.chunk_size, req.policy)
         label = built.name or req.policy
         declared = built.params()
         trace = None

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..engine.clock import StepClock
-from ..engine.run import choose_policy
 from ..formats.kinds import LEVEL
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.trace import TraceReader, incomplete_trace, open_trace
 from ..model.errors import InputError, UsageError
+from ..policies.registry import Level, RecordedPolicy, check_policy_for_trace
 from .usage import error_text
 
 
@@ -53,10 +53,10 @@ def validate_trace(
     try:
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
             header = reader.header
-            if header is not None and header.level == LEVEL:
-                events, partial = _request_events(reader, collect, policy, params or {})
-            else:
-                events, partial = _task_events(reader, collect, policy, params or {})
+            level: Level = "request" if header is not None and header.level == LEVEL else "task"
+            _check_policy(reader, collect, policy, params or {}, level)
+            count = _request_events if level == "request" else _task_events
+            events, partial = count(reader, collect)
             if partial is not None and not allow_incomplete:
                 collect(InputError(name, partial[0], incomplete_trace(partial[1])))
     except InputError as e:
@@ -70,19 +70,28 @@ Collect = Callable[[InputError], None]
 Partial = tuple[int, dict[str, Any]] | None
 
 
-def _task_events(
-    reader: TraceReader, collect: Collect, policy: str | None, params: Mapping[str, object]
-) -> tuple[int, Partial]:
-    """A task-level trace's valid events, its policy built as replay builds it and its
-    steps checked by replay's rules (``StepClock``); and its partial marker."""
-    name, header = reader.name, reader.header
+def _check_policy(
+    reader: TraceReader,
+    collect: Collect,
+    policy: str | None,
+    params: Mapping[str, object],
+    level: Level,
+) -> None:
+    """The trace's policy and parameters checked as replay takes them, without building a
+    policy whose building costs (vLLM's takes seconds: ``Policy.settle``)."""
+    header = reader.header
     try:
-        choose_policy(header, name, policy, params, note=lambda _: None)
+        check_policy_for_trace(RecordedPolicy.of(header), reader.name, policy, params, level)
     except InputError as e:
         collect(e)
     except UsageError as e:
-        collect(InputError(name, header.line if header is not None else None, str(e)))
-    clock = StepClock(name)
+        collect(InputError(reader.name, header.line if header is not None else None, str(e)))
+
+
+def _task_events(reader: TraceReader, collect: Collect) -> tuple[int, Partial]:
+    """A task-level trace's valid events, its steps checked by replay's rules
+    (``StepClock``); and its partial marker."""
+    clock = StepClock(reader.name)
     events = 0
     for event in reader:
         try:
@@ -94,22 +103,10 @@ def _task_events(
     return events, reader.partial
 
 
-def _request_events(
-    reader: TraceReader, collect: Collect, policy: str | None, params: Mapping[str, object]
-) -> tuple[int, Partial]:
-    """A request-level trace's valid events, its policy's parameters checked as a replay
-    takes them (without building it: vLLM's takes seconds); and its partial marker."""
-    from ..engine.requests.replay import check_request_trace_params
+def _request_events(reader: TraceReader, collect: Collect) -> tuple[int, Partial]:
+    """A request-level trace's valid events; and its partial marker."""
     from ..formats.requests import RequestReader
 
-    header = reader.header
-    assert header is not None
-    try:
-        check_request_trace_params(header, reader.name, policy, dict(params))
-    except InputError as e:
-        collect(e)
-    except UsageError as e:
-        collect(InputError(reader.name, header.line, str(e)))
     events = RequestReader(reader, collect)
     return sum(1 for _ in events), events.partial
 

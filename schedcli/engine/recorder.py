@@ -25,7 +25,7 @@ from ..formats.output import atomic_output
 from ..formats.writer import LineBuffer, TraceWriter, task_record
 from ..model.limits import INT_MAX, INT_MIN
 from ..model.records import Left, Record
-from ..model.scheduler import Scheduler
+from ..model.scheduler import Scheduler, own_subclass_cache
 from ..model.task import DECODE, Id, Task
 from ..policies.registry import policy_reference
 from .flight import Window
@@ -425,3 +425,6 @@ def _output(path: str) -> Iterator[IO[bytes]]:
 
     with output_stream(path) as out:
         yield out
+
+
+own_subclass_cache(RecordingScheduler)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..formats.kinds import LEVEL
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
@@ -13,11 +13,12 @@ from ..formats.step_lines import StepLines
 from ..formats.trace import Header, TraceReader, incomplete_trace, open_trace
 from ..model.errors import InputError, UsageError
 from ..model.records import Left, discard
-from ..model.scheduler import Scheduler
-from ..policies.registry import RecordedPolicy, policy_for_trace
+from ..model.scheduler import Policy, Scheduler
+from ..policies.registry import Level, RecordedPolicy, policy_for_trace
 from .replay import Emit, Observer, Replayer, Totals
 
 if TYPE_CHECKING:
+    from ..model.requests import RequestScheduler
     from .metrics import StepMetrics
     from .requests.replay import OpenRequestTrace
 
@@ -32,17 +33,12 @@ def choose_policy(
     policy: str | None,
     params: Mapping[str, object],
     note: Callable[[str], None] = _stderr_note,
-) -> tuple[Scheduler, str, dict[str, object]]:
-    """The policy to replay a trace with (``policies.registry.policy_for_trace`` decides),
-    promised serial calls: only the replay's loop calls it."""
-    recorded = None
-    if header is not None:
-        meta = header.meta if isinstance(header.meta, dict) else {}
-        cls = meta.get("class")
-        recorded = RecordedPolicy(
-            header.line, header.policy, dict(header.params), cls if isinstance(cls, str) else None
-        )
-    built, label, used = policy_for_trace(recorded, trace_name, policy, params, note)
+    level: Level = "task",
+) -> tuple[Policy, str, dict[str, object]]:
+    """The policy to replay a trace of ``level`` with (``policies.registry.policy_for_trace``
+    decides), promised serial calls: only the replay's loop calls it."""
+    recorded = RecordedPolicy.of(header)
+    built, label, used = policy_for_trace(recorded, trace_name, policy, params, note, level)
     built.promise_serial_calls()
     return built, label, used
 
@@ -208,6 +204,7 @@ class OpenTrace:
     def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenTrace:
         """The same trace under another configuration, for a replay beside this one."""
         built, label, used = choose_policy(self.reader.header, self.name, policy, params)
+        assert isinstance(built, Scheduler)
         return OpenTrace(self.reader, built, label, used, self.name, self.allow_incomplete)
 
     def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None:
@@ -251,6 +248,7 @@ def open_replay(
             )
             return
         built, label, used = choose_policy(header, name, policy, params or {}, note)
+        assert isinstance(built, Scheduler)
         yield OpenTrace(reader, built, label, used, name, allow_incomplete)
 
 
@@ -269,11 +267,13 @@ def _request_level(
             f"{name}: --follow reads task-level traces as they grow; a request-level trace "
             "is replayed once it is written (drop --follow)"
         )
-    from .requests.replay import OpenRequestTrace, policy_for_request_trace
+    from .requests.replay import OpenRequestTrace
 
-    built, label = policy_for_request_trace(header, name, policy, dict(params or {}), note)
+    built, label, _ = choose_policy(header, name, policy, params or {}, note, "request")
     try:
-        yield OpenRequestTrace(reader, built, label, name, allow_incomplete)
+        yield OpenRequestTrace(
+            reader, cast("RequestScheduler", built), label, name, allow_incomplete
+        )
     finally:
         built.close()
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from ..formats.workload import Request
 from ..formats.writer import TraceWriter
 from ..model.errors import InvariantError, UsageError
@@ -25,8 +27,8 @@ from .metrics import jain_index, percentile
 from .replay import WARNINGS_SHOWN, PolicyCrashed
 
 
-class _Live:
-    """A request in flight."""
+class Live:
+    """A request in flight (either level's runner keeps one per request)."""
 
     __slots__ = (
         "arrival",
@@ -103,7 +105,7 @@ class SimResult:
     # not chunk for them (chunk_size 0 is left out of the summary).
     preemptions: int | None = None
 
-    def finish(self, req: _Live) -> None:
+    def finish(self, req: Live) -> None:
         """A request produced its last token (or gave up): its latencies and SLO verdict."""
         self.e2e.append(req.last_token - req.arrival)
         self.e2e_steps.append(req.last_token_step - req.arrival_step)
@@ -197,8 +199,126 @@ def chunk_size_for(policy: Scheduler) -> int:
     return limit if limit is not None else DEFAULT_CHUNK_SIZE
 
 
-class _Runner:
-    """The closed loop of one simulation; ``run`` is the loop, each method one phase."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Runner:
+    """One level's side of a simulation. The one loop (``run``) admits each request when it
+    arrives, cancels those whose client gave up, and steps while the policy has work; a
+    level says how a request is offered (``offer``) and dropped (``drop``), whether the
+    policy has work, and what one step is (``run_step``)."""
+
+    def __init__(self, policy_name: str, result: SimResult) -> None:
+        self.policy_name = policy_name
+        self.result = result
+        self.live: dict[Id, Live] = {}
+        self.deadlines: list[tuple[float, int, Id]] = []
+        self.t = 0.0
+        self.step = 0
+
+    def crashed(self, call: str, e: Exception) -> PolicyCrashed:
+        return PolicyCrashed(
+            f"policy {self.policy_name!r} raised in {call} at step {self.step} "
+            f"(simulated time {self.t:.6f} s): {type(e).__name__}: {e}"
+        )
+
+    def admit(self, req: Request) -> None:
+        """A request arrives: offered to the policy, then live unless refused."""
+        result = self.result
+        result.requests += 1
+        live = Live(req, self.step)
+        reason = self.offer(req, live)
+        if reason is not None:
+            result.rejected += 1
+            result.rejected_by_reason[reason] = result.rejected_by_reason.get(reason, 0) + 1
+            return
+        self.live[req.sid] = live
+        if req.cancel_after is not None:
+            heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
+
+    def cancel_due(self) -> None:
+        """Clients whose patience ran out by now give up."""
+        deadlines = self.deadlines
+        while deadlines and deadlines[0][0] <= self.t:
+            _, _, sid = heapq.heappop(deadlines)
+            victim = self.live.pop(sid, None)
+            if victim is None:
+                continue  # finished in time
+            self.drop(sid)
+            victim.cancelled = True
+            self.result.cancelled += 1
+
+    def offer(self, req: Request, live: Live) -> str | None:
+        """Hand the arriving request to the policy (and the trace); why it was refused."""
+        raise NotImplementedError
+
+    def drop(self, sid: Id) -> None:
+        """Withdraw a live request from the policy (and say so in the trace)."""
+        raise NotImplementedError
+
+    def has_work(self) -> bool:
+        raise NotImplementedError
+
+    def run_step(self, cost: CostModel) -> bool:
+        """One step at ``self.t``: whether it ran anything (time advances only then)."""
+        raise NotImplementedError
+
+    def stuck(self) -> str:
+        """What a run of empty steps means at this level, for the error."""
+        return "empty steps in a row while requests wait"
+
+    def done(self) -> None:
+        """After the last step: the level's own totals into the result."""
+
+
+def run(
+    requests: Iterable[Request],
+    runner: Runner,
+    cost: CostModel,
+    on_progress: Callable[[int, float], None] | None = None,
+) -> SimResult:
+    """The one simulation loop, for a runner of either level: time jumps over idle gaps to
+    the next arrival; ``STUCK_AFTER`` empty steps in a row are the policy's fault."""
+    result = runner.result
+    name = runner.policy_name
+    arrivals = iter(requests)
+    pending = next(arrivals, None)
+    if pending is not None:
+        result.start = pending.arrival
+    runner.t = result.start
+    empty_run = 0
+    while True:
+        while pending is not None and pending.arrival <= runner.t:
+            runner.admit(pending)
+            pending = next(arrivals, None)
+        runner.cancel_due()
+        if not runner.has_work():
+            if runner.live:
+                raise InvariantError(
+                    f"policy {name!r} reports no work while {len(runner.live)} requests wait"
+                )
+            if pending is None:
+                break
+            runner.t = pending.arrival
+            continue
+        if runner.run_step(cost):
+            empty_run = 0
+            if on_progress is not None and runner.step % 4096 == 0:
+                on_progress(result.requests, runner.t)
+        else:
+            empty_run += 1
+            if empty_run >= STUCK_AFTER:
+                raise InvariantError(
+                    f"policy {name!r}: {STUCK_AFTER} {runner.stuck()}: "
+                    "the simulation would never finish"
+                )
+    result.steps = runner.step
+    result.end = runner.t
+    runner.done()
+    return result
+
+
+class TaskRunner(Runner):
+    """The runner of a task-level policy: prompts submitted as chunk groups, a decode
+    submitted after each token; every answer checked by the ledger, as in a replay."""
 
     def __init__(
         self,
@@ -208,15 +328,10 @@ class _Runner:
         trace: TraceWriter | None,
         on_batch: Callable[[int, float, float, list[Task], int], None] | None,
     ) -> None:
+        super().__init__(policy_name, result)
         self.policy = policy
-        self.result = result
-        self.policy_name = policy_name
         self.trace = trace
         self.on_batch = on_batch
-        self.live: dict[Id, _Live] = {}
-        self.deadlines: list[tuple[float, int, Id]] = []
-        self.t = 0.0
-        self.step = 0
         self.next_tid = 0
         # Every answer of the policy is checked against the contract, as in a replay.
         self.ledger = Ledger(
@@ -238,12 +353,6 @@ class _Runner:
             f"(simulated time {self.t:.6f} s): {message}"
         )
 
-    def crashed(self, call: str, e: Exception) -> PolicyCrashed:
-        return PolicyCrashed(
-            f"policy {self.policy_name!r} raised in {call} at step {self.step} "
-            f"(simulated time {self.t:.6f} s): {type(e).__name__}: {e}"
-        )
-
     def try_submit(self, tasks: list[Task]) -> str | None:
         try:
             return self.policy.try_submit(tasks)
@@ -259,7 +368,7 @@ class _Runner:
                 file=sys.stderr,
             )
 
-    def _window(self, req: _Live) -> list[Task]:
+    def _window(self, req: Live) -> list[Task]:
         """The request's next prompt chunks, at most WINDOW of them: a prompt is built as
         it goes, so memory follows what is in flight, not what was asked."""
         tasks: list[Task] = []
@@ -279,27 +388,19 @@ class _Runner:
         req.window_left = len(tasks)
         return tasks
 
-    def admit(self, req: Request) -> None:
-        """A request arrives: its prompt is submitted as one group of chunks (a window at
-        a time for a prompt longer than WINDOW chunks)."""
-        result = self.result
-        result.requests += 1
-        live = _Live(req, self.step)
+    def offer(self, req: Request, live: Live) -> str | None:
+        """Its prompt as one group of chunks (a window at a time for a prompt longer than
+        WINDOW chunks)."""
         tasks = self._window(live)
         reason = self.try_submit(tasks)
         if self.trace is not None:
             # The workload's meta rides on the submit, carried through.
             self.trace.submit(tasks, t=self.t, inline=False, meta=req.meta)
-        if reason is not None:
-            result.rejected += 1
-            result.rejected_by_reason[reason] = result.rejected_by_reason.get(reason, 0) + 1
-            return
-        self.ledger.accept(tasks)
-        self.live[req.sid] = live
-        if req.cancel_after is not None:
-            heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
+        if reason is None:
+            self.ledger.accept(tasks)
+        return reason
 
-    def _submit_window(self, req: _Live) -> None:
+    def _submit_window(self, req: Live) -> None:
         tasks = self._window(req)
         reason = self.try_submit(tasks)
         if self.trace is not None:
@@ -308,23 +409,42 @@ class _Runner:
             raise self._broken(f"rejected the rest of a prompt it accepted: {reason}")
         self.ledger.accept(tasks)
 
-    def cancel_due(self) -> None:
-        """Clients whose patience ran out by now give up."""
-        deadlines = self.deadlines
-        while deadlines and deadlines[0][0] <= self.t:
-            _, _, sid = heapq.heappop(deadlines)
-            victim = self.live.pop(sid, None)
-            if victim is None:
-                continue  # finished in time
-            try:
-                dropped = self.policy.cancel(sid)
-            except Exception as e:
-                raise self.crashed("cancel", e) from e
-            self.ledger.cancelled(sid, dropped)
-            if self.trace is not None:
-                self.trace.cancel(sid, t=self.t)
-            victim.cancelled = True
-            self.result.cancelled += 1
+    def drop(self, sid: Id) -> None:
+        try:
+            dropped = self.policy.cancel(sid)
+        except Exception as e:
+            raise self.crashed("cancel", e) from e
+        self.ledger.cancelled(sid, dropped)
+        if self.trace is not None:
+            self.trace.cancel(sid, t=self.t)
+
+    def has_work(self) -> bool:
+        try:
+            working = self.policy.has_work()
+        except Exception as e:
+            raise self.crashed("has_work", e) from e
+        if working != bool(self.ledger.queued):
+            raise self._broken(
+                f"has_work() is {working} but {self.queued} accepted tasks are queued"
+            )
+        return working
+
+    def run_step(self, cost: CostModel) -> bool:
+        try:
+            batch = self.policy.get_work()
+        except Exception as e:
+            raise self.crashed("get_work", e) from e
+        if self.trace is not None:
+            self.trace.get_work([x.tid for x in batch], step=self.step, t=self.t)
+        self.ledger.dispatched(batch, listing=False)
+        if not batch:
+            self.step += 1
+            return False
+        self.run_batch(batch, cost)
+        return True
+
+    def stuck(self) -> str:
+        return "empty batches in a row while work is queued"
 
     def run_batch(self, batch: list[Task], cost: CostModel) -> None:
         """Dispatch a non-empty batch: time advances, tokens are produced, decodes follow."""
@@ -365,12 +485,12 @@ class _Runner:
 
     def _produce(
         self, batch: list[Task], start: float, end: float
-    ) -> tuple[list[_Live], list[_Live]]:
+    ) -> tuple[list[Live], list[Live]]:
         """Account the batch's outputs; returns the requests that go on decoding, and those
         whose prompt window was dispatched with more of the prompt to submit."""
         result, live, step = self.result, self.live, self.step
-        continuing: list[_Live] = []
-        prompting: list[_Live] = []
+        continuing: list[Live] = []
+        prompting: list[Live] = []
         produced_now = 0
         for x in batch:
             req = live.get(x.sid)
@@ -406,7 +526,7 @@ class _Runner:
         result.output_tokens += produced_now
         return continuing, prompting
 
-    def _submit_decode(self, req: _Live) -> None:
+    def _submit_decode(self, req: Live) -> None:
         tid = self.next_tid
         self.next_tid += 1
         task = Task(tid, req.sid, DECODE, 1, produce_output=True)
@@ -440,55 +560,6 @@ def simulate(
         raise UsageError("chunk size must be >= 1")
     result = SimResult(policy_name, params, cost, chunk_size, budget=policy.token_budget)
     result.slo_ttft, result.slo_tpot = slo_ttft, slo_tpot
-    runner = _Runner(policy, result, policy_name, trace, on_batch)
-    arrivals = iter(requests)
-    pending = next(arrivals, None)
-    if pending is not None:
-        result.start = pending.arrival
-    runner.t = result.start
-    empty_run = 0
-    while True:
-        while pending is not None and pending.arrival <= runner.t:
-            runner.admit(pending)
-            pending = next(arrivals, None)
-        runner.cancel_due()
-        try:
-            working = policy.has_work()
-        except Exception as e:
-            raise runner.crashed("has_work", e) from e
-        if working != bool(runner.ledger.queued):
-            raise runner._broken(
-                f"has_work() is {working} but {runner.queued} accepted tasks are queued"
-            )
-        if not working:
-            if runner.live:
-                raise InvariantError(
-                    f"policy {policy_name!r} reports no work while {len(runner.live)} requests wait"
-                )
-            if pending is None:
-                break
-            runner.t = pending.arrival
-            continue
-        try:
-            batch = policy.get_work()
-        except Exception as e:
-            raise runner.crashed("get_work", e) from e
-        if trace is not None:
-            trace.get_work([x.tid for x in batch], step=runner.step, t=runner.t)
-        runner.ledger.dispatched(batch, listing=False)
-        if batch:
-            empty_run = 0
-            runner.run_batch(batch, cost)
-        else:
-            empty_run += 1
-            if empty_run >= STUCK_AFTER:
-                raise InvariantError(
-                    f"policy {policy_name!r}: {STUCK_AFTER} empty batches in a row while work "
-                    "is queued: the simulation would never finish"
-                )
-            runner.step += 1
-        if on_progress is not None and batch and runner.step % 4096 == 0:
-            on_progress(result.requests, runner.t)
-    result.steps = runner.step
-    result.end = runner.t
-    return result
+    return run(
+        requests, TaskRunner(policy, result, policy_name, trace, on_batch), cost, on_progress
+    )

@@ -29,13 +29,8 @@ from ..formats.kinds import sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
-from ..policies.registry import (
-    build_any_policy,
-    declared_params,
-    is_request_policy,
-    policy_class,
-    policy_source,
-)
+from ..model.scheduler import Policy
+from ..policies.registry import build_policy, policy_source, resolve_policy, settled_params
 from .cost import CostModel
 from .requests.simulate import simulate_either
 from .run import replay_metrics
@@ -124,10 +119,10 @@ def points(plan: Plan, note: Callable[[str], None] | None = None) -> list[Point]
     """
     if not plan.workloads or not plan.policies:
         raise UsageError("a sweep needs at least one workload and one policy (-p)")
-    classes = {policy: policy_class(policy) for policy in plan.policies}
+    classes = {policy: resolve_policy(policy, None) for policy in plan.policies}
     declared = {policy: {p.name for p in cls.PARAMS} for policy, cls in classes.items()}
     _check_grid_keys(plan.grid, declared, note)
-    sources = {policy: _source(policy, cls) for policy, cls in classes.items()}
+    sources = {policy: _source(cls) for policy, cls in classes.items()}
     out: list[Point] = []
     for workload in plan.workloads:
         sha = file_sha256(workload)
@@ -149,18 +144,14 @@ def points(plan: Plan, note: Callable[[str], None] | None = None) -> list[Point]
     return out
 
 
-def _source(policy: str, cls: Any) -> str | None:
-    """What a point's result depends on in the policy: its source, and for a request-level
-    policy the runtime it drives (vLLM's installed version)."""
+def _source(cls: type[Policy]) -> str | None:
+    """What a point's result depends on in the policy: its source, and the outside runtime
+    it drives, if any (vLLM's installed version)."""
     source = policy_source(cls)
-    if source is None or not is_request_policy(policy):
+    runtime = cls.runtime()
+    if source is None or runtime is None:
         return source
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"{source}+vllm=={version('vllm')}"
-    except PackageNotFoundError:
-        return source
+    return f"{source}+{runtime}"
 
 
 def _check_grid_keys(
@@ -207,7 +198,7 @@ def _point(
     combo: dict[str, str],
 ) -> Point:
     params = {k: v for k, v in combo.items() if k in declared}
-    filled = declared_params(policy, params)  # checks the values, and fills in the defaults
+    filled = settled_params(policy, params)  # checks the values, and fills in the defaults
     run = {key: _run_value(key, text) for key, text in combo.items() if key in RUN_KEYS}
     cost = plan.cost.as_dict()
     for key in ("cost_a", "cost_b", "cost_c"):
@@ -240,7 +231,7 @@ def run_point(point: Point, data: bytes | None = None) -> dict[str, Any]:
             os.unlink(f.name)
     record: dict[str, Any] = {
         "workload": point.workload,
-        "policy": policy_class(point.policy).name or point.policy,
+        "policy": resolve_policy(point.policy, None).name or point.policy,
         "params": point.params,
         "cost_model": point.cost,
     }
@@ -269,7 +260,7 @@ def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> d
     if scale != 1.0:
         requests = (_scaled(r, scale) for r in requests)
     slo = capacity or point.capacity
-    policy = build_any_policy(point.policy, point.params)
+    policy = build_policy(point.policy, point.params, level=None)
     return simulate_either(
         requests,
         policy,

@@ -7,12 +7,12 @@ handed slices by its caller; a ``RequestScheduler`` slices for itself.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .records import Left
-from .scheduler import Param
+from .scheduler import Policy
 from .task import PREFILL, Id, Task
 
 # Why a waiting request was left out of a step (``RequestScheduler.reasons``).
@@ -65,7 +65,7 @@ class StepPlan:
         return sum(s.tokens for s in self.batch)
 
 
-class RequestScheduler(ABC):
+class RequestScheduler(Policy):
     """What a request-level policy promises its caller (the engine):
 
     - ``add`` queues a request, or returns why it will not (then nothing changed);
@@ -74,20 +74,16 @@ class RequestScheduler(ABC):
     - every added request ends finished, aborted, or still reported by ``counts``.
     """
 
-    name: ClassVar[str] = ""
-    PARAMS: ClassVar[tuple[Param, ...]] = ()
     level: ClassVar[str] = "request"
 
     @classmethod
     def create(cls, **params: Any) -> RequestScheduler:
-        """The scheduler these parameters ask for (``build_request_policy`` builds
-        through it, as for task-level policies): by default this class."""
         return cls(**params)
 
-    @property
-    def token_budget(self) -> int | None:
-        """Tokens one step may hold, when the policy has such a limit."""
-        return None
+    @classmethod
+    def settle(cls, **params: Any) -> dict[str, Any]:
+        """The defaults under ``params``, unbuilt: building one may take seconds (vLLM's)."""
+        return {p.name: p.default for p in cls.PARAMS} | params
 
     @abstractmethod
     def add(self, arrival: Arrival) -> str | None: ...
@@ -136,6 +132,3 @@ class RequestScheduler(ABC):
     def params(self) -> dict[str, Any]:
         """The parameters in force (declared ones, resolved), for headers and reports."""
         return {}
-
-    def close(self) -> None:  # noqa: B027 (optional: most hold nothing)
-        """Release what the scheduler holds (a process-wide engine, say)."""

@@ -6,6 +6,7 @@ blocks on anything but its own lock; it hands tasks back and the caller complete
 
 from __future__ import annotations
 
+import abc
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -74,8 +75,77 @@ def check_params(declared: Sequence[Param], values: dict[str, Any]) -> None:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Scheduler(ABC):
-    """What a policy promises its caller.
+class Policy(ABC):  # noqa: B024 (its seams, Scheduler and RequestScheduler, are abstract)
+    """What every policy is, at either level: a name, declared parameters, a rule, and
+    how to build, describe and release one. ``level`` says which seam it implements:
+    ``"task"`` (``Scheduler``: handed tasks) or ``"request"`` (``RequestScheduler``:
+    handed whole requests); the registry finds and builds both alike."""
+
+    name: ClassVar[str] = ""
+    """The name the policy is registered under."""
+    PARAMS: ClassVar[tuple[Param, ...]] = ()
+    """Constructor parameters, validated when the policy is built."""
+    RULE: ClassVar[str] = ""
+    """The policy's rule in a paragraph, as ``schedcli policies`` shows it; without one, the
+    class docstring is shown (a compiled class keeps no docstrings)."""
+    level: ClassVar[str] = "task"
+
+    @classmethod
+    def create(cls, **params: Any) -> Policy:
+        """The policy these parameters ask for: an instance of this class, unless the
+        policy builds another for some of them (decode-first's ``compat=reference``).
+        ``build_policy`` builds through it."""
+        return cls(**params)
+
+    VARIANTS: ClassVar[tuple[type[Policy], ...]] = ()
+    """Other classes ``create`` may build under this policy's name (a recording of one
+    names this policy, with the parameters that pick it)."""
+
+    @classmethod
+    def settle(cls, **params: Any) -> dict[str, Any]:
+        """Every declared parameter's value as a policy built with ``params`` (checked
+        against ``PARAMS``) would hold it: by default, built, asked and released."""
+        built = cls.create(**params)
+        try:
+            return built.params()
+        finally:
+            built.close()
+
+    @classmethod
+    def available(cls) -> str | None:
+        """What building this policy here would refuse, said without building it (a
+        runtime not installed); None when nothing."""
+        return None
+
+    @classmethod
+    def runtime(cls) -> str | None:
+        """The outside runtime the policy drives and its installed version
+        (``vllm==0.33.0``), which its results depend on besides its own source."""
+        return None
+
+    @property
+    def token_budget(self) -> int | None:
+        """Tokens one batch may hold, if the policy has such a limit."""
+        return None
+
+    def promise_serial_calls(self) -> None:
+        """The caller's promise that from now on no two calls to this policy overlap:
+        one thread uses it, or its callers hold a lock of the caller's own around every
+        call (a replay drives the policy it built alone; a recorder serializes its callers).
+        A policy may then skip its own locking; the default ignores the promise."""
+        return None
+
+    def params(self) -> dict[str, Any]:
+        """The values of the declared parameters this instance was built with."""
+        return {p.name: getattr(self, p.name) for p in self.PARAMS}
+
+    def close(self) -> None:  # noqa: B027 (optional: most hold nothing)
+        """Release what the policy holds (a process-wide engine, say)."""
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Scheduler(Policy):
+    """What a task-level policy promises its caller.
 
     - ``submit(tasks)`` is all or nothing: False means nothing was queued.
       A tid is unique among queued tasks (the group included) and free again
@@ -90,13 +160,7 @@ class Scheduler(ABC):
       otherwise with ``promise_serial_calls``.
     """
 
-    name: ClassVar[str] = ""
-    """The name the policy is registered under."""
-    PARAMS: ClassVar[tuple[Param, ...]] = ()
-    """Constructor parameters, validated when the policy is built."""
-    RULE: ClassVar[str] = ""
-    """The policy's rule in a paragraph, as ``schedcli policies`` shows it; without one, the
-    class docstring is shown (a compiled class keeps no docstrings)."""
+    level: ClassVar[str] = "task"
 
     # The interface is five calls: submit, has_work, get_work, cancel, clear. A policy
     # implements submit or try_submit (which can say why it refused); each has the other
@@ -127,21 +191,9 @@ class Scheduler(ABC):
         """Drop and return every queued task."""
 
     @property
-    def token_budget(self) -> int | None:
-        """Tokens one batch may hold, if the policy has such a limit."""
-        return None
-
-    @property
     def prefill_chunk_limit(self) -> int | None:
         """The largest prefill chunk the policy admits, if it has a limit (a runner splits
         prompts to fit it)."""
-        return None
-
-    def promise_serial_calls(self) -> None:
-        """The caller's promise that from now on no two calls to this scheduler overlap:
-        one thread uses it, or its callers hold a lock of the caller's own around every
-        call (a replay drives the policy it built alone; a recorder serializes its callers).
-        A policy may then skip its own locking; the default ignores the promise."""
         return None
 
     def left_behind(self) -> list[tuple[Task, str, str]] | None:
@@ -176,20 +228,9 @@ class Scheduler(ABC):
         """
         return True
 
-    def params(self) -> dict[str, Any]:
-        """The values of the declared parameters this instance was built with."""
-        return {p.name: getattr(self, p.name) for p in self.PARAMS}
-
     @classmethod
     def create(cls, **params: Any) -> Scheduler:
-        """The scheduler these parameters ask for: an instance of this class, unless the
-        policy builds another for some of them (decode-first's ``compat=reference``).
-        ``build_policy`` builds through it."""
         return cls(**params)
-
-    VARIANTS: ClassVar[tuple[type[Scheduler], ...]] = ()
-    """Other classes ``create`` may build under this policy's name (a recording of one
-    names this policy, with the parameters that pick it)."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -379,3 +420,17 @@ class QueueScheduler(Scheduler):
             for t in dropped:
                 t.cancelled = True
             return dropped
+
+
+def own_subclass_cache(*classes: type) -> None:
+    """Give each class its own isinstance/issubclass cache. A compiled class is made
+    without ABCMeta's set-up, so it would answer from its nearest interpreted ABC's cache
+    (abc.ABC's, shared by every compiled policy: a "no" cached for one class is then read
+    as the answer for another). An interpreted class has its own already."""
+    init = getattr(abc, "_abc_init")  # noqa: B009 (private to abc, absent from its stubs)
+    for cls in classes:
+        if "_abc_impl" not in vars(cls):
+            init(cls)
+
+
+own_subclass_cache(Policy, Scheduler, QueueScheduler)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..model.scheduler import Scheduler
+from ..model.scheduler import Scheduler, own_subclass_cache
+from ._decode_first_reference import ReferenceDecodeFirst
 from .decode_first import DecodeFirstScheduler
 from .fair import FairScheduler
 from .fcfs import FcfsScheduler
@@ -21,6 +22,8 @@ BUILTIN_POLICIES: dict[str, type[Scheduler]] = {
         FairScheduler,
     )
 }
+
+own_subclass_cache(*BUILTIN_POLICIES.values(), ReferenceDecodeFirst)
 
 # Request-level policies (model/requests.py), imported when asked for: vLLM's scheduler
 # needs the ``vllm`` extra.

@@ -10,17 +10,19 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 import orjson
 
 from ..model.errors import InputError, UsageError
-from ..model.scheduler import Param, Scheduler, check_params
+from ..model.scheduler import Param, Policy, Scheduler, check_params
 from . import BUILTIN_POLICIES, REQUEST_POLICIES
 from .entry_points import Plugin, find
 
 if TYPE_CHECKING:
     from ..model.requests import RequestScheduler
+
+Level = Literal["task", "request"]
 
 ENTRY_POINT_GROUP = "schedcli.policies"
 
@@ -36,16 +38,26 @@ def plugin_imported() -> bool:
 
 
 class PolicySource(NamedTuple):
-    """Where a policy name comes from: a built-in class or an installed entry point."""
+    """Where a policy name comes from: a built-in class, a built-in imported when asked
+    for (``module:Class``: its runtime is an extra), or an installed entry point."""
 
     name: str
     origin: str
-    builtin: type[Scheduler] | None = None
+    builtin: type[Policy] | None = None
     entry_point: Plugin | None = None
+    lazy: str | None = None
 
-    def load(self) -> type[Scheduler]:
+    @property
+    def level(self) -> str:
+        """``"task"`` or ``"request"``: a lazy built-in's said without importing it."""
+        return "request" if self.lazy is not None else self.load().level
+
+    def load(self) -> type[Policy]:
         if self.builtin is not None:
             return self.builtin
+        if self.lazy is not None:
+            module, _, attr = self.lazy.partition(":")
+            return _check_class(getattr(importlib.import_module(module), attr), self.name)
         assert self.entry_point is not None
         ep = self.entry_point
         _imported.append(ep.value)
@@ -74,31 +86,42 @@ def _scan(path: tuple[str, ...]) -> tuple[Plugin, ...]:
 
 
 def policy_sources() -> dict[str, PolicySource]:
-    """Every policy name, built-ins first; a name claimed twice is an error."""
+    """Every policy name, at both levels: the task-level built-ins, the installed plugins,
+    then the request-level built-ins; a name claimed twice is an error."""
     found: dict[str, PolicySource] = {
         name: PolicySource(name, "built-in", builtin=cls) for name, cls in BUILTIN_POLICIES.items()
+    }
+    later = {
+        name: PolicySource(name, "built-in, request-level", lazy=where)
+        for name, where in REQUEST_POLICIES.items()
     }
     eps = sorted(_entry_points(), key=lambda e: (e.name, e.value))
     for ep in eps:
         origin = f"{ep.dist}: {ep.value}"
-        if ep.name in found:
+        taken = found.get(ep.name) or later.get(ep.name)
+        if taken is not None:
             raise UsageError(
-                f"policy name {ep.name!r} is registered twice: by {found[ep.name].origin} "
+                f"policy name {ep.name!r} is registered twice: by {taken.origin} "
                 f"and by plugin {origin}"
             )
         found[ep.name] = PolicySource(ep.name, origin, entry_point=ep)
-    return found
+    return found | later
 
 
-def _check_class(obj: object, what: str) -> type[Scheduler]:
-    if not (inspect.isclass(obj) and issubclass(obj, Scheduler)):
+def _check_class(obj: object, what: str) -> type[Policy]:
+    if not (inspect.isclass(obj) and issubclass(obj, Policy)):
         raise UsageError(f"{what} is not a class implementing schedcli.Scheduler")
     missing = sorted(getattr(obj, "__abstractmethods__", ()))
-    if obj.submit is Scheduler.submit and obj.try_submit is Scheduler.try_submit:
+    if (
+        issubclass(obj, Scheduler)
+        and obj.submit is Scheduler.submit
+        and obj.try_submit is Scheduler.try_submit
+    ):
         missing.insert(0, "submit")
     if missing:
+        seam = "Scheduler" if issubclass(obj, Scheduler) else "RequestScheduler"
         raise UsageError(
-            f"{what} does not implement the Scheduler interface (missing {', '.join(missing)})"
+            f"{what} does not implement the {seam} interface (missing {', '.join(missing)})"
         )
     return obj
 
@@ -117,7 +140,7 @@ def _import_from_cwd_first(module_name: str) -> Any:
             sys.path.remove(cwd)
 
 
-def _import_class(spec: str) -> type[Scheduler]:
+def _import_class(spec: str) -> type[Policy]:
     return _check_class(_import_attr(spec), f"policy plugin {spec!r}")
 
 
@@ -139,24 +162,45 @@ def _import_attr(spec: str) -> Any:
     return obj
 
 
-def resolve_policy(spec: str) -> type[Scheduler]:
-    """A policy class from a registered name or a ``module:Class`` import string."""
+@overload
+def resolve_policy(spec: str, level: Literal["task"] = ...) -> type[Scheduler]: ...
+@overload
+def resolve_policy(spec: str, level: Literal["request"]) -> type[RequestScheduler]: ...
+@overload
+def resolve_policy(spec: str, level: None) -> type[Policy]: ...
+def resolve_policy(spec: str, level: Level | None = "task") -> type[Policy]:
+    """A policy class from a registered name or a ``module:Class`` import string, at
+    ``level`` (a policy of the other level is a UsageError saying so), or either."""
     if ":" in spec:
-        return _import_class(spec)
-    if spec in REQUEST_POLICIES:
+        cls = _import_class(spec)
+    else:
+        sources = policy_sources()
+        source = sources.get(spec)
+        if source is None:
+            hint = difflib.get_close_matches(spec, list(sources), n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            if "." in spec:
+                did_you_mean = " (a plugin class is named as package.module:ClassName)"
+            known = ", ".join(n for n, s in sources.items() if level is None or s.lazy is None)
+            raise UsageError(f"unknown policy {spec!r}{did_you_mean}; known: {known}")
+        if level == "task" and source.lazy is not None:  # said without importing it
+            raise UsageError(_REQUEST_LEVEL.format(spec=spec))
+        cls = source.load()
+    if level is not None and cls.level != level:
+        if level == "task":
+            raise UsageError(_REQUEST_LEVEL.format(spec=spec))
+        known = ", ".join(n for n, s in policy_sources().items() if s.lazy is not None)
         raise UsageError(
-            f"policy {spec!r} is request-level: it takes whole requests (simulate, sweep, and "
-            "request-level traces), not a task-level trace's tasks"
+            f"policy {spec!r} is not a request-level policy: a request-level trace or "
+            f"policy needs one ({known}, or a RequestScheduler as module:Class)"
         )
-    sources = policy_sources()
-    source = sources.get(spec)
-    if source is None:
-        hint = difflib.get_close_matches(spec, list(sources), n=1)
-        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-        if "." in spec:
-            did_you_mean = " (a plugin class is named as package.module:ClassName)"
-        raise UsageError(f"unknown policy {spec!r}{did_you_mean}; known: {', '.join(sources)}")
-    return source.load()
+    return cls
+
+
+_REQUEST_LEVEL = (
+    "policy {spec!r} is request-level: it takes whole requests (simulate, sweep, and "
+    "request-level traces), not a task-level trace's tasks"
+)
 
 
 def policy_reference(cls: type) -> str:
@@ -168,6 +212,8 @@ def policy_reference(cls: type) -> str:
     if name:
         builtin = BUILTIN_POLICIES.get(name)
         if builtin is cls or (builtin is not None and cls in builtin.VARIANTS):
+            return name
+        if REQUEST_POLICIES.get(name) == where:
             return name
         if any(ep.value == where for ep in _entry_points(name=name)):
             return name
@@ -238,97 +284,74 @@ def _parse_loose(value: object) -> object:
         return value
 
 
+@overload
 def build_policy(
-    spec: str, params: Mapping[str, object] | None = None, cls: type[Scheduler] | None = None
-) -> Scheduler:
-    """Instantiate a policy; any problem with it or its parameters is a UsageError.
+    spec: str,
+    params: Mapping[str, object] | None = ...,
+    cls: type[Scheduler] | None = ...,
+    level: Literal["task"] = ...,
+) -> Scheduler: ...
+@overload
+def build_policy(
+    spec: str,
+    params: Mapping[str, object] | None,
+    cls: type[RequestScheduler] | None,
+    level: Literal["request"],
+) -> RequestScheduler: ...
+@overload
+def build_policy(
+    spec: str,
+    params: Mapping[str, object] | None = ...,
+    cls: type[Policy] | None = ...,
+    *,
+    level: None,
+) -> Policy: ...
+def build_policy(
+    spec: str,
+    params: Mapping[str, object] | None = None,
+    cls: type[Policy] | None = None,
+    level: Level | None = "task",
+) -> Policy:
+    """Instantiate a policy at ``level`` (or either); any problem with it or its
+    parameters is a UsageError.
 
     ``cls``, when the caller already resolved ``spec``, saves resolving it again.
     """
-    cls = cls or resolve_policy(spec)
-    return _build(cls, spec, params)  # type: ignore[no-any-return]
-
-
-def is_request_policy(spec: str) -> bool:
-    """Whether ``spec`` names a request-level policy (built-in ``vllm``, or a
-    ``module:Class`` whose class is a RequestScheduler)."""
-    if spec in REQUEST_POLICIES:
-        return True
-    if ":" not in spec or spec.count(":") != 1:
-        return False
+    cls = cls or resolve_policy(spec, level)
+    label = cls.name or spec
+    kwargs = _kwargs(cls, label, params)
     try:
-        obj = _import_attr(spec)
-    except UsageError:
-        return False
-    return _isrequest_class(obj)
+        return cls.create(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"policy {label!r}: {e}") from e
+    except Exception as e:
+        raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e
 
 
-def _isrequest_class(obj: object) -> bool:
-    from ..model.requests import RequestScheduler  # not at import: most runs never ask
-
-    return inspect.isclass(obj) and issubclass(obj, RequestScheduler)
-
-
-def build_request_policy(spec: str, params: Mapping[str, object] | None = None) -> RequestScheduler:
-    """A request-level policy, built and its parameters checked as ``build_policy`` does."""
-    return _build(request_class(spec), spec, params)  # type: ignore[no-any-return]
-
-
-def check_request_params(spec: str, params: Mapping[str, object]) -> dict[str, object]:
-    """A request-level policy's parameters checked by name and type, the policy unbuilt
-    (building vLLM's takes seconds and its extra); the given ones in their types."""
-    cls = request_class(spec)
-    values = _declared(cls, cls.name or spec, params)
-    try:
-        check_params(cls.PARAMS, values)
-    except ValueError as e:
-        raise UsageError(f"policy {cls.name or spec!r}: {e}") from e
-    missing = cls.available() if hasattr(cls, "available") else None
+def settled_params(
+    spec: str,
+    params: Mapping[str, object],
+    cls: type[Policy] | None = None,
+    level: Level | None = None,
+) -> dict[str, Any]:
+    """Every declared parameter's value, ``params`` over the defaults, checked as building
+    would check them (``Policy.settle``: vLLM's without building it, which takes seconds
+    and its extra)."""
+    cls = cls or resolve_policy(spec, level)
+    label = cls.name or spec
+    kwargs = _kwargs(cls, label, params)
+    missing = cls.available()
     if missing is not None:  # what building it would refuse, said without building it
-        raise UsageError(f"policy {cls.name or spec!r}: {missing}")
-    return values
+        raise UsageError(f"policy {label!r}: {missing}")
+    try:
+        return cls.settle(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"policy {label!r}: {e}") from e
+    except Exception as e:
+        raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e
 
 
-def build_any_policy(spec: str, params: Mapping[str, object] | None = None) -> Any:
-    """The policy ``spec`` names, built at its own level: a ``RequestScheduler`` for a
-    request-level one, else a task-level ``Scheduler``."""
-    if is_request_policy(spec):
-        return build_request_policy(spec, params)
-    return build_policy(spec, params)
-
-
-def policy_class(spec: str) -> Any:
-    """The class ``spec`` names, task-level or request-level."""
-    return request_class(spec) if is_request_policy(spec) else resolve_policy(spec)
-
-
-def declared_params(spec: str, params: Mapping[str, object]) -> dict[str, Any]:
-    """Every declared parameter's value, ``params`` over the defaults, checked, for a
-    request-level policy without building it (for a task-level one, its ``params()``)."""
-    if not is_request_policy(spec):
-        return build_policy(spec, params).params()
-    given = check_request_params(spec, params)
-    return {p.name: p.default for p in request_class(spec).PARAMS} | given
-
-
-def request_class(spec: str) -> Any:
-    """The request-level class ``spec`` names; a UsageError if it names none."""
-    if spec in REQUEST_POLICIES:
-        module, _, attr = REQUEST_POLICIES[spec].partition(":")
-        return getattr(importlib.import_module(module), attr)
-    if ":" not in spec:
-        known = ", ".join(REQUEST_POLICIES)
-        raise UsageError(
-            f"policy {spec!r} is not a request-level policy: a request-level trace or "
-            f"policy needs one ({known}, or a RequestScheduler as module:Class)"
-        )
-    cls = _import_attr(spec)
-    if not _isrequest_class(cls):
-        raise UsageError(f"policy {spec!r} is not a request-level policy (RequestScheduler)")
-    return cls
-
-
-def _declared(cls: Any, label: str, given: Mapping[str, object]) -> dict[str, object]:
+def _declared(cls: type[Policy], label: str, given: Mapping[str, object]) -> dict[str, object]:
     """``given`` in the declared parameters' types; a name not declared is a UsageError
     with the name meant, if one is close."""
     declared = {p.name: p for p in cls.PARAMS}
@@ -346,21 +369,21 @@ def _declared(cls: Any, label: str, given: Mapping[str, object]) -> dict[str, ob
     return values
 
 
-def _build(cls: Any, spec: str, params: Mapping[str, object] | None) -> Any:
-    label = cls.name or spec
+def _kwargs(
+    cls: type[Policy], label: str, params: Mapping[str, object] | None
+) -> dict[str, object]:
+    """The constructor's keyword arguments: declared parameters by name, in their types
+    and bounds (before a compiled constructor refuses a wrong type in its own words); a
+    class that declares none takes each value as JSON if it parses."""
     given = dict(params or {})
-    if cls.PARAMS:
-        kwargs = _declared(cls, label, given)
-    else:
-        kwargs = {k: _parse_loose(v) for k, v in given.items()}
+    if not cls.PARAMS:
+        return {k: _parse_loose(v) for k, v in given.items()}
+    kwargs = _declared(cls, label, given)
     try:
-        # Types first: a compiled constructor would refuse a wrong type in its own words.
         check_params(cls.PARAMS, kwargs)
-        return cls.create(**kwargs)
-    except (ValueError, TypeError) as e:
+    except ValueError as e:
         raise UsageError(f"policy {label!r}: {e}") from e
-    except Exception as e:
-        raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e
+    return kwargs
 
 
 def config_label(name: str, params: Mapping[str, object]) -> str:
@@ -368,13 +391,16 @@ def config_label(name: str, params: Mapping[str, object]) -> str:
     return " ".join([name, *(f"{k}={v}" for k, v in params.items())])
 
 
-def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, Any]:
-    """Name, origin, declared parameters and rule of a policy, as plain data."""
+def describe_policy(name: str, cls: type[Policy], origin: str) -> dict[str, Any]:
+    """Name, origin, declared parameters and rule of a policy, as plain data; a note
+    when it cannot be built here (its runtime is missing)."""
     doc = vars(cls).get("RULE") or inspect.getdoc(cls) or ""
+    missing = cls.available()
     return {
         "name": name,
         "origin": origin,
         "class": f"{cls.__module__}:{cls.__qualname__}",
+        "level": cls.level,
         "params": [
             {
                 "name": p.name,
@@ -387,21 +413,14 @@ def describe_policy(name: str, cls: type[Scheduler], origin: str) -> dict[str, A
             for p in cls.PARAMS
         ],
         "rule": " ".join(doc.split()),
+        **({"note": missing} if missing is not None else {}),
     }
 
 
 def describe_policies() -> list[dict[str, Any]]:
-    """Every registered policy, built-ins first, then the request-level ones (with a note
-    when their runtime is missing); a plugin that cannot load is an error."""
-    found = [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
-    for name in REQUEST_POLICIES:
-        cls = request_class(name)
-        described = describe_policy(name, cls, "built-in, request-level")
-        missing = cls.available() if hasattr(cls, "available") else None
-        if missing is not None:
-            described["note"] = missing
-        found.append(described)
-    return found
+    """Every registered policy, in ``policy_sources`` order; a plugin that cannot load is
+    an error."""
+    return [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
 
 
 DEFAULT_POLICY = "decode-first"
@@ -415,6 +434,20 @@ class RecordedPolicy(NamedTuple):
     params: dict[str, object]
     recorded_class: str | None = None  # meta.class: an older recording's nameless class
 
+    @classmethod
+    def of(cls, header: Any) -> RecordedPolicy | None:
+        """What a trace's header (``line``, ``policy``, ``params``, ``meta``) records."""
+        if header is None:
+            return None
+        meta = header.meta if isinstance(header.meta, dict) else {}
+        named = meta.get("class")
+        return cls(
+            header.line,
+            header.policy,
+            dict(header.params),
+            named if isinstance(named, str) else None,
+        )
+
 
 def policy_for_trace(
     recorded: RecordedPolicy | None,
@@ -422,9 +455,11 @@ def policy_for_trace(
     policy: str | None,
     params: Mapping[str, object],
     note: Callable[[str], None],
-) -> tuple[Scheduler, str, dict[str, object]]:
-    """The policy a trace replays under, built: the command line's (``policy``), else the
-    header's, else decode-first; and its label and the parameters that were applied.
+    level: Level = "task",
+) -> tuple[Policy, str, dict[str, object]]:
+    """The policy a trace of ``level`` replays under, built: the command line's
+    (``policy``), else the header's, else (task level) decode-first; and its label and the
+    parameters that were applied.
 
     The header's params apply to whichever policy is chosen, each one the policy declares;
     the rest are named in one ``note`` (an error for the header's own policy, whose header
@@ -433,19 +468,9 @@ def policy_for_trace(
     override them key by key. Without ``policy``, a recorded policy that does not load, or a
     nameless recorded class, is bad input naming what was recorded.
     """
-    header_policy = (recorded.policy if recorded else None) or DEFAULT_POLICY
-    spec = policy or header_policy
-    if policy is None and recorded is not None:
-        cls = _recorded_class(recorded, trace_name)
-    else:
-        cls = resolve_policy(spec)
-    header_params = dict(recorded.params) if recorded else {}
-    line = recorded.line if recorded else None
-    merged = header_params_for(cls, spec, header_policy, header_params, trace_name, line, note)
-    from_header = bool(merged)
-    merged.update(params)
+    cls, spec, merged, from_header = _chosen(recorded, trace_name, policy, params, note, level)
     try:
-        built = build_policy(spec, merged, cls)
+        built = build_policy(spec, merged, cls, level=None)
     except UsageError as e:
         if recorded is not None and from_header and not params:
             raise InputError(trace_name, recorded.line, str(e)) from None
@@ -454,8 +479,57 @@ def policy_for_trace(
     return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
 
 
+def check_policy_for_trace(
+    recorded: RecordedPolicy | None,
+    trace_name: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    level: Level = "task",
+) -> None:
+    """What ``policy_for_trace`` would refuse, said without building the policy where
+    building costs (``validate``; ``Policy.settle``)."""
+    cls, spec, merged, from_header = _chosen(
+        recorded, trace_name, policy, params, lambda _: None, level
+    )
+    try:
+        settled_params(spec, merged, cls)
+    except UsageError as e:
+        if recorded is not None and from_header and not params:
+            raise InputError(trace_name, recorded.line, str(e)) from None
+        raise
+
+
+def _chosen(
+    recorded: RecordedPolicy | None,
+    trace_name: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    note: Callable[[str], None],
+    level: Level,
+) -> tuple[type[Policy], str, dict[str, object], bool]:
+    """The class a trace replays under, its spec, the parameters to build it with, and
+    whether the header gave some of them."""
+    default = DEFAULT_POLICY if level == "task" else None
+    header_policy = (recorded.policy if recorded else None) or default
+    spec = policy or header_policy
+    if spec is None:
+        where = recorded.line if recorded else 1
+        known = ", ".join(REQUEST_POLICIES)
+        raise InputError(trace_name, where, f"a {level}-level trace names its policy ({known})")
+    if policy is None and recorded is not None:
+        cls = _recorded_class(recorded, trace_name, level)
+    else:
+        cls = resolve_policy(spec, level)
+    header_params = dict(recorded.params) if recorded else {}
+    line = recorded.line if recorded else None
+    merged = header_params_for(cls, spec, header_policy, header_params, trace_name, line, note)
+    from_header = bool(merged)
+    merged.update(params)
+    return cls, spec, merged, from_header
+
+
 def header_params_for(
-    cls: Any,
+    cls: type[Policy],
     spec: str,
     header_policy: str | None,
     header_params: Mapping[str, object],
@@ -494,7 +568,7 @@ def header_params_for(
     return merged
 
 
-def _recorded_class(recorded: RecordedPolicy, trace_name: str) -> type[Scheduler]:
+def _recorded_class(recorded: RecordedPolicy, trace_name: str, level: Level) -> type[Policy]:
     """The header's policy: one that does not load here, or a recording's unnamed class,
     is bad input naming what was recorded (replaying it under decode-first instead would
     answer another question)."""
@@ -507,7 +581,7 @@ def _recorded_class(recorded: RecordedPolicy, trace_name: str) -> type[Scheduler
         )
     spec = recorded.policy or DEFAULT_POLICY
     try:
-        return resolve_policy(spec)
+        return resolve_policy(spec, level)
     except UsageError as e:
         raise InputError(
             trace_name,

@@ -113,10 +113,19 @@ class VllmScheduler(RequestScheduler):
     def create(cls, **params: Any) -> VllmScheduler:
         return cls(**params)
 
-    @staticmethod
-    def available() -> str | None:
+    @classmethod
+    def available(cls) -> str | None:
         """None when vLLM can be loaded; else what to install."""
         return available()
+
+    @classmethod
+    def runtime(cls) -> str | None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"vllm=={version('vllm')}"
+        except PackageNotFoundError:
+            return None
 
     @property
     def token_budget(self) -> int | None:

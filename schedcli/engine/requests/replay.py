@@ -16,10 +16,11 @@ from ...formats.dump import batch_tasks
 from ...formats.requests import RequestEvent, arrival, expect_of
 from ...formats.requests.schema import Abort, Arrive, Schedule, Step, Update
 from ...formats.trace import incomplete_trace
-from ...model.errors import InputError, InvariantError, StepMismatch, UsageError
+from ...model.errors import InputError, InvariantError, StepMismatch
 from ...model.records import Left, Record
 from ...model.requests import RequestScheduler, StepPlan
 from ...model.task import DECODE, PREFILL, Id
+from ...policies.registry import RecordedPolicy, policy_for_trace
 from ..ledger import Totals
 from ..replay import Observer, PolicyCrashed
 
@@ -357,61 +358,6 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return bool(typed(a) == typed(b))
 
 
-def policy_for_request_trace(
-    header: Any,
-    name: str,
-    policy: str | None,
-    params: Mapping[str, Any],
-    note: Callable[[str], None] | None = None,
-) -> tuple[RequestScheduler, str]:
-    """The policy a request-level trace replays under, built: the command line's, else the
-    header's; the header's params apply as at task level (``header_params_for``), then
-    ours over them."""
-    from ...policies.registry import build_request_policy
-
-    built = _header_located(header, name, policy, params, note, build_request_policy)
-    return built, built.name or (policy or header.policy)
-
-
-def check_request_trace_params(
-    header: Any, name: str, policy: str | None, params: dict[str, Any]
-) -> None:
-    """What ``policy_for_request_trace`` would refuse, without building the policy
-    (``validate``: building vLLM's takes seconds)."""
-    from ...policies.registry import check_request_params
-
-    _header_located(header, name, policy, params, lambda _: None, check_request_params)
-
-
-def _header_located(
-    header: Any,
-    name: str,
-    policy: str | None,
-    params: Mapping[str, Any],
-    note: Callable[[str], None] | None,
-    make: Callable[[str, dict[str, Any]], Any],
-) -> Any:
-    from ...policies.registry import header_params_for, request_class
-
-    spec = policy or header.policy
-    if spec is None:
-        raise InputError(name, header.line, "a request-level trace names its policy (vllm)")
-    try:
-        cls = request_class(spec)
-    except UsageError as e:
-        if policy is None:  # the header's own policy: located at the header
-            raise InputError(name, header.line, str(e)) from e
-        raise
-    tell = note or _stderr_note
-    given = header_params_for(cls, spec, header.policy, header.params, name, header.line, tell)
-    try:
-        return make(spec, {**given, **params})
-    except UsageError as e:
-        if given and not params:  # the header's own parameters: located at the header
-            raise InputError(name, header.line, str(e)) from e
-        raise
-
-
 def _stderr_note(message: str) -> None:
     import sys
 
@@ -486,7 +432,12 @@ class OpenRequestTrace:
         return StepMetrics(self.policy.token_budget, waits_known=False)
 
     def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenRequestTrace:
-        built, label = policy_for_request_trace(self.reader.header, self.name, policy, params)
+        recorded = RecordedPolicy.of(self.reader.header)
+        built, label, _ = policy_for_trace(
+            recorded, self.name, policy, params, _stderr_note, "request"
+        )
+        assert isinstance(built, RequestScheduler)
+        built.promise_serial_calls()
         return OpenRequestTrace(self.reader, built, label, self.name, self.allow_incomplete)
 
     def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None:

@@ -8,7 +8,6 @@ yields a token at the step's end; a client whose patience ran out aborts.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -16,20 +15,22 @@ from typing import Any
 from ...formats.requests import RequestTraceWriter
 from ...formats.workload import Request
 from ...formats.writer import TraceWriter
-from ...model.errors import InvariantError
+from ...model.errors import InvariantError, UsageError
 from ...model.requests import Arrival, RequestScheduler, StepPlan
-from ...model.scheduler import Scheduler
+from ...model.scheduler import Policy, Scheduler
 from ...model.task import DECODE, PREFILL, Id, Task
 from ...policies.registry import policy_reference
 from ..cost import CostModel
-from ..replay import PolicyCrashed
-from ..simulate import STUCK_AFTER, SimResult, _Live, chunk_size_for, simulate
+from ..simulate import Live, Runner, SimResult, chunk_size_for, run, simulate
 
 OnStep = Callable[[int, float, float, list[Task], int], None]
 OnPreempt = Callable[[int, float, list[Id]], None]  # step, start in microseconds, requests
 
 
-class _RequestRunner:
+class RequestRunner(Runner):
+    """The runner of a request-level policy: requests added whole, each step planned by
+    the policy; the runner produces the tokens its slices sample."""
+
     def __init__(
         self,
         policy: RequestScheduler,
@@ -38,13 +39,9 @@ class _RequestRunner:
         trace: RequestTraceWriter | None,
         on_batch: OnStep | None,
     ) -> None:
-        self.policy, self.result, self.name = policy, result, name
-        self.trace, self.on_batch = trace, on_batch
+        super().__init__(name, result)
+        self.policy, self.trace, self.on_batch = policy, trace, on_batch
         self.on_preempt: OnPreempt | None = None
-        self.live: dict[Id, _Live] = {}
-        self.deadlines: list[tuple[float, int, Id]] = []
-        self.t = 0.0
-        self.step = 0
         self.preemptions = 0
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
@@ -53,39 +50,27 @@ class _RequestRunner:
         except InvariantError:
             raise
         except Exception as e:
-            raise PolicyCrashed(
-                f"policy {self.name!r} raised in {what} at step {self.step} "
-                f"(simulated time {self.t:.6f} s): {type(e).__name__}: {e}"
-            ) from e
+            raise self.crashed(what, e) from e
 
-    def admit(self, req: Request) -> None:
-        result = self.result
-        result.requests += 1
+    def offer(self, req: Request, live: Live) -> str | None:
         a = Arrival(req.sid, req.prompt_tokens, req.output_tokens, req.priority)
-        reason = self.call("add", lambda: self.policy.add(a))
+        reason: str | None = self.call("add", lambda: self.policy.add(a))
         if self.trace is not None:
             self.trace.arrive(a, t=self.t, meta=req.meta)
-        if reason is not None:
-            result.rejected += 1
-            result.rejected_by_reason[reason] = result.rejected_by_reason.get(reason, 0) + 1
-            return
-        self.live[req.sid] = _Live(req, self.step)
-        if req.cancel_after is not None:
-            heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
+        return reason
 
-    def cancel_due(self) -> None:
-        while self.deadlines and self.deadlines[0][0] <= self.t:
-            _, _, rid = heapq.heappop(self.deadlines)
-            victim = self.live.pop(rid, None)
-            if victim is None:
-                continue  # finished in time
-            self.call("abort", partial(self.policy.abort, rid))
-            if self.trace is not None:
-                self.trace.abort(rid, t=self.t)
-            victim.cancelled = True
-            self.result.cancelled += 1
+    def drop(self, sid: Id) -> None:
+        self.call("abort", partial(self.policy.abort, sid))
+        if self.trace is not None:
+            self.trace.abort(sid, t=self.t)
 
-    def run_step(self, cost: CostModel) -> StepPlan:
+    def has_work(self) -> bool:
+        return bool(self.call("has_work", self.policy.has_work))
+
+    def done(self) -> None:
+        self.result.preemptions = self.preemptions
+
+    def run_step(self, cost: CostModel) -> bool:
         start = self.t
         plan: StepPlan = self.call("step", self.policy.step)
         if self.trace is not None:
@@ -113,7 +98,7 @@ class _RequestRunner:
         self._produce(plan, start, end)
         self.t = end
         self.step += 1
-        return plan
+        return bool(plan.batch)
 
     def _produce(self, plan: StepPlan, start: float, end: float) -> None:
         result, step = self.result, self.step
@@ -121,7 +106,7 @@ class _RequestRunner:
             req = self.live.get(s.rid)
             if req is None:
                 raise InvariantError(
-                    f"policy {self.name!r} scheduled request {s.rid!r}, which is not live"
+                    f"policy {self.policy_name!r} scheduled request {s.rid!r}, which is not live"
                 )
             if req.first_dispatch_step < 0:
                 req.first_dispatch, req.first_dispatch_step = start, step
@@ -139,7 +124,9 @@ class _RequestRunner:
         for rid in plan.finished:
             req = self.live.pop(rid, None)
             if req is None:
-                raise InvariantError(f"policy {self.name!r} finished {rid!r}, which is not live")
+                raise InvariantError(
+                    f"policy {self.policy_name!r} finished {rid!r}, which is not live"
+                )
             result.finished += 1
             result.finish(req)
 
@@ -162,44 +149,28 @@ def simulate_requests(
     ``on_preempt`` hears of each step's preemptions."""
     result = SimResult(policy_name, params, cost, 0, budget=policy.token_budget)
     result.slo_ttft, result.slo_tpot = slo_ttft, slo_tpot
-    runner = _RequestRunner(policy, result, policy_name, trace, on_batch)
+    runner = RequestRunner(policy, result, policy_name, trace, on_batch)
     runner.on_preempt = on_preempt
-    arrivals = iter(requests)
-    pending = next(arrivals, None)
-    result.start = runner.t = pending.arrival if pending is not None else 0.0
-    empty = 0
-    while True:
-        while pending is not None and pending.arrival <= runner.t:
-            runner.admit(pending)
-            pending = next(arrivals, None)
-        runner.cancel_due()
-        if not runner.call("has_work", policy.has_work):
-            if runner.live:
-                raise InvariantError(
-                    f"policy {policy_name!r} reports no work while {len(runner.live)} requests wait"
-                )
-            if pending is None:
-                break
-            runner.t = pending.arrival
-            continue
-        plan = runner.run_step(cost)
-        empty = 0 if plan.batch else empty + 1
-        if empty >= STUCK_AFTER:
-            raise InvariantError(
-                f"policy {policy_name!r}: {STUCK_AFTER} empty steps in a row while requests "
-                "wait: the simulation would never finish"
-            )
-        if on_progress is not None and runner.step % 4096 == 0:
-            on_progress(result.requests, runner.t)
-    result.steps = runner.step
-    result.end = runner.t
-    result.preemptions = runner.preemptions
-    return result
+    return run(requests, runner, cost, on_progress)
+
+
+def chunking(policy: Policy, chunk_size: int | None, spec: str) -> int | None:
+    """The chunk size the runner splits prompts at for ``policy``: ``chunk_size`` or the
+    policy's own limit; None for a request-level policy, which chunks for itself (asking
+    it to is a usage error)."""
+    if isinstance(policy, Scheduler):
+        return chunk_size or chunk_size_for(policy)
+    if chunk_size is not None:
+        raise UsageError(
+            f"--chunk-size is for task-level policies; {spec!r} chunks prompts "
+            "itself (max_num_batched_tokens, long_prefill_token_threshold)"
+        )
+    return None
 
 
 def simulate_either(
     requests: Iterable[Request],
-    policy: Scheduler | RequestScheduler,
+    policy: Policy,
     *,
     policy_name: str,
     params: dict[str, Any],
@@ -236,6 +207,7 @@ def simulate_either(
         finally:
             if close:
                 policy.close()
+    assert isinstance(policy, Scheduler)
     return simulate(
         requests,
         policy,
@@ -252,7 +224,7 @@ def simulate_either(
 
 
 def trace_writer(
-    out: Any, policy: Scheduler | RequestScheduler, spec: str, params: dict[str, Any], meta: Any
+    out: Any, policy: Policy, spec: str, params: dict[str, Any], meta: Any
 ) -> TraceWriter | RequestTraceWriter:
     """The writer of a simulated run's trace at the policy's level, its header written:
     the policy named so that a replay loads it (a request-level one as given)."""
