@@ -25,7 +25,7 @@ def bare_loop(
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
-    from schedcli.policies.vllm import _load, build_scheduler
+    from schedcli.runtimes.vllm.policy import _load, build_scheduler
 
     sched = build_scheduler(params)
     hasher = _load().hasher(int(params.get("block_size", 16)))

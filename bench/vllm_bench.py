@@ -61,7 +61,7 @@ def main() -> None:
 
         start = time.perf_counter()
         t0 = time.process_time()
-        from schedcli.policies.vllm import _load, build_scheduler
+        from schedcli.runtimes.vllm.policy import _load, build_scheduler
 
         _load()
         build_scheduler(PARAMS)  # the first build in a cache inspects the model: not timed

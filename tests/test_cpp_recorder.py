@@ -1,7 +1,8 @@
-"""The C++ recorder (schedcli/include/schedcli/recording_scheduler.h, package data), built
-unchanged against our stand-ins of both shapes of ExecuTorch's interface (tests/cpp/seed: the five
-calls and a 32-bit TaskId; tests/cpp/later: max_prefill_chunk_size() on the interface and
-a 64-bit TaskId), with g++ and clang++, and under ThreadSanitizer: each recording replays."""
+"""The C++ recorder (schedcli/recording_scheduler.h under runtimes/executorch/include,
+package data), built unchanged against our stand-ins of both shapes of ExecuTorch's
+interface (tests/cpp/seed: the five calls and a 32-bit TaskId; tests/cpp/later:
+max_prefill_chunk_size() on the interface and a 64-bit TaskId), with g++ and clang++, and
+under ThreadSanitizer: each recording replays."""
 
 from __future__ import annotations
 
@@ -217,4 +218,4 @@ def test_the_header_ships_in_the_package_and_includes_prints_its_flag(tmp_path: 
     import tomllib
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "include/schedcli/*.h" in data["package-data"]["schedcli"]
+    assert "runtimes/executorch/include/schedcli/*.h" in data["package-data"]["schedcli"]

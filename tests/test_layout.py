@@ -13,7 +13,7 @@ from tests.helpers import ROOT
 
 PACKAGE = ROOT / "schedcli"
 MAX_LINES = 600  # the longest a module may be
-LAYERS = ("app", "engine", "formats", "policies", "model")
+LAYERS = ("app", "engine", "runtimes", "formats", "policies", "model")
 
 
 def _modules() -> dict[str, Path]:

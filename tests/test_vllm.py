@@ -108,15 +108,15 @@ def test_a_simulated_run_replays_with_check_and_a_changed_config_fails_with_reas
 
 
 def _record(path: Path, params: dict[str, Any], multi_turn: bool = False) -> dict[str, int]:
-    """Drive RecordingScheduler as vLLM's engine core does: requests arrive, clients abort,
+    """Drive RecordingVllmScheduler as vLLM's engine core does: requests arrive, clients abort,
     some requests stop on a stop token, the KV cache is small enough to preempt."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request, RequestStatus
 
-    from schedcli.integrations.vllm import RecordingScheduler
-    from schedcli.policies.vllm import _load, build_scheduler
+    from schedcli.runtimes.vllm.policy import _load, build_scheduler
+    from schedcli.runtimes.vllm.recorder import RecordingVllmScheduler
 
-    sched = build_scheduler(params, RecordingScheduler, trace_path=str(path))
+    sched = build_scheduler(params, RecordingVllmScheduler, trace_path=str(path))
     hasher = _load().hasher(params["block_size"])
     rng = random.Random(11)
     stop_token = 7
@@ -417,19 +417,19 @@ def test_a_sweep_of_vllm_on_ray_gives_the_records_of_the_local_pool(tmp_path: Pa
 
 def test_an_async_scheduling_recording_replays_exactly(cli: Cli, tmp_path: Path) -> None:
     """vLLM's default engine pipelines steps: it schedules step N+1 before step N's outputs
-    come back (a batch queue of two). RecordingAsyncScheduler records the plans and the
+    come back (a batch queue of two). RecordingVllmAsyncScheduler records the plans and the
     outputs apart, and the replay makes the same calls in the same order."""
     from collections import deque
 
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request, RequestStatus
 
-    from schedcli.integrations.vllm import RecordingAsyncScheduler
-    from schedcli.policies.vllm import _load, build_scheduler
+    from schedcli.runtimes.vllm.policy import _load, build_scheduler
+    from schedcli.runtimes.vllm.recorder import RecordingVllmAsyncScheduler
 
     trace = tmp_path / "async.jsonl"
     sched = build_scheduler(
-        RECORDED | {"block_size": 16}, RecordingAsyncScheduler, trace_path=str(trace)
+        RECORDED | {"block_size": 16}, RecordingVllmAsyncScheduler, trace_path=str(trace)
     )
     hasher = _load().hasher(16)
     rng = random.Random(23)
@@ -486,3 +486,16 @@ def test_an_async_scheduling_recording_replays_exactly(cli: Cli, tmp_path: Path)
     workload = tmp_path / "traffic.jsonl"
     assert cli("convert", "auto", trace, "-o", workload).code == 0
     assert len(workload.read_bytes().splitlines()) == 25
+
+
+def test_the_recorders_old_path_loads_the_same_classes_with_a_deprecation_note() -> None:
+    # A --scheduler-cls set before the recorder moved to schedcli.runtimes keeps working.
+    import importlib
+
+    from schedcli.runtimes.vllm import recorder
+
+    sys.modules.pop("schedcli.integrations.vllm", None)
+    with pytest.warns(DeprecationWarning, match="schedcli.runtimes.vllm.recorder"):
+        old = importlib.import_module("schedcli.integrations.vllm")
+    assert old.RecordingScheduler is recorder.RecordingVllmScheduler
+    assert old.RecordingAsyncScheduler is recorder.RecordingVllmAsyncScheduler

@@ -1,1 +1,2 @@
-"""Recorders that live inside other runtimes (each needs that runtime installed)."""
+"""Old home of the vLLM recorder, kept so that existing ``--scheduler-cls`` settings load;
+the runtimes live in ``schedcli.runtimes`` now."""

@@ -26,8 +26,8 @@ BUILTIN_POLICIES: dict[str, type[Scheduler]] = {
 own_subclass_cache(*BUILTIN_POLICIES.values(), ReferenceDecodeFirst)
 
 # Request-level policies (model/requests.py), imported when asked for: vLLM's scheduler
-# needs the ``vllm`` extra.
-REQUEST_POLICIES: dict[str, str] = {"vllm": "schedcli.policies.vllm:VllmScheduler"}
+# (runtimes/vllm/policy.py) needs the ``vllm`` extra.
+REQUEST_POLICIES: dict[str, str] = {"vllm": "schedcli.runtimes.vllm.policy:VllmScheduler"}
 
 __all__ = [
     "BUILTIN_POLICIES",

@@ -254,7 +254,7 @@ def policy_source(cls: type) -> str | None:
 
 
 # What a simulation's or replay's numbers depend on (the app layer only shows them).
-_RESULT_LAYERS = ("model", "policies", "formats", "engine")
+_RESULT_LAYERS = ("model", "policies", "formats", "engine", "runtimes")
 
 
 def _coerce(param: Param, value: object) -> object:

@@ -13,9 +13,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..model.limits import MAX_BLOCK_SIZE, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_RUNNING_SEQS
-from ..model.records import Left
-from ..model.requests import (
+from ...model.limits import MAX_BLOCK_SIZE, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_RUNNING_SEQS
+from ...model.records import Left
+from ...model.requests import (
     KV_BLOCKS,
     LONG_PREFILL,
     MAX_SEQS,
@@ -27,8 +27,8 @@ from ..model.requests import (
     Slice,
     StepPlan,
 )
-from ..model.scheduler import Param
-from ..model.task import PREFILL, Id, Task
+from ...model.scheduler import Param
+from ...model.task import PREFILL, Id, Task
 
 # The version whose internals this module calls (pyproject's ``vllm`` extra pins it).
 VLLM_VERSION = "0.33.0"

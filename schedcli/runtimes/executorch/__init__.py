@@ -1,0 +1,12 @@
+"""ExecuTorch's batching schedulers, from C++: the header-only recorder
+``schedcli/recording_scheduler.h`` (docs/recording.md), shipped in this folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def include_dir() -> str:
+    """The folder to put on a C++ compiler's include path for
+    ``#include <schedcli/recording_scheduler.h>`` (``schedcli includes`` prints it)."""
+    return str(Path(__file__).resolve().parent / "include")
