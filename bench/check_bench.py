@@ -33,7 +33,7 @@ def wall(args: list[str]) -> float:
 
 def back_to_back(folder: Path) -> None:
     """Every trace of ``folder`` checked in this process, one after another."""
-    from schedcli.app.checking import CheckRequest, Job, check_trace, find_suite
+    from schedcli.app.commands.check.suite import CheckRequest, Job, check_trace, find_suite
 
     req = CheckRequest([str(folder)], jobs=1)
     for trace, golden in find_suite(req.paths, None).traces:

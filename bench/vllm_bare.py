@@ -1,5 +1,5 @@
 """A bare loop over vLLM's own Scheduler: the held-out driver ``simulate -p vllm`` is checked
-against (tests/test_vllm.py) and timed against (bench/vllm_bench.py).
+against (tests/runtimes/test_vllm.py) and timed against (bench/vllm_bench.py).
 
 It shares only the scheduler's configuration with schedcli (``build_scheduler``); the
 loop is written here again from vLLM's interface: requests added at their arrival, one

@@ -54,7 +54,7 @@ COMPILED_MODULES = (
 # mypyc's shared library for the group: every compiled module's code lives in it. One
 # group: mypyc's separate compilation (a group per module or two, built in parallel) was
 # a third faster to build but crashed the interpreter on a stop signal mid-replay
-# (tests/test_faults.py), under mypy 2.4.
+# (tests/policies/test_faults.py), under mypy 2.4.
 GROUP = "schedcli_core"
 DIGEST_FILE = "_core.sha256"
 PURE_ENV = "SCHEDCLI_PURE_PYTHON"

@@ -61,7 +61,7 @@ def test_the_suite_runs_in_one_process_as_the_docs_say(tmp_path: Path) -> None:
     import sys
 
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "tests/test_kit.py"],
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "tests/policies/test_kit.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,

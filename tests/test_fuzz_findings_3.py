@@ -329,7 +329,7 @@ def test_check_never_starts_more_workers_than_cores(
 ) -> None:
     import multiprocessing
 
-    from schedcli.app import checking
+    from schedcli.app.commands.check import suite as checking
 
     started: list[int] = []
 

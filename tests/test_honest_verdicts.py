@@ -12,8 +12,8 @@ from hypothesis import given
 
 from schedcli import DecodeFirstScheduler, Task
 from schedcli.record import RecordingScheduler
+from tests.formats.test_hostile_input import FUZZ, mutated_traces
 from tests.helpers import EXAMPLES, needs_real, run_cli
-from tests.test_hostile_input import FUZZ, mutated_traces
 
 
 def _write(path: Path, lines: list[dict[str, object]]) -> Path:

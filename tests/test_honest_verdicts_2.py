@@ -535,7 +535,7 @@ def test_the_tests_that_read_the_real_traces_skip_without_them() -> None:
     env = {**os.environ, "SCHEDCLI_TRACES_REAL": "/nonexistent", "SCHEDCLI_REQUIRE_REAL": ""}
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-         "tests/test_convert.py", "tests/test_honest_verdicts.py::"
+         "tests/commands/test_convert.py", "tests/test_honest_verdicts.py::"
          "test_convert_with_a_window_does_not_undercount_what_it_left_out"],
         cwd=ROOT, env=env, capture_output=True, timeout=600,
     )  # fmt: skip

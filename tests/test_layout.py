@@ -132,8 +132,11 @@ def test_the_layer_diagram_names_each_subpackages_modules() -> None:
     sections = _diagram()
     for layer in LAYERS:
         words = set(re.findall(r"[a-z_]+", sections[layer]))
-        for package in (PACKAGE / layer).glob("*/__init__.py"):
-            assert _modules_in(package.parent) <= words, package.parent
+        for package in (PACKAGE / layer).rglob("*/__init__.py"):
+            if package.parent == PACKAGE / layer:
+                continue
+            names = {name.rstrip("/") for name in _modules_in(package.parent)}
+            assert names <= words, package.parent
 
 
 def test_the_diagram_check_sees_a_module_left_out() -> None:
@@ -145,3 +148,13 @@ def test_the_diagram_check_sees_a_module_left_out() -> None:
         "f/",
         "i",
     }
+
+
+def test_every_command_module_is_under_the_independence_contract() -> None:
+    # A command added under app/commands/ cannot import another one unnoticed.
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [independent] = [c for c in contracts["contracts"] if c["type"] == "independence"]
+    commands = {name.rstrip("/") for name in _modules_in(PACKAGE / "app" / "commands")}
+    assert set(independent["modules"]) == {f"schedcli.app.commands.{c}" for c in commands}

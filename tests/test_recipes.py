@@ -11,11 +11,11 @@ import pytest
 from rich.console import Console
 
 from schedcli import QueueScheduler, Task
-from schedcli.app import outputs
+from schedcli.app.commands.replaying import ReplayRequest, run_replay
 from schedcli.app.options import PolicyOption, TraceOption
-from schedcli.app.outputs import Output
-from schedcli.app.progress import TraceProgress
-from schedcli.app.replaying import ReplayRequest, run_replay
+from schedcli.app.views import outputs
+from schedcli.app.views.outputs import Output
+from schedcli.app.views.progress import TraceProgress
 from schedcli.engine.ledger import Totals
 from schedcli.kit import MAX_BATCH_TOKENS
 from schedcli.model.records import Record
@@ -101,7 +101,7 @@ def test_a_command_is_its_options_and_one_call(monkeypatch: pytest.MonkeyPatch) 
 
     def events(trace: TraceOption, policy: PolicyOption = None) -> None:
         """Count a trace's events (the recipe's example command)."""
-        from schedcli.app.validate import validate_trace
+        from schedcli.app.commands.validate import validate_trace
 
         _, count = validate_trace(trace, policy=policy)
         print(count)

@@ -19,9 +19,9 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-heavy = ("rich", "pydantic", "schedcli.app.render", "schedcli.app.golden",
-         "schedcli.app.diff", "schedcli.engine.diff", "schedcli.engine.simulate",
-         "schedcli.app.report",
+heavy = ("rich", "pydantic", "schedcli.app.views.render", "schedcli.app.views.golden",
+         "schedcli.app.commands.diff", "schedcli.engine.diff", "schedcli.engine.simulate",
+         "schedcli.app.report.page",
          "importlib.metadata", "hashlib", "gzip", "schedcli.formats.requests",
          "schedcli.formats.requests.schema", "schedcli.model.requests", "msgspec",
          "schedcli.formats.step_lines")

@@ -17,7 +17,7 @@ from ..formats.source import DEFAULT_MAX_LINE_BYTES
 from . import options as o
 from .console import PipeClosed, data_console, show, stderr_console
 from .parsing import StepRange, parse_id_option
-from .progress import trace_progress
+from .views.progress import trace_progress
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 a check found a difference; 2 bad input or usage; "
@@ -118,7 +118,7 @@ def replay(
     Exit codes: 0 ok; 1 --check or --golden found a difference; 2 bad input or usage;
     3 the policy broke the Scheduler contract; 130 interrupted; 143 terminated.
     """
-    from .replaying import ReplayRequest, run_replay
+    from .commands.replaying import ReplayRequest, run_replay
 
     request = ReplayRequest(
         trace,
@@ -155,7 +155,7 @@ def validate(
 
     Exit codes: 0 valid; 2 problems found (each as FILE:LINE: message on stderr).
     """
-    from .validate import check_trace
+    from .commands.validate import check_trace
 
     valid = check_trace(
         trace,
@@ -187,7 +187,7 @@ def policies(
 ) -> None:
     """List the policies: built-ins and plugins, with parameters, defaults and rule."""
     from ..policies.registry import describe_policies
-    from .render import policies_table
+    from .views.render import policies_table
 
     show(fmt, describe_policies(), policies_table)
 
@@ -208,7 +208,7 @@ def diff(
     Exit codes: 0 identical; 1 different; 2 bad input or usage; 3 a policy broke the contract.
     """
     from ..engine.diff import Config
-    from .diff import run_diff
+    from .commands.diff import run_diff
 
     a = Config(a_policy, dict(o.parse_params(a_param)))
     b = Config(b_policy, dict(o.parse_params(b_param)))
@@ -236,7 +236,7 @@ def convert(
     Exit codes: 0 ok; 2 bad input (FILE:LINE: message) or usage.
     """
     from ..formats.convert import ConvertOptions
-    from .converting import convert_to
+    from .commands.converting import convert_to
 
     options = ConvertOptions(
         limit=limit,
@@ -274,7 +274,7 @@ def simulate(
     step_seconds = a + b * batch_tokens + c * decodes_in_batch (--cost-a/-b/-c).
     Exit codes: 0 ok; 2 bad input or usage; 3 the policy broke the contract.
     """
-    from .simulating import SimulateRequest, cost_model_of, run_simulate
+    from .commands.simulating import SimulateRequest, cost_model_of, run_simulate
 
     request = SimulateRequest(
         workload,
@@ -305,7 +305,7 @@ def explain(
     """Why the scheduler did that: the queue get_work saw at a step and why each task was
     left behind, or the life of a task or a session (submitted, passed over, dispatched).
     """
-    from .explain import explain_command
+    from .commands.explain import explain_command
 
     params = o.parse_params(param)
     explain_command(
@@ -329,7 +329,7 @@ def shrink(
     the same code. Deterministic; prints the sizes and the time taken. On Ctrl-C or at
     --max-time it writes the smallest failing trace found so far.
     """
-    from .shrink import shrink_to_file
+    from .commands.shrink import shrink_to_file
 
     shrink_to_file(
         trace,
@@ -369,7 +369,7 @@ def sweep(
     Exit codes: 0 ok; 2 bad input or usage, or some point failed (the others finish).
     """
     from ..engine.cost import CostModel
-    from .sweeping import SweepRequest, capacity_search, sweep_command
+    from .commands.sweeping import SweepRequest, capacity_search, sweep_command
 
     req = SweepRequest(
         list(workloads or []),
@@ -399,7 +399,7 @@ def fit(
     task recorded its position). Every fifth step is held out to measure the fit (MAPE,
     R²); idle gaps are reported as outliers, not fitted. simulate --cost FILE uses it.
     """
-    from .fitting import fit_command
+    from .commands.fitting import fit_command
 
     fit_command(recordings, output, fmt)
 
@@ -416,7 +416,7 @@ def stats(
     """Step-based metrics of a recorded trace (replayed) or of a dump: waits in steps,
     utilisation, fairness, rejections and cancellations.
     """
-    from .stats import stats_command
+    from .commands.stats import stats_command
 
     params = o.parse_params(param)
     stats_command(
@@ -438,7 +438,7 @@ def report(
     budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy.
     """
     from ..engine.cost import CostModel
-    from .report import report_command
+    from .commands.report import report_command
 
     cost = CostModel(cost_a, cost_b, cost_c)
     report_command(input_path, output, policy or [], cost, allow_incomplete=allow_incomplete)
@@ -464,8 +464,8 @@ def check(
     reproduces it, a summary; exit 1 on any failure (a trace without a golden, a golden
     without a trace included).
     """
-    from .check_report import run_check
-    from .checking import CheckRequest
+    from .commands.check.report import run_check
+    from .commands.check.suite import CheckRequest
 
     req = CheckRequest(
         paths or [],

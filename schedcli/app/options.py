@@ -15,7 +15,7 @@ from ..formats.converters import NAMES as CONVERTER_NAMES
 from ..formats.output import refuse_overwriting
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
-from .outputs import OutputFormat
+from .views.outputs import OutputFormat
 
 # `convert`'s FORMAT: auto, or a name from the converter table (one line adds a format).
 ConvertFormat = StrEnum(  # type: ignore[misc]

@@ -74,8 +74,8 @@ def pytest_collection_modifyitems(
 
 def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     from ..model.errors import UsageError
-    from .check_report import refuse_aliases
-    from .checking import CheckRequest, find_suite, suite_jobs
+    from .commands.check.report import refuse_aliases
+    from .commands.check.suite import CheckRequest, find_suite, suite_jobs
     from .config import load_config
 
     settings = load_config(config.rootpath)
@@ -129,7 +129,7 @@ class TraceItem(_SuiteItem):
         self.job, self.req = job, req
 
     def runtest(self) -> None:
-        from .checking import ERROR, FAIL, PASS, UNCHECKED, check_job
+        from .commands.check.suite import ERROR, FAIL, PASS, UNCHECKED, check_job
 
         verdict = check_job(self.job)
         if verdict.status == PASS:
@@ -160,7 +160,7 @@ class OrphanItem(_SuiteItem):
         self.req = req
 
     def runtest(self) -> None:
-        from .check_report import ORPHAN_TEXT
+        from .commands.check.report import ORPHAN_TEXT
 
         if not self.req.strict:
             pytest.skip(f"{ORPHAN_TEXT} (strict = false)")

@@ -291,7 +291,7 @@ def open_task_replay(path: str, **options: Any) -> Iterator[OpenTrace]:
 
 
 class Progress(Protocol):
-    """A progress display that follows a replay (``app.progress.TraceProgress``)."""
+    """A progress display that follows a replay (``app.views.progress.TraceProgress``)."""
 
     position: Callable[[], int] | None
 

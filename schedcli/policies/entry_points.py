@@ -7,7 +7,7 @@ directories, is read here directly, in importlib.metadata's order and with its r
 first distribution of a name on the path wins, ``entry_points.txt`` is parsed as its
 ``Sectioned`` reader parses it. Anything else (a zip or an ``.egg`` on the path, another
 distribution finder, text it would read differently or refuse) is answered by
-importlib.metadata itself, so the answer is always its answer (tests/test_entry_points.py
+importlib.metadata itself, so the answer is always its answer (tests/policies/test_entry_points.py
 compares the two on generated layouts).
 """
 

@@ -1,0 +1,64 @@
+"""``schedcli diff``: one trace under two configurations, or two dumps, compared by
+``engine/diff.py``; the result shown, with each side's reasons at the first difference."""
+
+from __future__ import annotations
+
+from ...engine.diff import Config, DiffResult, diff_dumps, diff_trace
+from ...engine.explain import explain_step
+from ...model.errors import UsageError
+from ..console import data_console, show
+from ..views.progress import trace_progress
+from ..views.render import diff_view, why_left
+
+
+def run_diff(
+    inputs: list[str],
+    a: Config,
+    b: Config,
+    *,
+    drain: bool = False,
+    allow_incomplete: bool = False,
+    fmt: str = "table",
+) -> bool:
+    """``schedcli diff``: one trace under two configurations, or two dumps; the result on
+    stdout, with each side's reasons at the first difference. Whether they are the same."""
+    if len(inputs) == 1:
+        progress = trace_progress("comparing", inputs[0])
+        try:
+            result = diff_trace(
+                inputs[0], a, b, drain=drain, progress=progress, allow_incomplete=allow_incomplete
+            )
+        finally:
+            progress.stop()
+    elif len(inputs) == 2:
+        if a.policy or b.policy or a.params or b.params:
+            raise UsageError("--a/--b and their params apply to a trace, not to two dumps")
+        result = diff_dumps(inputs[0], inputs[1], allow_incomplete=allow_incomplete)
+    else:
+        raise UsageError("diff takes one trace, or two dumps")
+    show(fmt, result, diff_view, DiffResult.to_json)
+    first = result.first
+    # Reasons found as the step was compared, else from a replay to it (not from stdin).
+    readable = first is not None and (first.left is not None or inputs[0] != "-")
+    if fmt != "json" and len(inputs) == 1 and readable:
+        _print_reasons(inputs[0], result, a, b)
+    return result.identical
+
+
+def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None:
+    """Each side's reasons at the first differing step (a replay is deterministic)."""
+    from ...formats.kinds import is_request_trace
+
+    first = result.first
+    assert first is not None
+    only_a, only_b = first.moved()
+    console = data_console()
+    for i, (label, side, tids) in enumerate((("A", a, only_b), ("B", b, only_a))):
+        if tids:
+            if first.left is not None:
+                left = first.left[i]
+            elif is_request_trace(trace):
+                continue  # reasons are kept only as the difference is found
+            else:  # found past the step: its reasons from a replay to it
+                left = explain_step(trace, first.step, side.policy, side.params).left
+            console.print(why_left(label, left, tids))

@@ -1,0 +1,63 @@
+"""``schedcli explain``: why the scheduler did that, for a step, a task or a session, at
+either level (``engine/explain.py`` finds it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ...engine import explain as finding
+from ...engine.explain import Life, StepView, explain_step
+from ...engine.run import open_replay
+from ...model.errors import InputError, UsageError
+from ...model.task import Id
+
+
+def explain_lives(
+    path: str,
+    *,
+    tid: Id | None = None,
+    sid: Id | None = None,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+) -> list[Life]:
+    """Every life of the task ``tid`` (a tid may be reused) or of the session ``sid``
+    (a request, at the request level)."""
+    if (tid is None) == (sid is None):
+        raise UsageError("explain follows a task or a session: give one of --task, --session")
+    with open_replay(
+        path, policy=policy, params=params or {}, note=lambda _: None, allow_incomplete=True
+    ) as opened:
+        found = finding.lives(opened, tid=tid, sid=sid)
+        if not found:
+            what = f"task {tid!r}" if tid is not None else f"session {sid!r}"
+            if opened.level == "request":
+                raise InputError(path, None, f"no arrive in this trace holds request {sid!r}")
+            raise InputError(path, None, f"no submit in this trace holds {what}")
+        return found
+
+
+def explain_command(
+    path: str,
+    *,
+    step: int | None,
+    task: str | None,
+    session: str | None,
+    policy: str | None,
+    params: Mapping[str, object],
+    fmt: str,
+) -> None:
+    """``schedcli explain``: exactly one of a step, a task's life or a session's, shown."""
+    from ..console import show
+    from ..parsing import parse_id_option
+    from ..views.render import lives_view, step_view
+
+    given = [v for v in (step, task, session) if v is not None]
+    if len(given) != 1:
+        raise UsageError("explain one thing: give exactly one of --step, --task, --session")
+    if step is not None:
+        show(fmt, explain_step(path, step, policy, params), step_view, StepView.to_json)
+        return
+    tid = parse_id_option(task) if task is not None else None
+    sid = parse_id_option(session) if session is not None else None
+    lives = explain_lives(path, tid=tid, sid=sid, policy=policy, params=params)
+    show(fmt, lives, lives_view, lambda found: [life.to_json() for life in found])

@@ -1,0 +1,303 @@
+"""``schedcli replay``: a trace through a policy, to a view, a dump, a golden or a check."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import TYPE_CHECKING
+
+from msgspec import Struct
+
+from ...engine.replay import Record, Totals
+from ...engine.run import Driver, OpenReplay, open_replay
+from ...formats.interrupt import Stopped
+from ...formats.output import atomic_output, output_stream
+from ...formats.source import WaitHook
+from ...formats.writer import JsonlWriter
+from ...model.errors import CheckFailed, InputError, SchedcliError, StepMismatch, UsageError
+from ...model.records import Left
+from ...model.task import Id
+from ..views.outputs import VIEWS, Fanout, Filtered, Opened, Output, OutputFormat, Timeline
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..parsing import StepRange
+    from ..views.golden import GoldenComparison
+    from ..views.progress import TraceProgress
+# rich's views, the golden comparison and the reasons' views load where they are used:
+# a replay that dumps needs none of them.
+
+
+class ReplayRequest(Struct):
+    """What the command line asked of one replay. (A msgspec struct, which the reader has
+    loaded by now, for a dataclass's fields at a fortieth of its 0.8 ms start-up cost.)"""
+
+    trace: str
+    policy: str | None = None
+    params: dict[str, str] | None = None
+    fmt: OutputFormat | None = None
+    output: str | None = None
+    steps: StepRange | None = None
+    session: Id | None = None
+    drain: bool = False
+    check: bool = False
+    require_all: bool = False
+    golden: str | None = None
+    update_golden: bool = False
+    max_line_bytes: int = 64 * 1024 * 1024
+    perfetto: str | None = None
+    follow: bool = False
+    allow_incomplete: bool = False
+
+    def view_format(self) -> str | None:
+        """The view on stdout or -o: asked for, else none beside --golden, else by terminal."""
+        if self.fmt is not None:
+            return str(self.fmt)
+        if self.golden and self.output is None:
+            return None  # a golden run writes nothing to stdout unless asked
+        to_terminal = self.output is None and sys.stdout.isatty()
+        return "table" if to_terminal else "jsonl"
+
+
+def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TraceProgress) -> None:
+    """Replay ``req.trace``; raises CheckFailed (exit 1) when a check finds a difference."""
+    if req.update_golden and not req.golden:
+        raise UsageError("--update-golden needs --golden FILE")
+    if req.require_all and not req.check:
+        raise UsageError("--require-all applies to --check")
+    flush_before_wait = WaitHook()  # live input: write each record out before waiting
+    with ExitStack() as stack:
+        # Every output, from the options alone, before the trace is opened.
+        outputs = _outputs(stack, req, flush_before_wait, lambda: engine, err)
+        opened = stack.enter_context(
+            open_replay(
+                req.trace,
+                policy=req.policy,
+                params=req.params or {},
+                max_line_bytes=req.max_line_bytes,
+                on_wait=flush_before_wait,
+                follow=req.follow,
+                allow_incomplete=req.allow_incomplete,
+            )
+        )
+        trace = Opened(
+            opened.name,
+            opened.policy_name,
+            opened.token_budget,
+            lambda: engine.totals.steps,
+        )
+        for output in outputs:
+            output.opened(trace)
+        if req.check or req.golden:
+            opened.explain()  # a difference's reasons, kept as it is found
+        fan = Fanout(outputs)
+        progress.position = opened.reader.position
+        engine = opened.replayer(
+            fan.emit,
+            check=req.check,
+            drain=req.drain,
+            on_step=progress.on_step,
+            on_left=fan.on_left,
+            dump=fan.dump,
+        )
+        try:
+            totals = opened.run(engine)
+        except StepMismatch as e:
+            _close(outputs, None, e)
+            progress.stop()
+            from ..views.check_views import step_mismatch_view
+
+            err().print(step_mismatch_view(e))
+            _said_checked(req, opened.name, engine, err, "the first difference included")
+            raise
+        except (SchedcliError, Stopped) as e:
+            _close(outputs, None, e)
+            progress.stop()
+            _said_checked(req, opened.name, engine, err, "before it stopped")
+            raise
+        finally:
+            progress.stop()
+        _close(outputs, totals, None)
+        _finish(req, opened, engine, outputs, err)
+
+
+def _close(outputs: list[Output], totals: Totals | None, stopped: BaseException | None) -> None:
+    for output in outputs:
+        output.close(totals, stopped)
+
+
+def _outputs(
+    stack: ExitStack,
+    req: ReplayRequest,
+    flush_before_wait: WaitHook,
+    engine: Callable[[], Driver],
+    err: Callable[[], Console],
+) -> list[Output]:
+    """Where the records go, from the options: the view (filtered), the golden, the
+    timeline. Each is told the rest when the trace is opened."""
+    fmt = req.view_format()
+    outputs: list[Output] = []
+    if fmt is not None:
+        out = stack.enter_context(output_stream(req.output))
+        flush_before_wait.add(out.flush)
+        flush_before_wait.add(sys.stdout.flush)
+        view = VIEWS[fmt](out, stack, bool(req.output and req.output != "-"))
+        if req.steps is not None or req.session is not None:
+            view = Filtered(view, req.steps, req.session, lambda: engine().upcoming_step)
+        outputs.append(view)
+    elif req.steps is not None or req.session is not None:
+        raise UsageError("--steps and --session choose what the view shows; there is no view")
+    if req.golden and req.update_golden:
+        outputs.append(GoldenUpdate(req.golden, stack, err))
+    elif req.golden:
+        outputs.append(GoldenCheck(req, engine, err))
+    if req.perfetto:
+        outputs.append(Timeline(req.perfetto, stack))
+    return outputs
+
+
+class GoldenUpdate(Output):
+    """``--golden G --update-golden``: the dump written to G, atomically (on success only)."""
+
+    def __init__(self, path: str, stack: ExitStack, err: Callable[[], Console]) -> None:
+        self._path, self._err = path, err
+        self._write = JsonlWriter(stack.enter_context(atomic_output(path)))
+
+    def record(self, record: Record) -> None:
+        self._write(record)
+
+    def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
+        if totals is not None:
+            self._err().print(f"updated golden {self._path}")
+
+
+class GoldenCheck(Output):
+    """``--golden G``: the dump compared with G step by step as it is made; at the end, the
+    first difference side by side, with the replay's reasons there."""
+
+    def __init__(
+        self, req: ReplayRequest, engine: Callable[[], Driver], err: Callable[[], Console]
+    ) -> None:
+        assert req.golden is not None
+        self._req, self._err = req, err
+        self._engine = engine
+        self._golden = req.golden
+        _readable(req, req.golden)
+        self.comparison: GoldenComparison | None = None
+
+    def opened(self, trace: Opened) -> None:
+        label = f"replay under {trace.policy_name}"
+        from ..views.golden import GoldenComparison
+
+        self.comparison = GoldenComparison(
+            self._golden, label, self._engine, self._req.allow_incomplete
+        )
+        self._name = trace.name
+
+    def record(self, record: Record) -> None:
+        assert self.comparison is not None
+        self.comparison(record)
+
+    def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
+        if totals is not None and self.comparison is not None:
+            self.comparison.finish()
+
+    def verdict(self) -> None:
+        """After every output closed: the difference shown, and CheckFailed (exit 1)."""
+        golden = self.comparison
+        if golden is None or golden.same:
+            return
+        err = self._err()
+        diff, *why = golden.views(lambda step: _reasons_at(self._req, step))
+        err.print(diff, soft_wrap=True)
+        for view in why:
+            err.print(view)
+        raise CheckFailed(f"{self._name}: dump differs from golden {self._golden}")
+
+
+def _reasons_at(req: ReplayRequest, step: int) -> Left:
+    """The policy's reasons at ``step``, by replaying the file again with them on (a
+    replay is deterministic); None from a pipe, which cannot be read twice."""
+    if req.trace == "-" or req.follow:
+        return None
+    from ...formats.kinds import is_request_trace
+
+    if is_request_trace(req.trace):
+        return None  # kept as the difference was found, or not derived
+    from ...engine.explain import explain_step
+
+    return explain_step(req.trace, step, req.policy, req.params).left
+
+
+def _check_coverage(
+    req: ReplayRequest, name: str, engine: Driver, err: Callable[[], Console]
+) -> None:
+    """What ``--check`` compared, said; nothing compared is bad input, and a recorded call
+    left unchecked fails ``--require-all``."""
+    if engine.nothing_checked:
+        raise InputError(name, None, f"nothing to check: {engine.nothing_to_check()}")
+    err().print(f"{name}: {engine.checked_text()}", soft_wrap=True, highlight=False)
+    if req.require_all and engine.checked < engine.check_total:
+        raise CheckFailed(f"{name}: {engine.unchecked_text()}")
+
+
+def _said_checked(
+    req: ReplayRequest, name: str, engine: Driver, err: Callable[[], Console], when: str
+) -> None:
+    """What --check had compared when the replay ended early (a difference, an error,
+    Ctrl-C): said on every exit, not only on success."""
+    if req.check:
+        err().print(f"{name}: {engine.checked_text()}, {when}", soft_wrap=True, highlight=False)
+
+
+def update_command(req: ReplayRequest) -> str:
+    """The command line that writes this replay's golden: everything that shapes the dump
+    (trace, policy, parameters, --drain), then ``--golden G --update-golden``."""
+    import shlex  # only a golden run that fails says this
+
+    words = ["schedcli", "replay", req.trace]
+    if req.policy is not None:
+        words += ["-p", req.policy]
+    for key, value in (req.params or {}).items():
+        words += ["-P", f"{key}={value}"]
+    if req.drain:
+        words.append("--drain")
+    words += ["--golden", str(req.golden), "--update-golden"]
+    return shlex.join(words)
+
+
+def _readable(req: ReplayRequest, golden: str) -> None:
+    """A golden to compare with exists and can be read; else the command that makes it."""
+    try:
+        with open(golden, "rb"):
+            pass
+    except FileNotFoundError:
+        raise UsageError(
+            f"{golden}: no such golden file; to create it from this replay, run: "
+            f"{update_command(req)}"
+        ) from None
+    except OSError as e:
+        raise UsageError(f"{golden}: cannot read golden: {e.strerror or e}") from None
+
+
+def _finish(
+    req: ReplayRequest,
+    opened: OpenReplay,
+    engine: Driver,
+    outputs: list[Output],
+    err: Callable[[], Console],
+) -> None:
+    """After the last record: notes and the verdict of --check (the outputs gave theirs)."""
+    for output in outputs:
+        if isinstance(output, Filtered) and output.passed == 0:
+            what = " and ".join(
+                o for o, v in (("--steps", req.steps), ("--session", req.session)) if v is not None
+            )
+            err().print(f"note: {what} selected nothing: no record of this replay matches")
+    if req.check:
+        _check_coverage(req, opened.name, engine, err)
+    for output in outputs:
+        if isinstance(output, GoldenCheck):
+            output.verdict()

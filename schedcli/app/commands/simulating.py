@@ -1,0 +1,205 @@
+"""``schedcli simulate``: play the runner over a workload, write what was asked."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import orjson
+from rich.console import Console
+
+from ...engine.cost import CostModel
+from ...engine.replay import PolicyCrashed
+from ...engine.requests.simulate import chunking, simulate_either, trace_writer
+from ...engine.simulate import SimResult
+from ...formats.interrupt import Stopped, stop_reason
+from ...formats.output import atomic_output
+from ...formats.perfetto import PerfettoWriter
+from ...formats.workload import read_workload
+from ...formats.writer import task_entry
+from ...model.errors import InvariantError, SchedcliError, UsageError
+from ...model.records import Record
+from ...model.task import Task
+from ...policies.registry import build_policy
+from ..report.sweep import group_reasons
+from ..views.progress import ProgressBar
+from ..views.render import simulation_tables
+
+
+@dataclass
+class SimulateRequest:
+    workload: str
+    policy: str = "decode-first"
+    params: dict[str, str] | None = None
+    output: str | None = None
+    metrics: str | None = None
+    perfetto: str | None = None
+    chunk_size: int | None = None
+    cost: CostModel = field(default_factory=CostModel)
+    slo_ttft: float | None = None
+    slo_tpot: float | None = None
+    json: bool = False
+
+    def summary_to_stderr(self) -> bool:
+        """``-`` is stdout for every output; at most one may claim it, and then the summary
+        moves to stderr."""
+        to_stdout = [
+            name
+            for name, value in (("-o", self.output), ("--metrics", self.metrics))
+            if value == "-"
+        ]
+        if self.perfetto == "-":
+            to_stdout.append("--perfetto")
+        if len(to_stdout) > 1:
+            raise UsageError(f"{' and '.join(to_stdout)} both ask for stdout; give one a FILE")
+        return bool(to_stdout)
+
+
+def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
+    """Simulate a policy of either level, write the trace, timeline and metrics asked for,
+    and show the summary."""
+    to_stderr = req.summary_to_stderr()
+    built = build_policy(req.policy, req.params or {}, level=None)
+    with ExitStack() as stack:
+        stack.callback(built.close)
+        built.promise_serial_calls()  # the simulated runner is its only caller
+        size = chunking(built, req.chunk_size, req.policy)
+        label = built.name or req.policy
+        declared = built.params()
+        trace = None
+        if req.output is not None:
+            stream = stack.enter_context(atomic_output(req.output))
+            trace = trace_writer(stream, built, req.policy, declared, trace_meta(req, size))
+        timeline = open_timeline(req, stack, label, built.token_budget)
+        progress = _progress(req.workload, err)
+        stopped: SchedcliError | Stopped | None = None
+        try:
+            result = simulate_either(
+                read_workload(req.workload),
+                built,
+                policy_name=label,
+                params=declared,
+                chunk_size=size,
+                cost=req.cost,
+                trace=trace,
+                slo_ttft=req.slo_ttft,
+                slo_tpot=req.slo_tpot,
+                on_progress=lambda requests, t: progress.update(requests, t=t),
+                on_batch=_timeline_feeder(timeline) if timeline is not None else None,
+                on_preempt=timeline.preempted if timeline is not None else None,
+                close=False,
+            )
+        except (InvariantError, PolicyCrashed, Stopped) as e:
+            # What was written is the run up to here: kept, and marked as such.
+            stopped = e
+            if trace is not None:
+                trace.partial(stop_reason(e))
+        finally:
+            progress.stop()
+        if timeline is not None:
+            timeline.close()
+    if stopped is not None:
+        raise_kept(req, stopped, err)
+    show_summary(req, result, out, err, to_stderr)
+    return result
+
+
+def raise_kept(req: SimulateRequest, stopped: BaseException, err: Console) -> NoReturn:
+    """A run stopped early: its files (written whole, the trace marked partial) said, and
+    the stop raised again."""
+    kept = [name for name in (req.output, req.perfetto) if name not in (None, "-")]
+    if kept:
+        err.print(
+            f"note: the run so far is in {' and '.join(str(k) for k in kept)} "
+            "(the trace marked partial)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    raise stopped
+
+
+def show_summary(
+    req: SimulateRequest, result: SimResult, out: Console, err: Console, to_stderr: bool
+) -> None:
+    """The metrics file, the summary (table or JSON), and a note on rejected requests."""
+    summary = result.summary()
+    if req.metrics:
+        with atomic_output(req.metrics) as f:
+            f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    view = err if to_stderr else out
+    if req.json:
+        view.file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        view.print(simulation_tables(summary))
+    _note_rejections(result, err)
+
+
+def open_timeline(
+    req: SimulateRequest, stack: ExitStack, label: str, budget: int | None
+) -> PerfettoWriter | None:
+    """``--perfetto FILE``'s writer, its file closed with ``stack``; None without it."""
+    if not req.perfetto:
+        return None
+    return PerfettoWriter(
+        stack.enter_context(atomic_output(req.perfetto)),
+        title=f"schedcli simulate {req.workload} ({label})",
+        budget=budget,
+    )
+
+
+def trace_meta(req: SimulateRequest, size: int | None = None) -> Record:
+    """The header meta of a trace ``simulate -o`` writes, at either level: every term of
+    the cost model it ran under (``d`` too), and the chunk size a task-level run used."""
+    meta: Record = {"generated_by": "schedcli simulate", "workload": req.workload}
+    if size is not None:
+        meta["chunk_size"] = size
+    meta["cost_model"] = req.cost.as_dict()
+    return meta
+
+
+def _note_rejections(result: SimResult, err: Console) -> None:
+    if not result.rejected:
+        return
+    err.print(f"note: {result.rejected} of {result.requests} requests were rejected by the policy:")
+    for reason, count in group_reasons(result.rejected_by_reason):
+        err.print(f"  {count}: {reason}", highlight=False, soft_wrap=True)
+
+
+def _timeline_feeder(timeline: PerfettoWriter) -> Any:
+    def on_batch(step: int, start: float, end: float, batch: list[Task], queued: int) -> None:
+        entries = [task_entry(t) for t in batch]
+        tokens = sum(t.size for t in batch)
+        timeline.batch(step, start * 1e6, (end - start) * 1e6, entries, tokens, queued)
+
+    return on_batch
+
+
+def _progress(path: str, err: Console) -> ProgressBar:
+    """Requests admitted (of the lines in the file) and simulated time."""
+    total = None
+    if path != "-" and err.is_terminal:
+        try:
+            with open(path, "rb") as f:
+                total = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        except OSError:
+            total = None
+    return ProgressBar(
+        err, "simulating", total, "{task.completed} requests, t={task.fields[t]:.0f}s"
+    )
+
+
+def cost_model_of(path: str | None, a: float, b: float, c: float) -> CostModel:
+    """--cost FILE (a fitted model) or --cost-a/-b/-c, not both."""
+    default = CostModel()
+    if path is None:
+        return CostModel(a, b, c)
+    if (a, b, c) != (default.a, default.b, default.c):
+        raise UsageError("--cost FILE is a whole model: give it or --cost-a/-b/-c, not both")
+    model = CostModel.load(path)
+    poor = CostModel.poor_fit(path)
+    if poor:
+        from ..usage import warn_poor_fit
+
+        warn_poor_fit(poor, f"the fit in {path}")
+    return model

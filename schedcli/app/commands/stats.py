@@ -1,0 +1,84 @@
+"""``schedcli stats``: the step-based metrics a recorded trace, or a dump, allows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...engine.metrics import StepMetrics
+from ...engine.run import replay_metrics
+from ...formats.dump import batch_tasks, read_dump
+from ...formats.kinds import sniff_kind
+from ...formats.source import display_name
+from ...model.errors import UsageError
+from ..views.progress import TraceProgress
+
+
+def _dump_stats(path: str, allow_incomplete: bool) -> dict[str, Any]:
+    metrics = StepMetrics(waits_known=False)
+    rejected = 0
+    queued: int | None = None
+    for record in read_dump(path, allow_incomplete=allow_incomplete):
+        if "batch" in record:
+            metrics.dispatched(batch_tasks(record), record["step"])
+        elif record.get("op") == "submit" and record.get("accepted") is False:
+            rejected += 1
+        elif record.get("op") in ("cancel", "clear"):
+            metrics.dropped_count += len(record.get("dropped") or ())
+        elif "end" in record and isinstance(record["end"], dict):
+            end_queued = record["end"].get("queued")
+            queued = end_queued if type(end_queued) is int else None
+    summary = metrics.summary()
+    summary["rejected"] = rejected
+    summary["queued"] = queued
+    return summary
+
+
+def stats_of(
+    path: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    *,
+    drain: bool = False,
+    progress: TraceProgress | None = None,
+    allow_incomplete: bool = False,
+) -> tuple[dict[str, Any], str]:
+    """Metrics of ``path`` and a title saying what they are of."""
+    if path != "-" and sniff_kind(path) == "dump":
+        if policy is not None or params or drain:
+            raise UsageError(
+                "a dump is one schedule already: --policy, --param and --drain apply to traces"
+            )
+        return _dump_stats(path, allow_incomplete), f"{display_name(path)} (dump)"
+    return replay_metrics(
+        path,
+        policy,
+        params,
+        drain=drain,
+        allow_incomplete=allow_incomplete,
+        progress=progress,
+    )
+
+
+def stats_command(
+    path: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    *,
+    drain: bool,
+    allow_incomplete: bool,
+    fmt: str,
+) -> None:
+    """``schedcli stats``: the metrics of a trace (replayed) or a dump, shown."""
+    from ..console import show
+    from ..views.progress import trace_progress
+    from ..views.render import stats_table
+
+    progress = trace_progress("measuring", path)
+    try:
+        summary, title = stats_of(
+            path, policy, params, drain=drain, progress=progress, allow_incomplete=allow_incomplete
+        )
+    finally:
+        progress.stop()
+    show(fmt, summary, lambda data: stats_table(data, title))

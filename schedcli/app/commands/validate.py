@@ -1,0 +1,139 @@
+"""``schedcli validate``: every problem in a trace, not only the first."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...engine.clock import StepClock
+from ...formats.kinds import LEVEL
+from ...formats.source import DEFAULT_MAX_LINE_BYTES, display_name
+from ...formats.trace import TraceReader, incomplete_trace, open_trace
+from ...model.errors import InputError, UsageError
+from ...policies.registry import Level, RecordedPolicy, check_policy_for_trace
+from ..usage import error_text
+
+
+class Problems(list[str]):
+    """The first ``keep`` problems as ``FILE:LINE: message``, and how many there were."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__()
+        self.keep = keep
+        self.total = 0
+
+    def append(self, problem: str) -> None:
+        self.total += 1
+        if len(self) < self.keep:
+            super().append(problem)
+
+
+def validate_trace(
+    path: str,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_errors: int = 20,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+    allow_incomplete: bool = False,
+) -> tuple[Problems, int]:
+    """The problems (the first ``max_errors`` kept, all counted) and the valid events.
+
+    What ``replay`` refuses, this reports: the same reader, the header's policy (or
+    ``policy``) built as replay builds it, and the same step-mode rules (``StepClock``).
+    """
+    problems = Problems(max_errors)
+    name = display_name(path)
+
+    def collect(err: InputError) -> None:
+        problems.append(error_text(err))
+
+    events = 0
+    try:
+        with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
+            header = reader.header
+            level: Level = "request" if header is not None and header.level == LEVEL else "task"
+            _check_policy(reader, collect, policy, params or {}, level)
+            count = _request_events if level == "request" else _task_events
+            events, partial = count(reader, collect)
+            if partial is not None and not allow_incomplete:
+                collect(InputError(name, partial[0], incomplete_trace(partial[1])))
+    except InputError as e:
+        # Problems past which nothing more can be read: a corrupt gzip stream, an
+        # unreadable file, a line too long to hold.
+        problems.append(error_text(e))
+    return problems, events
+
+
+Collect = Callable[[InputError], None]
+Partial = tuple[int, dict[str, Any]] | None
+
+
+def _check_policy(
+    reader: TraceReader,
+    collect: Collect,
+    policy: str | None,
+    params: Mapping[str, object],
+    level: Level,
+) -> None:
+    """The trace's policy and parameters checked as replay takes them, without building a
+    policy whose building costs (vLLM's takes seconds: ``Policy.settle``)."""
+    header = reader.header
+    try:
+        check_policy_for_trace(RecordedPolicy.of(header), reader.name, policy, params, level)
+    except InputError as e:
+        collect(e)
+    except UsageError as e:
+        collect(InputError(reader.name, header.line if header is not None else None, str(e)))
+
+
+def _task_events(reader: TraceReader, collect: Collect) -> tuple[int, Partial]:
+    """A task-level trace's valid events, its steps checked by replay's rules
+    (``StepClock``); and its partial marker."""
+    clock = StepClock(reader.name)
+    events = 0
+    for event in reader:
+        try:
+            clock.check(event)
+        except InputError as e:
+            collect(e)
+            continue
+        events += 1
+    return events, reader.partial
+
+
+def _request_events(reader: TraceReader, collect: Collect) -> tuple[int, Partial]:
+    """A request-level trace's valid events; and its partial marker."""
+    from ...formats.requests import RequestReader
+
+    events = RequestReader(reader, collect)
+    return sum(1 for _ in events), events.partial
+
+
+def check_trace(
+    path: str,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_errors: int = 20,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+    allow_incomplete: bool = False,
+) -> bool:
+    """``schedcli validate``: every problem on stderr, then a count; whether it is valid."""
+    problems, events = validate_trace(
+        path,
+        max_line_bytes=max_line_bytes,
+        max_errors=max_errors,
+        policy=policy,
+        params=params,
+        allow_incomplete=allow_incomplete,
+    )
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems.total:
+        shown = "" if problems.total == len(problems) else f" (the first {len(problems)} shown)"
+        print(f"{problems.total} problem(s){shown}; {events} valid event(s)", file=sys.stderr)
+        return False
+    print(f"{display_name(path)}: valid, {events} event(s)", file=sys.stderr)
+    return True

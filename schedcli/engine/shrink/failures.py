@@ -1,0 +1,148 @@
+"""How a shrink candidate fails: its signature, by ``--until`` (check, contract,
+diff:POLICY, cmd:SHELL), at either level."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...model.errors import InvariantError, SchedcliError, UsageError
+from ...model.records import discard
+from ...model.task import id_key, ids_only_in
+from ..diff import Config, diff_trace
+from ..replay import ExpectMismatch, Mismatch, OutcomeMismatch
+from ..requests.replay import RequestExpectMismatch, RequestMismatch
+from ..run import open_replay
+
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a candidate failed: the line to cut after (0: none) and what identifies it."""
+
+    line: int
+    signature: tuple[Any, ...]
+
+
+Test = Callable[[str], Failure | None]
+
+
+def failure_test(until: str, policy: str | None, params: Mapping[str, object]) -> Test:
+    """How a candidate (a trace of either level) fails: ``check``, ``contract``,
+    ``diff:POLICY`` or ``cmd:SHELL``."""
+    if until == "check":
+        return lambda path: _replay_fails(path, policy, params, check=True)
+    if until == "contract":
+        return lambda path: _replay_fails(path, policy, params, check=False)
+    if until.startswith("diff:") and until[5:]:
+        other = until[5:]
+        return lambda path: _parts_ways(path, Config(policy, dict(params)), Config(other, {}))
+    if until.startswith("cmd:") and until[4:].strip():
+        command = until[4:]
+        return lambda path: _command_fails(command, path)
+    raise UsageError(f"--until {until!r}: one of check, contract, diff:POLICY, cmd:'SHELL COMMAND'")
+
+
+def _parts_ways(path: str, a: Config, b: Config) -> Failure | None:
+    try:
+        result = diff_trace(path, a, b)
+    except SchedcliError:
+        return None
+    first = result.first
+    if first is None:
+        return None if result.identical else Failure(0, ("diff", "events"))
+    only_a, only_b = first.moved()
+    return Failure(0, ("diff", _keys(only_a), _keys(only_b), first.fields is not None))
+
+
+def _command_fails(command: str, path: str) -> Failure | None:
+    run = subprocess.run(
+        command.replace("{}", shlex.quote(path)),
+        shell=True,
+        env={**os.environ, "TRACE": path},
+        capture_output=True,
+        check=False,
+    )
+    return Failure(0, ("cmd", run.returncode)) if run.returncode != 0 else None
+
+
+def _keys(ids: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(sorted((id_key(x) for x in ids), key=repr))
+
+
+# A number in a contract message that is not an id: a count, which a smaller trace changes.
+_COUNT = re.compile(r"(?<!task )(?<!tid )(?<!chunk )(?<!session )(?<!cancel\()\b\d+\b")
+# The tasks a contract message lists as examples (the lost ones, say): a smaller trace
+# loses others, the same way.
+_TASKS = re.compile(r" \(tasks: [^)]*\)")
+_CONTRACT = re.compile(r"broke the Scheduler contract at step \d+ \(([^)]*)\): (.*)", re.S)
+
+
+def _replay_fails(
+    path: str, policy: str | None, params: Mapping[str, object], *, check: bool
+) -> Failure | None:
+    try:
+        with open_replay(
+            path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
+        ) as opened:
+            opened.run(opened.replayer(discard, check=check))
+    except ExpectMismatch as e:
+        return _batch_differs(e.mismatch)
+    except RequestExpectMismatch as e:
+        return _step_differs(e.mismatch)
+    except OutcomeMismatch as e:
+        return Failure(e.line, ("outcome", e.recorded, e.replayed))
+    except InvariantError as e:
+        return None if check else _broke(str(e))
+    except SchedcliError:
+        return None
+    return None
+
+
+def _batch_differs(m: Mismatch) -> Failure | None:
+    """A task-level batch that could have been dispatched (each task it names was queued
+    then): the tids only in the recording, only in the replay, or their order."""
+    queued = {id_key(t) for t in m.queued} | {id_key(t.tid) for t in m.got}
+    if not all(id_key(tid) in queued for tid in m.expected):
+        return None
+    missing, extra = ids_only_in(m.expected, [t.tid for t in m.got])
+    if missing or extra:
+        return Failure(m.line, ("check", _keys(missing), _keys(extra)))
+    return Failure(m.line, ("order", tuple(id_key(x) for x in m.expected)))
+
+
+def _step_differs(m: RequestMismatch) -> Failure | None:
+    """A request-level step: the requests it scheduled only in the recording, only in the
+    replay, or with other token counts (a step that names a request not held then could
+    not have been recorded: no failure)."""
+    held = {id_key(r) for r in m.held}
+    want = {id_key(r): n for r, n in m.expected.get("batch", ())}
+    got = {id_key(r): n for r, n in m.got.get("batch", ())}
+    if not all(k in held for k in want):
+        return None
+    missing = tuple(sorted((k for k in want if k not in got), key=repr))
+    extra = tuple(sorted((k for k in got if k not in want), key=repr))
+    other = tuple(sorted((k for k in want if k in got and want[k] != got[k]), key=repr))
+    if missing or extra or other:
+        return Failure(m.line, ("check", missing, extra, other))
+    # The same slices, another field differing: a step's preemptions, or a split step's
+    # update (which records what finished, and no batch).
+    fields = sorted(k for k in {*m.expected, *m.got} if m.expected.get(k) != m.got.get(k))
+    return Failure(m.line, ("steps", tuple(want), tuple(fields)))
+
+
+def _broke(message: str) -> Failure:
+    """A broken contract, its counts and example tasks dropped (a smaller trace changes
+    them); at the task level, located at the line the message names."""
+    found = _CONTRACT.search(message)
+    if found is None:  # the request level's message names no line
+        return Failure(0, ("contract", _COUNT.sub("N", message)))
+    where, said = found.groups()
+    line = int(where[5:]) if where.startswith("line ") and where[5:].isdigit() else 0
+    return Failure(line, ("contract", _COUNT.sub("N", _TASKS.sub("", said))))

@@ -1,0 +1,526 @@
+"""`schedcli check`: a suite of traces and goldens, a verdict each, for CI."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.helpers import ROOT, TRACES, run_cli
+
+GOLDENS = TRACES / "golden"
+
+
+def held_out_suite(root: Path) -> Path:
+    """Some passing, one golden off by one batch, one wrong expect, one unchecked, one
+    orphaned golden."""
+    suite = root / "suite"
+    (suite / "golden").mkdir(parents=True)
+    for name in ("rotation-fairness", "clear-shutdown", "deferral-order"):
+        shutil.copy(TRACES / f"{name}.jsonl", suite / f"{name}.jsonl")
+        shutil.copy(GOLDENS / f"{name}.dump.jsonl", suite / "golden" / f"{name}.dump.jsonl")
+    # decode-beside-prefill: its golden's step 1 loses a task.
+    shutil.copy(TRACES / "decode-beside-prefill.jsonl", suite / "decode-beside-prefill.jsonl")
+    lines = (GOLDENS / "decode-beside-prefill.dump.jsonl").read_bytes().splitlines()
+    for i, raw in enumerate(lines):
+        record = orjson.loads(raw)
+        if record.get("step") == 1 and "batch" in record:
+            record["batch"] = record["batch"][:-1]
+            lines[i] = orjson.dumps(record)
+    (suite / "golden" / "decode-beside-prefill.dump.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    # cancel-and-rejoin: its second expect is wrong (no golden: the expect decides).
+    lines = (TRACES / "cancel-and-rejoin.jsonl").read_bytes().splitlines()
+    expects = [i for i, raw in enumerate(lines) if b'"expect"' in raw]
+    wrong = orjson.loads(lines[expects[1]])
+    wrong["expect"] = [*wrong["expect"], 999]
+    lines[expects[1]] = orjson.dumps(wrong)
+    (suite / "cancel-and-rejoin.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    # long-prompts-and-chat: no expect and no golden.
+    shutil.copy(TRACES / "long-prompts-and-chat.jsonl", suite / "long-prompts-and-chat.jsonl")
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "ghost.dump.jsonl")
+    return suite
+
+
+def verdicts(suite: Path, *options: str) -> tuple[int, dict[str, dict[str, object]]]:
+    r = run_cli("check", str(suite), "-f", "json", "-j", "1", *options)
+    records = [orjson.loads(line) for line in r.stdout.splitlines()]
+    return r.returncode, {Path(x["trace"] or x["golden"]).name: x for x in records}
+
+
+def test_check_gives_each_trace_its_verdict_and_exits_1_on_any_failure(tmp_path: Path) -> None:
+    code, found = verdicts(held_out_suite(tmp_path))
+    assert code == 1
+    assert {name: v["status"] for name, v in found.items()} == {
+        "rotation-fairness.jsonl": "pass",
+        "clear-shutdown.jsonl": "pass",
+        "deferral-order.jsonl": "pass",
+        "decode-beside-prefill.jsonl": "fail",
+        "cancel-and-rejoin.jsonl": "fail",
+        "long-prompts-and-chat.jsonl": "fail",  # no golden
+        "ghost.dump.jsonl": "orphaned",
+    }
+    assert found["long-prompts-and-chat.jsonl"]["coverage"] == "no golden"
+    assert found["rotation-fairness.jsonl"]["coverage"] == (
+        "checked 6 of 6 batches; golden: 6 steps compared"
+    )
+    assert "step 1" in str(found["decode-beside-prefill.jsonl"]["detail"])
+    assert found["cancel-and-rejoin.jsonl"]["coverage"].startswith("expect differs at step")
+    assert isinstance(found["cancel-and-rejoin.jsonl"]["line"], int)
+
+
+def test_the_text_report_shows_a_line_each_then_each_first_divergence_then_a_summary(
+    tmp_path: Path,
+) -> None:
+    r = run_cli("check", str(held_out_suite(tmp_path)), "-j", "1")
+    out = r.stdout.decode()
+    assert r.returncode == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("FAIL") and "cancel-and-rejoin.jsonl" in lines[0]
+    assert "--- " in out and "first divergence" in out
+    assert lines[-1] == (
+        "6 traces: 3 passed, 3 failed, 0 unchecked, 0 could not be read; "
+        "1 orphaned golden (failing)"
+    )
+
+
+def test_unchecked_fails_unless_allowed_and_an_orphan_unless_not_strict(tmp_path: Path) -> None:
+    suite = tmp_path / "s"
+    (suite / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "long-prompts-and-chat.jsonl", suite)
+    assert verdicts(suite)[1]["long-prompts-and-chat.jsonl"]["status"] == "fail"  # no golden
+    code, found = verdicts(suite, "--allow-missing-golden")
+    assert code == 1 and found["long-prompts-and-chat.jsonl"]["status"] == "unchecked"
+    assert verdicts(suite, "--allow-missing-golden", "--allow-unchecked")[0] == 0
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "ghost.dump.jsonl")
+    allowed = ("--allow-missing-golden", "--allow-unchecked")
+    assert verdicts(suite, *allowed)[0] == 1
+    assert verdicts(suite, *allowed, "--strict")[0] == 1
+    assert verdicts(suite, *allowed, "--no-strict")[0] == 0
+
+
+def test_update_rewrites_only_the_failing_and_missing_goldens_and_the_next_run_passes(
+    tmp_path: Path,
+) -> None:
+    suite = held_out_suite(tmp_path)
+    (suite / "cancel-and-rejoin.jsonl").unlink()  # a failing expect is never blessed
+    goldens = suite / "golden"
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()}
+    dry = run_cli("check", str(suite), "--update", "--dry-run", "-j", "1")
+    assert dry.returncode == 1 and b"would write" in dry.stdout
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()} == before
+    r = run_cli("check", str(suite), "--update", "-j", "1", "--no-strict")
+    assert r.returncode == 0, r.stdout.decode()
+    assert b"1 step and 0 other records differ" in r.stdout
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in goldens.iterdir()}
+    changed = {name for name in after if after[name] != before.get(name)}
+    assert changed == {"decode-beside-prefill.dump.jsonl", "long-prompts-and-chat.dump.jsonl"}
+    assert (
+        after["decode-beside-prefill.dump.jsonl"][0]
+        == (GOLDENS / "decode-beside-prefill.dump.jsonl").read_bytes()
+    )
+    code, found = verdicts(suite)
+    assert code == 1 and found["ghost.dump.jsonl"]["status"] == "orphaned"
+    (goldens / "ghost.dump.jsonl").unlink()
+    assert verdicts(suite)[0] == 0
+
+
+def test_the_junit_report_counts_and_explains_each_outcome(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    r = run_cli("check", str(held_out_suite(tmp_path)), "--junit-xml", str(report), "-j", "1")
+    assert r.returncode == 1
+    root = ET.parse(report).getroot()
+    assert root.tag == "testsuites"
+    (suite,) = root
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("7", "4", "0")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {p + ".jsonl" for p in (
+        "rotation-fairness", "clear-shutdown", "deferral-order", "decode-beside-prefill",
+        "cancel-and-rejoin", "long-prompts-and-chat")} | {"ghost.dump.jsonl"}  # fmt: skip
+    ghost = cases.pop("ghost.dump.jsonl")
+    assert ghost.get("classname") == str(tmp_path / "suite" / "golden")
+    assert ghost.find("failure") is not None
+    assert all(c.get("classname") == str(tmp_path / "suite") for c in cases.values())
+    failure = cases["decode-beside-prefill.jsonl"].find("failure")
+    assert failure is not None and "differ" in (failure.get("message") or "")
+    assert "step 1" in (failure.text or "")
+    assert cases["rotation-fairness.jsonl"].find("failure") is None
+    missing = cases["long-prompts-and-chat.jsonl"].find("failure")
+    assert missing is not None and "no golden" in (missing.get("message") or "")
+
+
+def test_github_actions_gets_an_annotation_at_the_line_of_each_divergence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = held_out_suite(tmp_path)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    r = run_cli("check", str(suite), "--allow-unchecked", "-j", "1")
+    annotations = [x for x in r.stderr.decode().splitlines() if x.startswith("::error ")]
+    assert len(annotations) == 4  # two divergences, a missing golden, an orphan
+    _, found = verdicts(suite)
+    line = found["cancel-and-rejoin.jsonl"]["line"]
+    trace = str(suite / "cancel-and-rejoin.jsonl")
+    assert any(a.startswith(f"::error file={trace},line={line},") for a in annotations)
+    assert all("\n" not in a for a in annotations)
+
+
+def test_parallel_jobs_give_the_same_report_as_one(tmp_path: Path) -> None:
+    suite = held_out_suite(tmp_path)
+    one = run_cli("check", str(suite), "-j", "1")
+    two = run_cli("check", str(suite), "-j", "2")
+    assert (one.returncode, one.stdout) == (two.returncode, two.stdout)
+
+
+# A worker that never sees its SIGTERM (as when the signal lands just before the worker
+# blocks on the pool's queue lock): the check must still end, as the workers are told there
+# is no more work rather than signalled.
+_DEAF_WORKERS = """
+import signal, sys
+from schedcli.app.commands.check import suite as checking
+from schedcli.app.entry import run
+def deaf():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+checking._worker_signals = deaf
+codes = []
+for _ in range(3):  # the lost signal is a race: give it three chances to bite
+    sys.argv = ["schedcli", "check", sys.argv[1], "-j", "6", "--allow-missing-golden"]
+    try:
+        run()
+    except SystemExit as e:
+        codes.append(e.code)
+sys.exit(max(codes))
+"""
+
+
+def test_a_parallel_check_ends_though_its_workers_never_see_a_stop_signal(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for i in range(12):
+        shutil.copy(TRACES / "rotation-fairness.jsonl", suite / f"copy-{i}.jsonl")
+    r = subprocess.run(
+        [sys.executable, "-c", _DEAF_WORKERS, str(suite)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().count("copy-") >= 12
+
+
+def test_a_trace_that_cannot_be_read_is_bad_input_and_the_rest_still_checked(
+    tmp_path: Path,
+) -> None:
+    suite = held_out_suite(tmp_path)
+    (suite / "broken.jsonl").write_text('{"op": "submit", "tid": 1}\n')
+    r = run_cli("check", str(suite), "-j", "1")
+    assert r.returncode == 2
+    out = r.stdout.decode()
+    assert "error" in out and "broken.jsonl" in out and "rotation-fairness.jsonl" in out
+
+
+def test_nothing_to_check_is_bad_input(tmp_path: Path) -> None:
+    r = run_cli("check", str(tmp_path))
+    assert r.returncode == 2 and b"nothing to check" in r.stderr
+    r = run_cli("check", str(tmp_path / "missing"))
+    assert r.returncode == 2 and b"no such file or folder" in r.stderr
+    r = run_cli("check", str(TRACES), "--dry-run")
+    assert r.returncode == 2 and b"--dry-run applies to --update" in r.stderr
+
+
+def test_the_examples_pass(tmp_path: Path) -> None:
+    r = run_cli("check", str(TRACES))
+    assert r.returncode == 0, r.stdout.decode()
+    assert r.stdout.decode().splitlines()[-1] == (
+        "7 traces: 7 passed, 0 failed, 0 unchecked, 0 could not be read"
+    )
+
+
+def project(tmp_path: Path, section: str) -> Path:
+    """A repository: pyproject.toml with ``section`` under [tool.schedcli], and the
+    example traces with their goldens in checks/."""
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "x"\n\n[tool.schedcli]\n{section}')
+    shutil.copytree(TRACES, tmp_path / "checks")
+    return tmp_path
+
+
+def test_check_with_no_arguments_reads_the_projects_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project(tmp_path, 'traces = ["checks"]\n'))
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")  # the nearest pyproject.toml above is the project's
+    r = run_cli("check", "-j", "1")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().count("pass ") == 7
+
+
+def test_a_folder_configured_with_another_policy_replays_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    section = 'traces = ["checks"]\n[tool.schedcli.folders."checks"]\npolicy = "fcfs"\n'
+    monkeypatch.chdir(project(tmp_path, section))
+    code, found = verdicts(Path("checks"))
+    assert code == 1  # the goldens were made under decode-first
+    assert found["rotation-fairness.jsonl"]["status"] == "fail"
+    r = run_cli("check", "checks", "-j", "1", "-f", "json")
+    assert b"replay under fcfs" in r.stdout
+
+
+def test_command_line_options_override_the_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project(tmp_path, 'traces = ["nowhere"]\nstrict = false\n'))
+    assert run_cli("check", "checks", "-j", "1").returncode == 0
+    assert run_cli("check", "-j", "1").returncode == 2  # the configured folder is missing
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        ("strcit = true\n", "has no key 'strcit' (did you mean 'strict'?)"),
+        ("jobs = 0\n", "jobs must be an integer from 1 to 1024"),
+        ('traces = "checks"\n', "traces must be a list of folders or files"),
+        ('[tool.schedcli.folders."checks"]\npolicy = 3\n', "policy must be a string"),
+        ('[tool.schedcli.folders."checks"]\npolcy = "x"\n', "(did you mean 'policy'?)"),
+        ("strict = 1\n", "strict must be true or false"),
+    ],
+)
+def test_a_bad_configuration_is_bad_input_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str, said: str
+) -> None:
+    monkeypatch.chdir(project(tmp_path, section))
+    r = run_cli("check", "checks")
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert said in err and "pyproject.toml" in err and "Traceback" not in err
+
+
+def test_pytest_schedcli_gives_the_verdicts_of_check_a_test_each(pytester: pytest.Pytester) -> None:
+    suite = held_out_suite(pytester.path)
+    result = pytester.runpytest_subprocess("--schedcli=suite", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, failed=4)
+    out = result.stdout.str()
+    assert "suite/decode-beside-prefill.jsonl::check FAILED" in out or (
+        "FAILED suite/decode-beside-prefill.jsonl::check" in out
+    )
+    assert "first divergence" in out and "Traceback" not in out
+    assert "only in B" in out  # the step-aligned view, not a Python traceback
+    code, _ = verdicts(suite)
+    assert code == 1
+
+
+def test_pytest_schedcli_works_across_xdist_workers_and_updates_goldens(
+    pytester: pytest.Pytester,
+) -> None:
+    suite = held_out_suite(pytester.path)
+    (suite / "cancel-and-rejoin.jsonl").unlink()
+    result = pytester.runpytest_subprocess("--schedcli=suite", "-n", "2")
+    result.assert_outcomes(passed=3, failed=3)  # a divergence, a missing golden, an orphan
+    result = pytester.runpytest_subprocess("--schedcli=suite", "--schedcli-update", "-n", "2")
+    result.assert_outcomes(passed=5, failed=1)  # the orphan is still there
+    assert verdicts(suite)[0] == 1
+    (suite / "golden" / "ghost.dump.jsonl").unlink()
+    result = pytester.runpytest_subprocess("--schedcli=suite")
+    result.assert_outcomes(passed=5)
+
+
+def test_the_plugin_is_idle_unless_asked(pytester: pytest.Pytester) -> None:
+    held_out_suite(pytester.path)
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    pytester.makepyprojecttoml('[tool.schedcli]\ntraces = ["suite"]\npytest = true\n')
+    pytester.runpytest_subprocess().assert_outcomes(passed=4, failed=4)
+    # Test files named on the command line: only they run.
+    pytester.runpytest_subprocess("test_plain.py").assert_outcomes(passed=1)
+
+
+def pre_commit_hook() -> dict[str, str]:
+    """The hook's settings (``.pre-commit-hooks.yaml`` holds one hook of plain keys)."""
+    text = (ROOT / ".pre-commit-hooks.yaml").read_text()
+    pairs = [line.lstrip("- ").split(": ", 1) for line in text.splitlines() if ": " in line]
+    return {key.strip(): value.strip() for key, value in pairs if not key.startswith("#")}
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def _repository(tmp_path: Path) -> Path:
+    """A git repository holding a passing suite (traces/ and their goldens), committed."""
+    repo = tmp_path / "repo"
+    (repo / "traces" / "golden").mkdir(parents=True)
+    for name in ("rotation-fairness", "deferral-order"):
+        shutil.copy(TRACES / f"{name}.jsonl", repo / "traces")
+        shutil.copy(GOLDENS / f"{name}.dump.jsonl", repo / "traces" / "golden")
+    (repo / "notes.jsonl").write_text('{"not": "a trace"}\n')
+    _git(repo, "init", "-q")
+    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "add", "-A")
+    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "suite")
+    (repo / "pyproject.toml").write_text('[tool.schedcli]\ntraces = ["traces"]\n')
+    return repo
+
+
+def test_the_pre_commit_hook_runs_on_every_commit_and_sees_deletions_and_renames(
+    tmp_path: Path,
+) -> None:
+    hook = pre_commit_hook()
+    assert hook["id"] == "schedcli-check" and hook["entry"] == "schedcli check --staged"
+    # pre-commit hands a hook no deleted file: this one asks git, on every commit.
+    assert (hook["pass_filenames"], hook["always_run"]) == ("false", "true")
+    assert hook["require_serial"] == "true"  # check spreads the files over cores itself
+    repo = _repository(tmp_path)
+    entry = hook["entry"].split()[1:]
+
+    def staged() -> subprocess.CompletedProcess[bytes]:
+        return run_cli(*entry, "-j", "1", cwd=repo)
+
+    r = staged()
+    assert r.returncode == 0 and b"touches no trace or golden" in r.stderr
+    _git(repo, "rm", "-q", "traces/deferral-order.jsonl")  # its golden is left orphaned
+    r = staged()
+    assert r.returncode == 1 and b"orphaned   traces/golden/deferral-order.dump.jsonl" in r.stdout
+    _git(repo, "reset", "-q", "--hard")
+    _git(repo, "rm", "-q", "traces/golden/deferral-order.dump.jsonl")  # its trace has none
+    r = staged()
+    assert r.returncode == 1 and b"FAIL       traces/deferral-order.jsonl" in r.stdout
+    assert b"reproduce: schedcli check --update traces/deferral-order.jsonl" in r.stdout
+    _git(repo, "reset", "-q", "--hard")
+    _git(repo, "mv", "traces/deferral-order.jsonl", "traces/renamed.jsonl")
+    r = staged()
+    assert r.returncode == 1 and b"no golden" in r.stdout and b"orphaned" in r.stdout
+    _git(repo, "mv", "traces/golden/deferral-order.dump.jsonl", "traces/golden/renamed.dump.jsonl")
+    r = staged()
+    assert r.returncode == 0 and r.stdout.startswith(b"pass       traces/renamed.jsonl")
+    # A changed golden checks its trace; a .jsonl outside the configured folders is no trace.
+    golden = repo / "traces" / "golden" / "rotation-fairness.dump.jsonl"
+    golden.write_bytes(golden.read_bytes().replace(b'"tokens":8', b'"tokens":9', 1))
+    (repo / "notes.jsonl").write_text('{"still": "not a trace"}\n')
+    _git(repo, "add", "-A")
+    r = staged()
+    assert r.returncode == 1
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("pass") and "renamed.jsonl" in lines[0]
+    assert lines[1].startswith("FAIL") and "rotation-fairness.jsonl" in lines[1]
+    assert b"notes.jsonl" not in r.stdout
+
+
+def test_a_junit_reader_reads_the_report_with_its_counts_and_failure_texts(
+    tmp_path: Path,
+) -> None:
+    # junitparser reads JUnit XML as CI systems' report pages do.
+    from junitparser import Failure, JUnitXml, Skipped
+
+    report = tmp_path / "junit.xml"
+    suite = held_out_suite(tmp_path)
+    run_cli("check", str(suite), "--junit-xml", str(report), "--strict", "-j", "1")
+    xml = JUnitXml.fromfile(str(report))
+    (read,) = list(xml)
+    assert (read.tests, read.failures, read.errors, read.skipped) == (7, 4, 0, 0)
+    results = {case.name: case.result for case in read}
+    assert results["rotation-fairness.jsonl"] == []
+    (failure,) = results["decode-beside-prefill.jsonl"]
+    assert isinstance(failure, Failure) and "1 step and 0 other records differ" in failure.message
+    assert "only in B" in (failure.text or "")
+    (orphan,) = results["ghost.dump.jsonl"]
+    assert isinstance(orphan, Failure) and orphan.message == "a golden no trace claims"
+    allowed = ("--allow-unchecked", "--allow-missing-golden")
+    run_cli("check", str(suite), "--junit-xml", str(report), *allowed, "-j", "1")
+    (read,) = list(JUnitXml.fromfile(str(report)))
+    (skipped,) = {case.name: case.result for case in read}["long-prompts-and-chat.jsonl"]
+    assert isinstance(skipped, Skipped) and read.skipped == 1
+
+
+def test_update_never_blesses_a_failing_expect_and_leaves_no_temporary_file(
+    tmp_path: Path,
+) -> None:
+    suite = held_out_suite(tmp_path)
+    r = run_cli("check", str(suite), "--update", "-j", "1")
+    assert r.returncode == 1  # cancel-and-rejoin's expect still fails
+    goldens = suite / "golden"
+    assert not (goldens / "cancel-and-rejoin.dump.jsonl").exists()
+    assert [p.name for p in goldens.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_golden_failure_says_why_the_replay_left_out_what_the_golden_has(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "s"
+    (suite / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "decode-beside-prefill.jsonl", suite)
+    records = [
+        orjson.loads(x)
+        for x in (GOLDENS / "decode-beside-prefill.dump.jsonl").read_bytes().splitlines()
+    ]
+    batches = [r for r in records if "batch" in r]
+    batches[0]["batch"].append(batches[1]["batch"][-1])  # the golden dispatches it a step early
+    (suite / "golden" / "decode-beside-prefill.dump.jsonl").write_bytes(
+        b"".join(orjson.dumps(r) + b"\n" for r in records)
+    )
+    code, found = verdicts(suite)
+    assert code == 1
+    detail = str(found["decode-beside-prefill.jsonl"]["detail"])
+    assert "why the replay left out what the other side dispatched" in detail, detail
+
+
+def test_the_plugin_refuses_a_bad_path_or_configuration_as_pytest_refuses_usage(
+    pytester: pytest.Pytester,
+) -> None:
+    result = pytester.runpytest_subprocess("--schedcli=nowhere")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "nowhere: no such file or folder" in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    pytester.makepyprojecttoml("[tool.schedcli]\npytset = true\n")
+    result = pytester.runpytest_subprocess("--schedcli")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "did you mean 'pytest'?" in result.stderr.str()
+
+
+def test_folders_below_are_searched_and_their_goldens_found_beside_them(tmp_path: Path) -> None:
+    suite = held_out_suite(tmp_path)
+    deeper = suite / "more" / "deeper"
+    (deeper / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "rejections.jsonl", deeper)
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", deeper / "golden")
+    (suite / ".hidden").mkdir()
+    shutil.copy(TRACES / "rejections.jsonl", suite / ".hidden")
+    _, found = verdicts(suite)
+    assert found["rejections.jsonl"]["status"] == "pass"
+    assert found["rejections.jsonl"]["trace"] == str(deeper / "rejections.jsonl")
+    assert len([v for v in found.values() if v["trace"]]) == 7
+
+
+def test_an_interrupted_check_stops_soon_and_leaves_no_partial_golden(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bench.replay_bench import generate
+
+    suite = tmp_path / "s"
+    suite.mkdir()
+    for i in range(12):
+        generate(suite / f"t{i:02d}.jsonl", 40_000, seed=i)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedcli", "check", str(suite), "--update", "-j", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    goldens = suite / "golden"
+    deadline = time.monotonic() + 60
+    while not any(goldens.glob("*.dump.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = len(list(goldens.glob("*.dump.jsonl")))
+    proc.send_signal(signal.SIGINT)  # to the command alone, as a supervisor's stop is
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
+    written = len(list(goldens.glob("*.dump.jsonl")))
+    assert written <= before + 1  # the workers stopped; no queued trace was begun
+    assert [p.name for p in goldens.iterdir() if p.name.startswith(".")] == []

@@ -1,0 +1,297 @@
+"""schedcli explain (why a task waited) and schedcli shrink (a failing trace made small)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.helpers import TRACES, run_cli
+
+CHAT = TRACES / "long-prompts-and-chat.jsonl"
+
+
+def test_explain_step_shows_the_queue_the_batch_and_every_reason() -> None:
+    r = run_cli("explain", str(CHAT), "--step", "1", "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    view = orjson.loads(r.stdout)
+    assert view["step"] == 1 and view["line"] == 21 and view["policy"] == "decode-first"
+    taken = {e["tid"] for e in view["batch"]}
+    left = {e["tid"]: e["reason"] for e in view["left"]}
+    queued = [e["tid"] for e in view["queue"]]
+    assert set(queued) == taken | set(left)  # every queued task is taken or has a reason
+    assert left["p1.3"] == "no_room" and left["p3.3"] == "behind_own_chunk"
+    assert [e["tid"] for e in view["left"]] == [t for t in queued if t in left]  # queue order
+    first = view["queue"][0]
+    assert (first["line"], first["step"], first["age"]) == (10, 0, 1)
+
+
+def test_explain_task_follows_a_task_from_submit_to_dispatch() -> None:
+    r = run_cli("explain", str(CHAT), "--task", "p1.3", "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    (life,) = orjson.loads(r.stdout)
+    assert life["submitted"] == {"line": 10, "step": 0}
+    assert [p["reason"] for p in life["passed_over"]] == ["behind_own_chunk", "no_room"]
+    assert life["outcome"] == {"what": "dispatched", "step": 2}
+
+
+def test_explain_session_shows_each_of_its_tasks() -> None:
+    r = run_cli("explain", str(CHAT), "--session", "doc3")
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert out.count("task ") == 3 and "passed over, no_room" in out
+
+
+def test_explain_names_what_it_cannot_find() -> None:
+    r = run_cli("explain", str(CHAT), "--step", "99")
+    assert r.returncode == 2 and b"there is no step 99: the replay has 4 steps (0 to 3)" in r.stderr
+    r = run_cli("explain", str(CHAT), "--task", "nosuch")
+    assert r.returncode == 2 and b"no submit in this trace holds task 'nosuch'" in r.stderr
+    r = run_cli("explain", str(CHAT), "--step", "1", "--task", "p1.3")
+    assert r.returncode == 2 and b"exactly one of --step, --task, --session" in r.stderr
+
+
+def test_a_plugin_without_reasons_is_shown_as_giving_none() -> None:
+    r = run_cli("explain", str(CHAT), "--step", "0", "-p", "tests.plugin_policies:OnePerBatch")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"no reasons given" in r.stdout
+
+
+def planted(tmp_path: Path) -> Path:
+    """A simulated trace of some 2,000 lines with one recorded batch put out of order."""
+    w, trace = tmp_path / "w.jsonl", tmp_path / "t.jsonl"
+    w.write_text(
+        "".join(
+            json.dumps(
+                {"sid": i, "arrival": i * 0.02, "prompt_tokens": 100 + 37 * i, "output_tokens": 30}
+            )
+            + "\n"
+            for i in range(40)
+        )
+    )
+    assert run_cli("simulate", str(w), "-o", str(trace), "-f", "json").returncode == 0
+    lines = trace.read_text().splitlines()
+    busy = [i for i, x in enumerate(lines) if '"expect":[' in x and x.count(",") > 8]
+    k = busy[len(busy) // 2]
+    event = json.loads(lines[k])
+    event["expect"].reverse()
+    lines[k] = json.dumps(event)
+    trace.write_text("\n".join(lines) + "\n")
+    assert len(lines) > 1000
+    return trace
+
+
+def test_shrink_reduces_a_planted_wrong_expect_to_a_few_lines_that_still_fail(
+    tmp_path: Path,
+) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"lines to" in r.stderr and b"replays" in r.stderr
+    lines = small.read_text().splitlines()
+    assert 2 <= len(lines) <= 40
+    assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
+    again = tmp_path / "again.jsonl"
+    run_cli("shrink", str(trace), "--until", "check", "-o", str(again))
+    assert again.read_bytes() == small.read_bytes()  # deterministic
+
+
+def test_shrink_keeps_a_contract_break(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    events = [
+        {"op": "submit", "tid": i, "sid": i % 3, "kind": "decode", "size": 1} for i in range(30)
+    ]
+    trace.write_text("".join(json.dumps(e) + "\n" for e in events))
+    plugin = "tests.plugin_policies:LosesTasks"
+    assert run_cli("replay", str(trace), "-p", plugin).returncode == 3
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "contract", "-p", plugin, "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(small.read_text().splitlines()) == 2  # two submits: the second is lost
+    assert run_cli("replay", str(small), "-p", plugin).returncode == 3
+
+
+def test_shrink_keeps_two_policies_parting_ways(tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(CHAT), "--until", "diff:fcfs", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(small.read_text().splitlines()) < len(CHAT.read_text().splitlines())
+    assert run_cli("diff", str(small), "--b", "fcfs").returncode == 1
+
+
+def test_shrink_with_a_command(tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(CHAT), "--until", "cmd:! grep -q p3.3 {}", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    kept = small.read_text()
+    assert "p3.3" in kept and len(kept.splitlines()) <= 3
+
+
+def test_shrink_refuses_a_trace_that_does_not_fail(tmp_path: Path) -> None:
+    r = run_cli("shrink", str(TRACES / "rotation-fairness.jsonl"), "--until", "check")
+    assert r.returncode == 2 and b"does not fail --until check: nothing to shrink" in r.stderr
+    r = run_cli("shrink", str(CHAT), "--until", "sometimes")
+    assert r.returncode == 2 and b"one of check, contract, diff:POLICY" in r.stderr
+
+
+def test_the_replay_table_counts_left_behind_tasks_by_reason() -> None:
+    r = run_cli("replay", str(CHAT), "-f", "table")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"left behind" in r.stdout and b"no_room:3" in r.stdout
+
+
+def test_the_check_view_says_why_the_replay_left_out_a_recorded_task(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"schedcli": 1, "params": {"max_batch_tokens": 8, "max_decode_sequences": 1, '
+        '"max_prefill_chunk_size": 4}}\n'
+        + "".join(
+            f'{{"op": "submit", "tid": {i}, "sid": {i}, "kind": "prefill", "size": 4}}\n'
+            for i in (1, 2, 3)
+        )
+        + '{"op": "get_work", "expect": [1, 3]}\n'
+    )
+    r = run_cli("replay", str(trace), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 1
+    assert "3: budget_spent  8 of 8 tokens were spent before its turn" in r.stderr.decode()
+
+
+def test_diff_says_why_each_side_left_out_what_the_other_dispatched() -> None:
+    r = run_cli("diff", str(CHAT), "--b", "fcfs")
+    out = r.stdout.decode()
+    assert r.returncode == 1
+    assert '"p1.2": no_room  256 tokens, 24 left' in out
+    assert '"p2.1": head_of_line  task "p1.3" ahead of it did not fit' in out
+
+
+DIFFS = [
+    (trace.name, policy)
+    for trace in sorted(TRACES.glob("*.jsonl"))
+    for policy in ("fcfs", "prefill-first", "priority", "fair")
+]
+
+
+@pytest.mark.parametrize(("trace", "policy"), DIFFS)
+def test_diff_finds_each_sides_reasons_as_it_compares_without_a_second_replay(
+    trace: str, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stepped traces and --drain run several steps a line (or at the close): the sides
+    take them in turns, so the reasons are those a replay to the step gives."""
+    import schedcli.app.commands.diff as diff_command
+    import schedcli.engine.diff as diff
+
+    args = ("diff", str(TRACES / trace), "--b", policy, "--drain")
+    with monkeypatch.context() as patched:
+        patched.setattr(diff, "_reasons_now", lambda *_: None)  # always replay to the step
+        replayed_to_it = run_cli(*args)
+
+    def no_second_replay(*_: object) -> None:
+        raise AssertionError("diff replayed the trace again for its reasons")
+
+    monkeypatch.setattr(diff_command, "explain_step", no_second_replay)
+    found = run_cli(*args)
+    assert found.returncode == replayed_to_it.returncode
+    assert found.stdout == replayed_to_it.stdout
+
+
+def test_stats_names_the_worst_session_and_the_longest_wait() -> None:
+    r = run_cli("stats", str(CHAT), "-f", "json")
+    summary = orjson.loads(r.stdout)
+    assert summary["worst_session"] == "doc3"
+    assert summary["longest_wait"] == {
+        "tid": "p2.2",
+        "sid": "doc2",
+        "dispatched_at_step": 2,
+        "waited_steps": 2,
+    }
+
+
+def test_shrink_keeps_the_failure_signature_and_the_expect_as_recorded(tmp_path: Path) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    original = {json.dumps(json.loads(x).get("expect")) for x in trace.read_text().splitlines()}
+    kept = [json.loads(x) for x in small.read_text().splitlines()]
+    expects = [e["expect"] for e in kept if "expect" in e]
+    assert expects and all(json.dumps(x) in original for x in expects)  # never edited
+    assert [] not in expects
+    assert any(len(x) > 1 for x in expects)  # the reversed batch itself, as recorded
+    assert len({e["tid"] for e in kept if "tid" in e}) >= 2
+
+
+def test_shrink_does_not_cut_to_a_repro_that_fails_for_another_reason(tmp_path: Path) -> None:
+    # The policy orders the batch wrongly; an expect-less submit + empty expect would also
+    # "fail --check", but not the same way.
+    lines = [
+        {"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1},
+        {"op": "submit", "tid": 2, "sid": 2, "kind": "decode", "size": 1},
+        {"op": "get_work", "expect": [2, 1]},
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    small = tmp_path / "s.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-p", "fcfs", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    assert [json.loads(x) for x in small.read_text().splitlines()] == lines
+
+
+def test_shrink_says_its_progress_on_stderr(tmp_path: Path) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small), "--max-time", "30")
+    assert r.returncode == 0
+    said = re.findall(rb"shrinking: (\d+) tried, (\d+) events", r.stderr)
+    assert said and int(said[0][1]) > 500  # the first: the trace up to its failing line
+
+
+def test_shrink_at_max_time_writes_the_smallest_failing_trace_so_far(tmp_path: Path) -> None:
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small), "--max-time", "0.5")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"--max-time ran out: this is the smallest failing trace found so far" in r.stderr
+    assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
+    r = run_cli("shrink", str(trace), "--until", "check", "--max-time", "nan")
+    assert r.returncode == 2 and b"--max-time must be a number > 0" in r.stderr
+
+
+def test_shrink_interrupted_writes_the_smallest_failing_trace_so_far(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    trace, small = planted(tmp_path), tmp_path / "small.jsonl"
+    argv = [sys.executable, "-m", "schedcli", "shrink", str(trace), "--until", "check"]
+    proc = subprocess.Popen(
+        [*argv, "-o", str(small)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # said once the first candidate is tried
+    assert first.startswith(b"shrinking:"), first
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    err = first + rest
+    assert proc.returncode == 130, err
+    assert b"interrupted: this is the smallest failing trace found so far" in err
+    assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
+
+
+def test_sh2_a_flaky_command_is_a_clear_error_not_an_internal_one(tmp_path: Path) -> None:
+    # Fails (exit 1) on its first three calls, then passes.
+    flaky = "cmd:n=$(cat count 2>/dev/null || echo 0); echo $((n+1)) > count; [ $n -ge 3 ]"
+    r = run_cli("shrink", str(CHAT), "--until", flaky, "-o", "small.jsonl", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert b"the failure did not reproduce on the final check" in r.stderr
+    assert b"internal error" not in r.stderr
+
+
+def test_sh1_an_invalid_expect_is_located_not_an_internal_error(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"op":"submit","tid":1,"sid":1,"kind":"decode","size":1}\n'
+        '{"op":"get_work","expect":[[2]]}\n'
+    )
+    r = run_cli("shrink", str(trace), "--until", "check")
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{trace}:2: ")

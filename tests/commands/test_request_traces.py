@@ -1,0 +1,265 @@
+"""Request-level traces without vLLM: what validate, convert and fit read of them, and what a
+machine without the extra is told. (Replaying them needs vLLM: tests/runtimes/test_vllm.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import Cli
+
+HEADER = {"schedcli": 1, "level": "request", "policy": "vllm", "params": {"max_num_seqs": 4}}
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def _write(path: Path, events: list[dict[str, Any]], header: dict[str, Any] = HEADER) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [header, *events]))
+    return path
+
+
+def _step(batch: list[list[Any]], finished: list[Any] = (), **fields: Any) -> dict[str, Any]:  # type: ignore[assignment]
+    expect = {"batch": batch, "preempted": fields.pop("preempted", []), "finished": list(finished)}
+    return {"op": "step", **fields, "expect": expect}
+
+
+def test_validate_names_every_bad_line_of_a_request_trace(cli: Cli, tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "bad.jsonl",
+        [
+            {"op": "arrive", "rid": "a", "prompt_tokens": 5, "max_tokens": 0},
+            {"op": "arrive", "rid": "b", "tokens": [1, 2], "prompt_tokens": 3, "max_tokens": 2},
+            {"op": "step", "expect": {"batch": [["a"]]}},
+            {"op": "abort"},
+            {"op": "arrival", "rid": "c"},
+            {"op": "step", "stop": "a"},
+        ],
+        {**HEADER, "params": {"max_num_seqz": 4}},
+    )
+    r = cli("validate", trace)
+    assert r.code == 2
+    lines = r.stderr.splitlines()
+    assert lines[0] == (
+        f"{trace}:1: header param 'max_num_seqz' is not a parameter of policy 'vllm' (did "
+        "you mean 'max_num_seqs'? it takes max_num_batched_tokens, max_num_seqs, "
+        "num_gpu_blocks, block_size, enable_chunked_prefill, long_prefill_token_threshold, "
+        "enable_prefix_caching, policy, max_model_len, async_scheduling)"
+    )
+    assert lines[1] == f"{trace}:2: max_tokens must be >= 1, not 0"
+    assert lines[2] == f"{trace}:3: prompt_tokens 3 disagrees with the 2 tokens given"
+    assert lines[3] == f'{trace}:4: expect.batch entry ["a"] is not [rid, tokens >= 0]'
+    assert lines[4] == f"{trace}:5: abort has no rid"
+    assert lines[5].startswith(f'{trace}:6: unknown op "arrival" in a request-level trace')
+    assert lines[6].startswith(f"{trace}:7: stop must be an array of request ids")
+    assert "7 problem(s)" in lines[7]
+
+
+def test_a_good_request_trace_validates_without_building_vllm(cli: Cli, tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "t.jsonl",
+        [
+            {"op": "arrive", "rid": 1, "prompt_tokens": 3, "max_tokens": 1, "t": 0.0},
+            _step([[1, 3]], [1]),
+        ],
+    )
+    r = cli("validate", trace)
+    assert r.code == 0 and "valid, 2 event(s)" in r.stderr
+
+
+def test_convert_turns_a_recording_into_the_traffic_it_carried(cli: Cli, tmp_path: Path) -> None:
+    # "a" arrives first and outlives "b": rows still leave in arrival order. "c" aborts.
+    trace = _write(
+        tmp_path / "rec.jsonl",
+        [
+            {"op": "arrive", "rid": "a", "prompt_tokens": 4, "max_tokens": 9, "t": 1.0},
+            {
+                "op": "arrive",
+                "rid": "b",
+                "prompt_tokens": 2,
+                "max_tokens": 9,
+                "t": 1.5,
+                "priority": 2,
+            },
+            _step([["a", 2], ["b", 2]]),  # b samples its first token
+            {"op": "arrive", "rid": "c", "prompt_tokens": 6, "max_tokens": 7, "t": 2.0},
+            _step([["a", 2], ["b", 1]], ["b"], stop=["b"]),  # a samples; b stops (2 tokens)
+            {"op": "abort", "rid": "c", "t": 2.25},
+            _step([["a", 1]]),
+            _step([["a", 1]], ["a"]),  # a: 3 tokens
+        ],
+    )
+    out = tmp_path / "w.jsonl"
+    r = cli("convert", "auto", trace, "-o", out)
+    assert r.code == 0, r.stderr
+    rows = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert rows == [
+        {"sid": 0, "arrival": 0.0, "prompt_tokens": 4, "output_tokens": 3, "meta": {"rid": "a"}},
+        {
+            "sid": 1,
+            "arrival": 0.5,
+            "prompt_tokens": 2,
+            "output_tokens": 2,
+            "priority": 2,
+            "meta": {"rid": "b"},
+        },
+        {
+            "sid": 2,
+            "arrival": 1.0,
+            "prompt_tokens": 6,
+            "output_tokens": 7,
+            "cancel_after": 0.25,
+            "meta": {"rid": "c"},
+        },
+    ]
+    r = cli("simulate", out, "-p", "fcfs", "-f", "json")  # every policy runs the traffic
+    assert r.code == 0 and orjson.loads(r.stdout)["requests"] == 3
+
+
+def test_convert_counts_a_preempted_request_s_recomputed_tokens_once(
+    cli: Cli, tmp_path: Path
+) -> None:
+    trace = _write(
+        tmp_path / "rec.jsonl",
+        [
+            {"op": "arrive", "rid": "a", "prompt_tokens": 3, "max_tokens": 9, "t": 0.0},
+            _step([["a", 3]]),  # samples token 1
+            _step([], preempted=["a"]),
+            _step([["a", 4]]),  # recomputes prompt + token 1, samples token 2
+            _step([["a", 1]], ["a"]),  # token 3
+        ],
+    )
+    out = tmp_path / "w.jsonl"
+    assert cli("convert", "auto", trace, "-o", out).code == 0
+    assert orjson.loads(out.read_bytes())["output_tokens"] == 3
+
+
+def test_fit_reads_the_wall_times_of_a_request_level_recording(cli: Cli, tmp_path: Path) -> None:
+    a, b, c = 0.004, 0.00003, 0.0002
+    events: list[dict[str, Any]] = []
+    for i in range(12):
+        events.append(
+            {"op": "arrive", "rid": i, "prompt_tokens": 40 + 17 * i, "max_tokens": 6, "t": float(i)}
+        )
+    prompts = {i: 40 + 17 * i for i in range(12)}
+    produced = dict.fromkeys(range(12), 0)
+    computed = dict.fromkeys(range(12), 0)
+    step = 0
+    while any(produced[i] < 6 for i in range(12)):
+        batch, finished, decodes = [], [], 0
+        for i in range(12):
+            if produced[i] >= 6 or i > step:
+                continue
+            known = prompts[i] + produced[i]
+            n = min(known - computed[i], 25 + 3 * i)
+            decodes += n == 1 and produced[i] > 0
+            batch.append([i, n])
+            computed[i] += n
+            if computed[i] >= known:
+                produced[i] += 1
+                if produced[i] == 6:
+                    finished.append(i)
+        tokens = sum(n for _, n in batch)
+        events.append(_step(batch, finished, wall=round(a + b * tokens + c * decodes, 9)))
+        step += 1
+    trace = _write(tmp_path / "rec.jsonl", events)
+    out = tmp_path / "cost.json"
+    r = cli("fit", trace, "-o", out)
+    assert r.code == 0, r.stderr
+    fitted = orjson.loads(out.read_bytes())
+    assert fitted["a"] == pytest.approx(a, rel=1e-4)
+    assert fitted["b"] == pytest.approx(b, rel=1e-4)
+    assert fitted["c"] == pytest.approx(c, rel=1e-4)
+
+
+def test_fit_refuses_a_request_trace_without_wall_times(cli: Cli, tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "rec.jsonl",
+        [{"op": "arrive", "rid": 1, "prompt_tokens": 3, "max_tokens": 1}, _step([[1, 3]], [1])],
+    )
+    r = cli("fit", trace)
+    assert r.code == 2 and "no step with a wall time" in r.stderr
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
+def test_without_the_extra_vllm_is_listed_with_how_to_install_it(cli: Cli, tmp_path: Path) -> None:
+    r = cli("policies", "-f", "json")
+    described = {d["name"]: d for d in orjson.loads(r.stdout)}
+    assert "pip install 'schedcli[vllm]'" in described["vllm"]["note"]
+    trace = _write(
+        tmp_path / "t.jsonl", [{"op": "arrive", "rid": 1, "prompt_tokens": 3, "max_tokens": 1}]
+    )
+    r = cli("replay", trace)
+    assert r.code == 2 and "pip install 'schedcli[vllm]'" in r.stderr
+    workload = tmp_path / "w.jsonl"
+    workload.write_bytes(b'{"sid": 1, "arrival": 0, "prompt_tokens": 3, "output_tokens": 2}\n')
+    r = cli("simulate", workload, "-p", "vllm")
+    assert r.code == 2 and "pip install 'schedcli[vllm]'" in r.stderr
+
+
+def test_a_task_level_policy_refuses_a_request_level_trace_and_back(
+    cli: Cli, tmp_path: Path
+) -> None:
+    trace = _write(
+        tmp_path / "t.jsonl", [{"op": "arrive", "rid": 1, "prompt_tokens": 3, "max_tokens": 1}]
+    )
+    r = cli("replay", trace, "-p", "fcfs")
+    assert r.code == 2 and "not a request-level policy" in r.stderr
+    r = cli("replay", "traces/rotation-fairness.jsonl", "-p", "vllm")
+    assert r.code == 2 and "is request-level" in r.stderr
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 50), st.integers(1, 6), st.booleans()), min_size=1, max_size=12
+    )
+)
+def test_convert_writes_every_request_once_in_arrival_order(
+    tmp_path_factory: pytest.TempPathFactory, requests: list[tuple[int, int, bool]]
+) -> None:
+    # Requests run one at a time, in reverse order of arrival: the last arrived ends first.
+    from schedcli.app.inprocess import run_cli_in_process
+
+    events: list[dict[str, Any]] = [
+        {"op": "arrive", "rid": f"r{i}", "prompt_tokens": p, "max_tokens": o, "t": float(i)}
+        for i, (p, o, _) in enumerate(requests)
+    ]
+    for i in reversed(range(len(requests))):
+        p, o, aborted = requests[i]
+        if aborted:
+            events.append({"op": "abort", "rid": f"r{i}", "t": float(len(requests) + i)})
+            continue
+        events.append(_step([[f"r{i}", p]], [f"r{i}"] if o == 1 else []))
+        for k in range(1, o):
+            events.append(_step([[f"r{i}", 1]], [f"r{i}"] if k == o - 1 else []))
+    folder = tmp_path_factory.mktemp("convert")
+    trace = _write(folder / "t.jsonl", events)
+    run = run_cli_in_process(["convert", "auto", str(trace)])
+    assert run.code == 0, run.stderr
+    rows = [orjson.loads(line) for line in run.stdout.splitlines()]
+    assert [r["meta"]["rid"] for r in rows] == [f"r{i}" for i in range(len(requests))]
+    for row, (p, o, aborted) in zip(rows, requests, strict=True):
+        assert row["prompt_tokens"] == p and row["output_tokens"] == o
+        assert ("cancel_after" in row) == aborted
+
+
+def test_an_update_with_no_schedule_to_answer_is_refused_alike(cli: Cli, tmp_path: Path) -> None:
+    trace = _write(
+        tmp_path / "split.jsonl",
+        [
+            {"op": "arrive", "rid": "a", "prompt_tokens": 2, "max_tokens": 1, "t": 0.0},
+            {"op": "schedule", "expect": {"batch": [["a", 2]]}},
+            {"op": "update", "expect": {"finished": ["a"]}},
+            {"op": "update"},
+        ],
+    )
+    message = f"{trace}:5: update with no schedule before it to answer"
+    r = cli("validate", trace)
+    assert r.code == 2 and r.stderr.splitlines()[0] == message
+    r = cli("convert", "auto", trace)
+    assert r.code == 2 and message in r.stderr
