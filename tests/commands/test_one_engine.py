@@ -133,6 +133,9 @@ COMMANDS = [
     ("replay", ["-f", "table"], 0),
     ("replay", ["--check", "-o", "/dev/null"], 0),
     ("replay", ["--check", "--require-all", "-o", "/dev/null"], 1),
+    ("replay", ["--steps", "1:2", "-f", "jsonl"], 0),
+    ("replay", ["--golden", "{tmp}/g.jsonl", "--update-golden", "-o", "/dev/null"], 0),
+    ("replay", ["--perfetto", "{tmp}/p.json", "-o", "/dev/null"], 0),
     ("validate", [], 0),
     ("stats", ["-f", "json"], 0),
     ("diff", ["-f", "json"], 0),
@@ -160,3 +163,56 @@ def test_check_and_its_golden_take_both_levels(cli: Cli, level_trace: Path) -> N
     r = cli("check", folder, "--strict")
     assert r.code == 0, r.stderr
     assert b"1 trace: 1 passed" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "command", [["validate"], ["replay", "-f", "jsonl"], ["stats", "-f", "json"]]
+)
+def test_a_trace_on_stdin_reads_as_the_file_does_at_both_levels(
+    cli: Cli, level_trace: Path, command: list[str]
+) -> None:
+    from_file = cli(*command, level_trace)
+    from_stdin = cli(*command, "-", input=level_trace.read_bytes())
+    assert (from_stdin.code, from_stdin.stdout) == (from_file.code, from_file.stdout)
+    assert from_file.code == 0, from_file.stderr
+
+
+@pytest.mark.parametrize("policy", ["decode-first", "fair", TOY])
+def test_a_simulated_trace_replays_exactly_at_its_level(
+    cli: Cli, tmp_path: Path, policy: str
+) -> None:
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(
+        "".join(
+            f'{{"sid": {i}, "arrival": {i * 0.01}, "prompt_tokens": {20 + 7 * i}, '
+            f'"output_tokens": {1 + i % 4}}}\n'
+            for i in range(12)
+        )
+    )
+    trace = tmp_path / "sim.jsonl"
+    r = cli("simulate", workload, "-p", policy, "-o", trace, "-f", "json")
+    assert r.code == 0, r.stderr
+    assert orjson.loads(r.stdout)["finished"] == 12
+    again = cli("replay", trace, "--check", "--require-all", "-o", "/dev/null")
+    assert again.code == 0, again.stderr
+
+
+def test_the_pytest_plugin_takes_both_levels(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, level_trace: Path
+) -> None:
+    from tests.helpers import ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the request level's tests.doubles policy
+    suite = pytester.path / "suite"
+    suite.mkdir()
+    (suite / level_trace.name).write_bytes(level_trace.read_bytes())
+    result = pytester.runpytest_subprocess(
+        "--schedcli=suite", "--schedcli-update", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess("--schedcli=suite", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    golden = next((suite / "golden").iterdir())
+    golden.write_bytes(golden.read_bytes().replace(b'"step":0', b'"step":7', 1))
+    result = pytester.runpytest_subprocess("--schedcli=suite", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
