@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import orjson
 import pytest
 from rich.console import Console
 
@@ -19,7 +20,7 @@ from schedcli.app.views.progress import TraceProgress
 from schedcli.engine.ledger import Totals
 from schedcli.kit import MAX_BATCH_TOKENS
 from schedcli.model.records import Record
-from schedcli.policies import BUILTIN_POLICIES
+from schedcli.policies import BUILTIN_POLICIES, REQUEST_POLICIES
 from tests.helpers import TRACES, run_cli
 
 TRACE = TRACES / "rotation-fairness.jsonl"
@@ -65,6 +66,26 @@ def test_a_policy_is_one_module_and_one_line_in_builtin_policies(
     assert b'"end"' in r.stdout.splitlines()[-1]
     listed = run_cli("policies", "-f", "json")
     assert b'"newest"' in listed.stdout
+
+
+def test_a_request_level_policy_is_one_module_and_one_line_in_request_policies(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The recipe's example is the test double: a RequestScheduler in a module of its own.
+    monkeypatch.setitem(REQUEST_POLICIES, "toy", "tests.doubles.requests:ToyRequests")
+    listed = orjson.loads(run_cli("policies", "-f", "json").stdout)
+    [toy] = [p for p in listed if p["name"] == "toy"]
+    assert (toy["level"], toy["origin"]) == ("request", "built-in, request-level")
+    work = tmp_path / "w.jsonl"
+    work.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 3}\n')
+    trace = tmp_path / "t.jsonl"
+    r = run_cli("simulate", str(work), "-p", "toy", "-o", str(trace), "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert orjson.loads(trace.read_bytes().splitlines()[0])["policy"] == "toy"
+    again = run_cli("replay", str(trace), "--check", "--require-all", "-o", "/dev/null")
+    assert again.returncode == 0, again.stderr
+    wrong = run_cli("replay", str(TRACE), "-p", "toy")
+    assert wrong.returncode == 2 and b"'toy' is request-level" in wrong.stderr
 
 
 class CountView(Output):
