@@ -14,7 +14,8 @@ from ..formats.trace import Header, TraceReader, incomplete_trace, open_trace
 from ..model.errors import InputError, UsageError
 from ..model.records import Left, discard
 from ..model.scheduler import Policy, Scheduler
-from ..policies.registry import Level, RecordedPolicy, policy_for_trace
+from ..policies.choice import RecordedPolicy, policy_for_trace
+from ..policies.registry import Level
 from .replay import Emit, Observer, Replayer, Totals
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def choose_policy(
     note: Callable[[str], None] = _stderr_note,
     level: Level = "task",
 ) -> tuple[Policy, str, dict[str, object]]:
-    """The policy to replay a trace of ``level`` with (``policies.registry.policy_for_trace``
+    """The policy to replay a trace of ``level`` with (``policies.choice.policy_for_trace``
     decides), promised serial calls: only the replay's loop calls it."""
     recorded = RecordedPolicy.of(header)
     built, label, used = policy_for_trace(recorded, trace_name, policy, params, note, level)

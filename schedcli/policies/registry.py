@@ -8,13 +8,13 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 import orjson
 
-from ..model.errors import InputError, UsageError
+from ..model.errors import UsageError
 from ..model.scheduler import Param, Policy, Scheduler, check_params
 from . import BUILTIN_POLICIES, REQUEST_POLICIES
 from .entry_points import Plugin, find
@@ -320,6 +320,7 @@ def build_policy(
     cls = cls or resolve_policy(spec, level)
     label = cls.name or spec
     kwargs = _kwargs(cls, label, params)
+    _refuse_unavailable(cls, label)
     try:
         return cls.create(**kwargs)
     except (ValueError, TypeError) as e:
@@ -340,15 +341,21 @@ def settled_params(
     cls = cls or resolve_policy(spec, level)
     label = cls.name or spec
     kwargs = _kwargs(cls, label, params)
-    missing = cls.available()
-    if missing is not None:  # what building it would refuse, said without building it
-        raise UsageError(f"policy {label!r}: {missing}")
+    _refuse_unavailable(cls, label)
     try:
         return cls.settle(**kwargs)
     except (ValueError, TypeError) as e:
         raise UsageError(f"policy {label!r}: {e}") from e
     except Exception as e:
         raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e
+
+
+def _refuse_unavailable(cls: type[Policy], label: str) -> None:
+    """What building ``cls`` would refuse here (its runtime missing), said the same way
+    whether it is then built (replay) or only checked (validate)."""
+    missing = cls.available()
+    if missing is not None:
+        raise UsageError(f"policy {label!r}: {missing}")
 
 
 def _declared(cls: type[Policy], label: str, given: Mapping[str, object]) -> dict[str, object]:
@@ -421,171 +428,3 @@ def describe_policies() -> list[dict[str, Any]]:
     """Every registered policy, in ``policy_sources`` order; a plugin that cannot load is
     an error."""
     return [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
-
-
-DEFAULT_POLICY = "decode-first"
-
-
-class RecordedPolicy(NamedTuple):
-    """What a trace's header says it was recorded under (line 1, usually)."""
-
-    line: int
-    policy: str | None
-    params: dict[str, object]
-    recorded_class: str | None = None  # meta.class: an older recording's nameless class
-
-    @classmethod
-    def of(cls, header: Any) -> RecordedPolicy | None:
-        """What a trace's header (``line``, ``policy``, ``params``, ``meta``) records."""
-        if header is None:
-            return None
-        meta = header.meta if isinstance(header.meta, dict) else {}
-        named = meta.get("class")
-        return cls(
-            header.line,
-            header.policy,
-            dict(header.params),
-            named if isinstance(named, str) else None,
-        )
-
-
-def policy_for_trace(
-    recorded: RecordedPolicy | None,
-    trace_name: str,
-    policy: str | None,
-    params: Mapping[str, object],
-    note: Callable[[str], None],
-    level: Level = "task",
-) -> tuple[Policy, str, dict[str, object]]:
-    """The policy a trace of ``level`` replays under, built: the command line's
-    (``policy``), else the header's, else (task level) decode-first; and its label and the
-    parameters that were applied.
-
-    The header's params apply to whichever policy is chosen, each one the policy declares;
-    the rest are named in one ``note`` (an error for the header's own policy, whose header
-    then names a parameter it does not have). A plugin that declares no parameters takes
-    them all only when it is the header's own policy. ``params`` (the command line's)
-    override them key by key. Without ``policy``, a recorded policy that does not load, or a
-    nameless recorded class, is bad input naming what was recorded.
-    """
-    cls, spec, merged, from_header = _chosen(recorded, trace_name, policy, params, note, level)
-    try:
-        built = build_policy(spec, merged, cls, level=None)
-    except UsageError as e:
-        if recorded is not None and from_header and not params:
-            raise InputError(trace_name, recorded.line, str(e)) from None
-        raise
-    used = built.params() if built.PARAMS else merged
-    return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
-
-
-def check_policy_for_trace(
-    recorded: RecordedPolicy | None,
-    trace_name: str,
-    policy: str | None,
-    params: Mapping[str, object],
-    level: Level = "task",
-) -> None:
-    """What ``policy_for_trace`` would refuse, said without building the policy where
-    building costs (``validate``; ``Policy.settle``)."""
-    cls, spec, merged, from_header = _chosen(
-        recorded, trace_name, policy, params, lambda _: None, level
-    )
-    try:
-        settled_params(spec, merged, cls)
-    except UsageError as e:
-        if recorded is not None and from_header and not params:
-            raise InputError(trace_name, recorded.line, str(e)) from None
-        raise
-
-
-def _chosen(
-    recorded: RecordedPolicy | None,
-    trace_name: str,
-    policy: str | None,
-    params: Mapping[str, object],
-    note: Callable[[str], None],
-    level: Level,
-) -> tuple[type[Policy], str, dict[str, object], bool]:
-    """The class a trace replays under, its spec, the parameters to build it with, and
-    whether the header gave some of them."""
-    default = DEFAULT_POLICY if level == "task" else None
-    header_policy = (recorded.policy if recorded else None) or default
-    spec = policy or header_policy
-    if spec is None:
-        where = recorded.line if recorded else 1
-        known = ", ".join(REQUEST_POLICIES)
-        raise InputError(trace_name, where, f"a {level}-level trace names its policy ({known})")
-    if policy is None and recorded is not None:
-        cls = _recorded_class(recorded, trace_name, level)
-    else:
-        cls = resolve_policy(spec, level)
-    header_params = dict(recorded.params) if recorded else {}
-    line = recorded.line if recorded else None
-    merged = header_params_for(cls, spec, header_policy, header_params, trace_name, line, note)
-    from_header = bool(merged)
-    merged.update(params)
-    return cls, spec, merged, from_header
-
-
-def header_params_for(
-    cls: type[Policy],
-    spec: str,
-    header_policy: str | None,
-    header_params: Mapping[str, object],
-    trace_name: str,
-    line: int | None,
-    note: Callable[[str], None],
-) -> dict[str, object]:
-    """The trace header's params that apply to policy ``cls`` (named ``spec``), at either
-    level: each one it declares; the rest named in one ``note``, or an error at the header
-    when ``cls`` is the header's own policy. A class that declares none takes them all only
-    when it is the header's own."""
-    if not header_params:
-        return {}
-    merged: dict[str, object] = {}
-    if cls.PARAMS:
-        declared = {p.name for p in cls.PARAMS}
-        merged = {k: v for k, v in header_params.items() if k in declared}
-    elif spec == header_policy:
-        merged = dict(header_params)
-    ignored = [k for k in header_params if k not in merged]
-    if ignored and spec == header_policy:
-        names = [p.name for p in cls.PARAMS]
-        hint = difflib.get_close_matches(ignored[0], names, n=1)
-        did_you_mean = f"did you mean {hint[0]!r}? " if hint else ""
-        raise InputError(
-            trace_name,
-            line,
-            f"header param {ignored[0]!r} is not a parameter of policy {spec!r} "
-            f"({did_you_mean}it takes {', '.join(names)})",
-        )
-    if ignored:
-        note(
-            f"note: {cls.name or spec!r} does not take the trace header's "
-            f"{', '.join(ignored)}; not applied"
-        )
-    return merged
-
-
-def _recorded_class(recorded: RecordedPolicy, trace_name: str, level: Level) -> type[Policy]:
-    """The header's policy: one that does not load here, or a recording's unnamed class,
-    is bad input naming what was recorded (replaying it under decode-first instead would
-    answer another question)."""
-    if recorded.policy is None and recorded.recorded_class is not None:
-        raise InputError(
-            trace_name,
-            recorded.line,
-            f"recorded under policy class {recorded.recorded_class}, which has no registered "
-            f"name; replay it with -p {recorded.recorded_class}",
-        )
-    spec = recorded.policy or DEFAULT_POLICY
-    try:
-        return resolve_policy(spec, level)
-    except UsageError as e:
-        raise InputError(
-            trace_name,
-            recorded.line,
-            f"recorded under policy {spec!r}, which does not load here ({e}); name a "
-            "policy with -p",
-        ) from None

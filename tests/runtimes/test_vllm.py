@@ -499,3 +499,28 @@ def test_the_recorders_old_path_loads_the_same_classes_with_a_deprecation_note()
         old = importlib.import_module("schedcli.integrations.vllm")
     assert old.RecordingScheduler is recorder.RecordingVllmScheduler
     assert old.RecordingAsyncScheduler is recorder.RecordingVllmAsyncScheduler
+
+
+def test_replay_and_validate_refuse_a_missing_vllm_by_one_check_even_after_a_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
+    # Building asks the same question validate asks (Policy.available), not a load cached
+    # earlier in the process: the two commands cannot disagree about one trace.
+    import importlib.util
+
+    from schedcli.runtimes.vllm.policy import _load
+
+    _load()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    trace = tmp_path / "r.jsonl"
+    trace.write_text(
+        '{"schedcli": 1, "level": "request", "policy": "vllm", "params": {}}\n'
+        '{"op": "arrive", "rid": "a", "prompt_tokens": 4, "max_tokens": 3}\n'
+    )
+    validated, replayed = cli("validate", trace), cli("replay", trace)
+    assert (validated.code, replayed.code) == (2, 2)
+    assert "pip install 'schedcli[vllm]'" in validated.stderr
+    assert "pip install 'schedcli[vllm]'" in replayed.stderr

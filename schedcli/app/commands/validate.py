@@ -11,7 +11,8 @@ from ...formats.kinds import LEVEL
 from ...formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ...formats.trace import TraceReader, incomplete_trace, open_trace
 from ...model.errors import InputError, UsageError
-from ...policies.registry import Level, RecordedPolicy, check_policy_for_trace
+from ...policies.choice import RecordedPolicy, check_policy_for_trace
+from ...policies.registry import Level
 from ..usage import error_text
 
 

@@ -20,7 +20,7 @@ from ...model.errors import InputError, InvariantError, StepMismatch
 from ...model.records import Left, Record
 from ...model.requests import RequestScheduler, StepPlan
 from ...model.task import DECODE, PREFILL, Id
-from ...policies.registry import RecordedPolicy, policy_for_trace
+from ...policies.choice import RecordedPolicy, policy_for_trace
 from ..ledger import Totals
 from ..replay import Observer, PolicyCrashed
 
