@@ -4,7 +4,8 @@ its header records (with the header's parameters, by one rule), else decode-firs
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from ..model.errors import InputError, UsageError
@@ -57,13 +58,9 @@ def policy_for_trace(
     override them key by key. Without ``policy``, a recorded policy that does not load, or a
     nameless recorded class, is bad input naming what was recorded.
     """
-    cls, spec, merged, from_header = _chosen(recorded, trace_name, policy, params, note, level)
-    try:
+    cls, spec, merged, blame = _chosen(recorded, trace_name, policy, params, note, level)
+    with _at_header(trace_name, blame):
         built = build_policy(spec, merged, cls, level=None)
-    except UsageError as e:
-        if recorded is not None and from_header and not params:
-            raise InputError(trace_name, recorded.line, str(e)) from None
-        raise
     used = built.params() if built.PARAMS else merged
     return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
 
@@ -77,15 +74,20 @@ def check_policy_for_trace(
 ) -> None:
     """What ``policy_for_trace`` would refuse, said without building the policy where
     building costs (``validate``; ``Policy.settle``)."""
-    cls, spec, merged, from_header = _chosen(
-        recorded, trace_name, policy, params, lambda _: None, level
-    )
-    try:
+    cls, spec, merged, blame = _chosen(recorded, trace_name, policy, params, lambda _: None, level)
+    with _at_header(trace_name, blame):
         settled_params(spec, merged, cls)
+
+
+@contextmanager
+def _at_header(trace_name: str, line: int | None) -> Iterator[None]:
+    """A policy's refusal of parameters the header alone gave is bad input at ``line``."""
+    try:
+        yield
     except UsageError as e:
-        if recorded is not None and from_header and not params:
-            raise InputError(trace_name, recorded.line, str(e)) from None
-        raise
+        if line is None:
+            raise
+        raise InputError(trace_name, line, str(e)) from None
 
 
 def _chosen(
@@ -95,9 +97,9 @@ def _chosen(
     params: Mapping[str, object],
     note: Callable[[str], None],
     level: Level,
-) -> tuple[type[Policy], str, dict[str, object], bool]:
+) -> tuple[type[Policy], str, dict[str, object], int | None]:
     """The class a trace replays under, its spec, the parameters to build it with, and
-    whether the header gave some of them."""
+    the header's line when the header alone gave them (a refusal is then located there)."""
     default = DEFAULT_POLICY if level == "task" else None
     header_policy = (recorded.policy if recorded else None) or default
     spec = policy or header_policy
@@ -112,9 +114,9 @@ def _chosen(
     header_params = dict(recorded.params) if recorded else {}
     line = recorded.line if recorded else None
     merged = header_params_for(cls, spec, header_policy, header_params, trace_name, line, note)
-    from_header = bool(merged)
+    blame = line if merged and not params else None
     merged.update(params)
-    return cls, spec, merged, from_header
+    return cls, spec, merged, blame
 
 
 def header_params_for(
