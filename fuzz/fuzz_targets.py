@@ -15,7 +15,7 @@ from collections.abc import Callable
 from schedcli import Scheduler, Task
 from schedcli.app.inprocess import run_cli_in_process
 from schedcli.policies import FcfsScheduler
-from schedcli.policies import vllm as vllm_policy
+from schedcli.runtimes.vllm import policy as vllm_policy
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 
