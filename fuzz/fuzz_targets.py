@@ -15,9 +15,9 @@ from collections.abc import Callable
 from schedcli import Scheduler, Task
 from schedcli.app.inprocess import run_cli_in_process
 from schedcli.policies import FcfsScheduler
-from schedcli.runtimes.vllm import policy as vllm_policy
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
+from schedcli.runtimes.vllm import policy as vllm_policy
 
 Target = Callable[[bytes], None]
 
