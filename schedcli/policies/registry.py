@@ -108,22 +108,44 @@ def policy_sources() -> dict[str, PolicySource]:
     return found | later
 
 
+# The calls each seam leaves to the policy. Named here, not read from the classes' abstract
+# methods: a compiled class keeps none, so a plugin missing one would pass in one core.
+_CALLS = {
+    "Scheduler": ("has_work", "get_work", "cancel", "clear"),
+    "RequestScheduler": ("add", "abort", "has_work", "step", "counts", "held"),
+}
+
+
 def _check_class(obj: object, what: str) -> type[Policy]:
     if not (inspect.isclass(obj) and issubclass(obj, Policy)):
         raise UsageError(f"{what} is not a class implementing schedcli.Scheduler")
-    missing = sorted(getattr(obj, "__abstractmethods__", ()))
-    if (
-        issubclass(obj, Scheduler)
-        and obj.submit is Scheduler.submit
-        and obj.try_submit is Scheduler.try_submit
-    ):
+    seam = "Scheduler" if issubclass(obj, Scheduler) else "RequestScheduler"
+    missing = sorted(name for name in _CALLS[seam] if _inherited(obj, name))
+    if seam == "Scheduler" and _inherited(obj, "submit") and _inherited(obj, "try_submit"):
         missing.insert(0, "submit")
     if missing:
-        seam = "Scheduler" if issubclass(obj, Scheduler) else "RequestScheduler"
         raise UsageError(
             f"{what} does not implement the {seam} interface (missing {', '.join(missing)})"
         )
     return obj
+
+
+def _inherited(cls: type, name: str) -> bool:
+    """Whether ``cls`` takes ``name`` from a seam (Policy, Scheduler, RequestScheduler),
+    defined there or copied from there, rather than implementing it."""
+    value = inspect.getattr_static(cls, name, None)
+    return value is None or any(
+        vars(c).get(name) is value
+        for c in cls.__mro__
+        if f"{c.__module__}:{c.__qualname__}" in _SEAMS
+    )
+
+
+_SEAMS = {
+    "schedcli.model.scheduler:Policy",
+    "schedcli.model.scheduler:Scheduler",
+    "schedcli.model.requests:RequestScheduler",
+}
 
 
 def _import_from_cwd_first(module_name: str) -> Any:

@@ -168,3 +168,25 @@ def test_kit_and_schedcli_are_two_doors_to_different_rooms() -> None:
     assert all(hasattr(schedcli.kit, name) for name in schedcli.kit.__all__)
     assert "check_policy" in schedcli.testing.__all__
     assert "run_cli_in_process" not in dir(schedcli.testing)
+
+
+@pytest.mark.parametrize("left_out", ["get_work", "cancel", "clear", "has_work"])
+def test_a_class_missing_an_interface_call_is_refused_by_both_cores(left_out: str) -> None:
+    # A compiled Scheduler keeps no abstract methods, so the check cannot ask Python's ABC
+    # machinery: the compiled core accepted such a class while pure Python refused it.
+    calls = ("submit", "has_work", "get_work", "cancel", "clear")
+    methods = {name: vars(FiveMethods)[name] for name in calls if name != left_out}
+    missing = type("Missing", (Scheduler,), methods)
+    with pytest.raises(Exception, match=rf"missing {left_out}"):
+        _check_class(missing, "policy plugin 'Missing'")
+
+
+def test_a_request_level_class_missing_a_call_is_refused() -> None:
+    from schedcli import RequestScheduler
+
+    class Half(RequestScheduler):
+        def has_work(self) -> bool:
+            return False
+
+    with pytest.raises(Exception, match=r"RequestScheduler interface \(missing abort, add"):
+        _check_class(Half, "policy plugin 'Half'")
