@@ -89,3 +89,33 @@ def test_a_header_deleted_since_the_build_is_rebuilt_and_its_absence_said(tmp_pa
     (tmp_path / "include" / "answer.h").unlink()
     with pytest.raises(UsageError, match=r"answer\.cpp:1:\d+: fatal error: answer\.h"):
         built(build, lambda _: None, env)
+
+
+EXTENSION = """
+#include <Python.h>
+#include "answer.h"
+static PyObject* answer(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  long long total = ANSWER;
+  for (Py_ssize_t i = 0; i < n; ++i) total += PyLong_AsLongLong(args[i]);
+  return PyLong_FromLongLong(total);
+}
+static PyMethodDef methods[] = {
+    {"answer", (PyCFunction)(void (*)(void))answer, METH_FASTCALL, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+static PyModuleDef module = {PyModuleDef_HEAD_INIT, "answer_ext", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_answer_ext(void) { return PyModule_Create(&module); }
+"""
+
+
+def test_an_extension_module_builds_without_exceptions_and_imports(tmp_path: Path) -> None:
+    # The boundary a C++ policy will cross per call: a CPython extension, not ctypes.
+    from schedcli.runtimes.executorch.build import extension_build, load_extension
+
+    _, env = _setup(tmp_path)
+    build = extension_build(
+        "answer_ext", (("answer_ext.cpp", EXTENSION),), (str(tmp_path / "include"),)
+    )
+    assert "-fno-exceptions" in build.flags
+    path = built(build, lambda _: None, env)
+    assert path.name.startswith("answer_ext.") and path.suffix == ".so"
+    assert load_extension(path, "answer_ext").answer(1, 2) == 45
