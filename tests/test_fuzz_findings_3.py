@@ -17,6 +17,7 @@ import pytest
 
 from schedcli import DecodeFirstScheduler, Task
 from schedcli.record import RecordingScheduler
+from tests.conftest import Cli
 from tests.helpers import ROOT, TRACES, run_cli, run_process
 
 TOY = "tests.doubles:ToyRequests"
@@ -413,3 +414,18 @@ def test_check_the_plugin_and_report_take_request_level_traces(
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # where the toy policy is
     pytester.runpytest_subprocess("--schedcli=suite").assert_outcomes(passed=1)
     assert run_cli("report", str(trace), "-o", str(tmp_path / "r.html")).returncode == 0
+
+
+def test_a_dump_whose_dropped_is_not_a_list_is_a_located_error(tmp_path: Path, cli: Cli) -> None:
+    # Found by CI's diff fuzz target: `"dropped": 1` in a clear record was an internal
+    # error (len() of an int) in diff and stats; the dump reader now refuses it at its line.
+    dump = tmp_path / "d.jsonl"
+    dump.write_text(
+        '{"step":0,"batch":[{"tid":1,"sid":1,"kind":"prefill","size":4}],"tokens":4,"queued":0}\n'
+        '{"line":8,"op":"clear","dropped":1,"queued":0}\n'
+        '{"end":{"steps":1,"dispatched":1,"cancelled":0,"rejected":0,"queued":0}}\n'
+    )
+    for command in (["diff", dump, dump, "-f", "json"], ["stats", dump, "-f", "json"]):
+        r = cli(*command)
+        assert r.code == 2, r.stderr
+        assert f"{dump}:2: a clear record's dropped is a list" in r.stderr

@@ -84,6 +84,10 @@ def _id_ok(value: object) -> bool:
     return type(value) is str or (type(value) is int and INT_MIN <= value <= INT_MAX)
 
 
+def _dropped_ok(value: object) -> bool:
+    return value is None or (type(value) is list and all(_id_ok(t) for t in value))
+
+
 def _entry_ok(e: object) -> bool:
     if type(e) is not dict:
         return False
@@ -144,6 +148,13 @@ def read_dump(path: str, *, allow_incomplete: bool = False) -> Iterator[Record]:
                     lineno,
                     "a batch record needs an integer step and queued, and entries with "
                     "a tid and sid (64-bit integers or strings), a kind, and a size >= 0",
+                )
+            if record.get("op") in ("cancel", "clear") and not _dropped_ok(record.get("dropped")):
+                raise InputError(
+                    name,
+                    lineno,
+                    f"a {record['op']} record's dropped is a list of the dropped tasks' tids "
+                    "(64-bit integers or strings)",
                 )
             try:
                 depth_within(record, "the record")
