@@ -27,7 +27,10 @@ EXIT_CODES_HELP = (
 
 app = typer.Typer(
     name="schedcli",
-    help="Replay LLM-serving scheduler traffic through batching policies.\n\n" + EXIT_CODES_HELP,
+    help="Replay LLM-serving scheduler traffic through batching policies.\n\n"
+    + EXIT_CODES_HELP
+    + "\n\nAny command takes --executorch PATH: the ExecuTorch checkout that "
+    "-p cxx:decode-first builds (docs/cxx.md).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

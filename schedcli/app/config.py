@@ -16,6 +16,7 @@ from typing import Any
 
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
+from ..model.project import find_pyproject
 
 SECTION = "[tool.schedcli]"
 KEYS = (
@@ -28,6 +29,7 @@ KEYS = (
     "strict",
     "pytest",
     "folders",
+    "cxx",
 )
 FOLDER_KEYS = ("policy", "params", "golden")
 GOLDEN_RULES = ("required", "optional")
@@ -79,15 +81,6 @@ class Config:
     def golden_optional(self, trace: str) -> bool:
         rule = self.settings_for(trace).golden or self.golden
         return rule == "optional"
-
-
-def find_pyproject(start: Path) -> Path | None:
-    here = start.resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def load_config(start: Path | None = None) -> Config:

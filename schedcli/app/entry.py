@@ -19,7 +19,7 @@ from typing import NoReturn
 from .._compiled import CORE_IS_STALE, STALE
 from ..formats import interrupt
 from ..formats.interrupt import Stopped, guard
-from ..model.errors import SchedcliError
+from ..model.errors import SchedcliError, UsageError
 from .cli import app_for
 from .completion import init_if_completing
 from .console import PipeClosed
@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     interrupt.install()
     _warn_if_stale()
     init_if_completing()
+    saved = os.environ.get(EXECUTORCH_ROOT)
     try:
-        args = sys.argv[1:] if argv is None else argv
+        args = _take_executorch(sys.argv[1:] if argv is None else argv)
         code = app_for(args)(args=args, prog_name="schedcli", standalone_mode=False)
         if isinstance(code, int) and code:
             _exit(code)
@@ -116,7 +117,41 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         _exit(INTERNAL_ERROR)
+    finally:
+        if saved is None:
+            os.environ.pop(EXECUTORCH_ROOT, None)
+        else:
+            os.environ[EXECUTORCH_ROOT] = saved
     _exit(0)
+
+
+EXECUTORCH_ROOT = "EXECUTORCH_ROOT"
+
+
+def _take_executorch(args: list[str]) -> list[str]:
+    """``--executorch PATH``, given to any command, is the ExecuTorch checkout ``-p
+    cxx:decode-first`` builds from: it sets ``$EXECUTORCH_ROOT`` for the run (and the
+    processes it starts) and leaves the command's own arguments."""
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return rest + args[i:]
+        if arg == "--executorch" or arg.startswith("--executorch="):
+            value = arg.partition("=")[2] if "=" in arg else None
+            if value is None:
+                if i + 1 >= len(args):
+                    raise UsageError("--executorch needs a PATH (the ExecuTorch checkout)")
+                value = args[i + 1]
+                i += 1
+            if not os.path.isdir(value):
+                raise UsageError(f"--executorch: {value}: no such folder")
+            os.environ[EXECUTORCH_ROOT] = value
+        else:
+            rest.append(arg)
+        i += 1
+    return rest
 
 
 def _plugin_imported() -> bool:

@@ -16,7 +16,16 @@ from typing import Final, Protocol
 
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Line, Run, as_event
-from ..model.errors import CheckFailed, InvariantError, StepMismatch, UsageError
+from ..model.errors import (
+    CheckFailed,
+    InputError,
+    InvariantError,
+    PolicyAborted,
+    SchedcliError,
+    StepMismatch,
+    UnfitTask,
+    UsageError,
+)
 from ..model.records import Left, Record, discard
 from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id, show_id
@@ -130,6 +139,7 @@ class _Located:
     """Failures and warnings, named for the policy and located at the step and line."""
 
     policy_name: str
+    clock: StepClock
     two_output_batches: int
     _warn: Callable[[str], None]
     _line: int
@@ -138,7 +148,12 @@ class _Located:
     def _where(self) -> str:
         return f"line {self._line}" if self._line else "the end of the trace"
 
-    def _crash(self, call: str, e: Exception) -> PolicyCrashed:
+    def _crash(self, call: str, e: Exception) -> SchedcliError:
+        if isinstance(e, PolicyAborted):
+            return self._broken(f"{call}: {e}")
+        if isinstance(e, UnfitTask):
+            where = self.clock.trace_name
+            return InputError(where, self._line or None, f"{e} (policy {self.policy_name!r})")
         return PolicyCrashed(
             f"policy {self.policy_name!r} raised in {call} at step {self._next_step} "
             f"({self._where()}): {type(e).__name__}: {e}"

@@ -18,7 +18,7 @@ from mypy_extensions import mypyc_attr
 
 from ..formats.workload import Request
 from ..formats.writer import TraceWriter
-from ..model.errors import InvariantError, UsageError
+from ..model.errors import InvariantError, PolicyAborted, SchedcliError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
 from .cost import CostModel
@@ -214,7 +214,12 @@ class Runner:
         self.t = 0.0
         self.step = 0
 
-    def crashed(self, call: str, e: Exception) -> PolicyCrashed:
+    def crashed(self, call: str, e: Exception) -> SchedcliError:
+        if isinstance(e, PolicyAborted):
+            return InvariantError(
+                f"policy {self.policy_name!r} broke the Scheduler contract at step {self.step} "
+                f"(simulated time {self.t:.6f} s): {call}: {e}"
+            )
         return PolicyCrashed(
             f"policy {self.policy_name!r} raised in {call} at step {self.step} "
             f"(simulated time {self.t:.6f} s): {type(e).__name__}: {e}"

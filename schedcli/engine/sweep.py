@@ -450,11 +450,14 @@ def run_points(
         if on_done is not None:
             on_done(outcome)
 
+    env: dict[str, str] = {}
+    for policy in dict.fromkeys(o.point.policy for o in todo):
+        env.update(resolve_policy(policy, None).worker_env())
     if backend == "local":  # never more workers than cores
         cores = os.cpu_count() or 1
-        _run_local(todo, min(jobs or cores, cores), done)
+        _run_local(todo, min(jobs or cores, cores), done, env)
     elif backend == "ray":
-        _run_ray(todo, jobs, address, done)
+        _run_ray(todo, jobs, address, done, env)
     else:
         raise UsageError(f"--backend {backend!r}: local or ray")
     return outcomes
@@ -463,16 +466,22 @@ def run_points(
 Ran = tuple[dict[str, Any] | None, str | None, dict[str, str]]
 
 
-def _guarded(point: Point, data: bytes | None = None) -> Ran:
+def _guarded(point: Point, data: bytes | None = None, env: Mapping[str, str] | None = None) -> Ran:
     """A point's record or its error, never an exception (a worker reports, then goes on),
-    and the modules it ran with (``local_modules``)."""
+    and the modules it ran with (``local_modules``). ``env``: what the policies need set in
+    a worker to build as the parent would (``Policy.worker_env``); a worker may be older
+    than the sweep (a forkserver's), so it comes with the point."""
+    if env:
+        os.environ.update(env)
     try:
         return run_point(point, data), None, local_modules()
     except Exception as e:
         return None, f"{type(e).__name__}: {e}", {}
 
 
-def _run_local(todo: list[Outcome], jobs: int, done: Callable[[Outcome], None]) -> None:
+def _run_local(
+    todo: list[Outcome], jobs: int, done: Callable[[Outcome], None], env: Mapping[str, str]
+) -> None:
     if jobs <= 1 or len(todo) <= 1:
         for outcome in todo:
             outcome.record, outcome.error, outcome.deps = _guarded(outcome.point)
@@ -483,7 +492,7 @@ def _run_local(todo: list[Outcome], jobs: int, done: Callable[[Outcome], None]) 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["schedcli.engine.sweep"])
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_guarded, o.point): o for o in todo}
+        futures = {pool.submit(_guarded, o.point, None, env): o for o in todo}
         for future in as_completed(futures):
             outcome = futures[future]
             outcome.record, outcome.error, outcome.deps = future.result()
@@ -491,7 +500,11 @@ def _run_local(todo: list[Outcome], jobs: int, done: Callable[[Outcome], None]) 
 
 
 def _run_ray(
-    todo: list[Outcome], jobs: int | None, address: str | None, done: Callable[[Outcome], None]
+    todo: list[Outcome],
+    jobs: int | None,
+    address: str | None,
+    done: Callable[[Outcome], None],
+    env: Mapping[str, str],
 ) -> None:
     try:
         import ray
@@ -510,7 +523,7 @@ def _run_ray(
             path = outcome.point.workload
             if path not in shipped:
                 shipped[path] = ray.put(Path(path).read_bytes())
-            refs[remote.remote(outcome.point, shipped[path])] = outcome
+            refs[remote.remote(outcome.point, shipped[path], env)] = outcome
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

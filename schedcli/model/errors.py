@@ -63,3 +63,14 @@ class InvariantError(SchedcliError):
     """A policy broke a promise of the Scheduler interface: a policy bug."""
 
     exit_code = 3
+
+
+class PolicyAborted(Exception):
+    """Raised by a policy whose outside code died inside a call (a C++ scheduler's
+    segfault, abort or failed assert): the engine reports the contract broken (exit 3) at
+    the step and line of the call."""
+
+
+class UnfitTask(Exception):
+    """Raised by a policy handed a task its interface cannot carry (an id wider than a C++
+    ``TaskId``): the engine reports bad input (exit 2) at the line of the call."""

@@ -123,6 +123,12 @@ class Policy(ABC):  # noqa: B024 (its seams, Scheduler and RequestScheduler, are
         (``vllm==0.33.0``), which its results depend on besides its own source."""
         return None
 
+    @classmethod
+    def worker_env(cls) -> dict[str, str]:
+        """Environment variables a worker process (a sweep's) needs to build this policy
+        as this process would (a C++ policy's resolved spec); none by default."""
+        return {}
+
     @property
     def token_budget(self) -> int | None:
         """Tokens one batch may hold, if the policy has such a limit."""

@@ -193,7 +193,10 @@ def resolve_policy(spec: str, level: None) -> type[Policy]: ...
 def resolve_policy(spec: str, level: Level | None = "task") -> type[Policy]:
     """A policy class from a registered name or a ``module:Class`` import string, at
     ``level`` (a policy of the other level is a UsageError saying so), or either."""
-    if ":" in spec:
+    cls: type[Policy]
+    if spec.startswith(CXX_PREFIX):
+        cls = _cxx_class(spec)
+    elif ":" in spec:
         cls = _import_class(spec)
     else:
         sources = policy_sources()
@@ -219,6 +222,23 @@ def resolve_policy(spec: str, level: Level | None = "task") -> type[Policy]:
     return cls
 
 
+CXX_PREFIX = "cxx:"
+_CXX = "schedcli.runtimes.executorch.policy"
+
+
+def _cxx_class(spec: str) -> type[Scheduler]:
+    """A C++ scheduler as a policy (docs/cxx.md): imported by name, as the runtime sits
+    above this layer."""
+    cls: type[Scheduler] = importlib.import_module(_CXX).policy_class(spec)
+    return cls
+
+
+def cxx_policy_names() -> list[str]:
+    """The ``cxx:`` policies the built-ins and the configuration name."""
+    names: list[str] = importlib.import_module("schedcli.runtimes.executorch.spec").configured()
+    return names
+
+
 _REQUEST_LEVEL = (
     "policy {spec!r} is request-level: it takes whole requests (simulate, sweep, and "
     "request-level traces), not a task-level trace's tasks"
@@ -231,6 +251,8 @@ def policy_reference(cls: type) -> str:
     (a class without a name, or one whose name is registered for another class)."""
     name = getattr(cls, "name", "") or ""
     where = f"{cls.__module__}:{cls.__qualname__}"
+    if name.startswith(CXX_PREFIX):
+        return name
     if name:
         builtin = BUILTIN_POLICIES.get(name)
         if builtin is cls or (builtin is not None and cls in builtin.VARIANTS):
@@ -345,6 +367,8 @@ def build_policy(
     _refuse_unavailable(cls, label)
     try:
         return cls.create(**kwargs)
+    except UsageError:
+        raise  # said already, in full (a C++ policy's build)
     except (ValueError, TypeError) as e:
         raise UsageError(f"policy {label!r}: {e}") from e
     except Exception as e:
@@ -366,6 +390,8 @@ def settled_params(
     _refuse_unavailable(cls, label)
     try:
         return cls.settle(**kwargs)
+    except UsageError:
+        raise  # said already, in full (a C++ policy's build)
     except (ValueError, TypeError) as e:
         raise UsageError(f"policy {label!r}: {e}") from e
     except Exception as e:
@@ -449,4 +475,22 @@ def describe_policy(name: str, cls: type[Policy], origin: str) -> dict[str, Any]
 def describe_policies() -> list[dict[str, Any]]:
     """Every registered policy, in ``policy_sources`` order; a plugin that cannot load is
     an error."""
-    return [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
+    found = [describe_policy(s.name, s.load(), s.origin) for s in policy_sources().values()]
+    for name in cxx_policy_names():
+        try:
+            cls: Any = _cxx_class(name)
+        except UsageError as e:
+            found.append(
+                {
+                    "name": name,
+                    "origin": "C++",
+                    "class": "",
+                    "level": "task",
+                    "params": [],
+                    "rule": "",
+                    "note": str(e),
+                }
+            )
+            continue
+        found.append(describe_policy(name, cls, f"C++: {cls.SPEC.header}"))
+    return found

@@ -47,6 +47,7 @@ class Build:
     include_dirs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ("-std=c++17", "-O2", "-fPIC", "-shared")
     output: str = "libscheduler.so"
+    label: str = ""  # what the note says was built (default: the first source's name)
 
 
 def extension_build(
@@ -129,7 +130,7 @@ def built(
         start = time.monotonic()
         _compile(build, command, folder)
         note(
-            f"note: built {build.sources[0][0]} with {version} in "
+            f"note: built {build.label or build.sources[0][0]} with {version} in "
             f"{time.monotonic() - start:.1f} s (cached in {folder})"
         )
     return out

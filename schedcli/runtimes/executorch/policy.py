@@ -1,0 +1,220 @@
+"""``-p cxx:...``: a C++ ``batching::Scheduler``, unmodified, as a task-level policy.
+
+The scheduler runs in this process, behind a CPython extension module built on first use
+(``build.py``, ``shim.cpp``); tasks cross as their fields and come back as their tids,
+matched here to the tasks handed in. The C++ answers; the engine checks every answer with
+the same ledger as any policy's. A crash inside a call is ``PolicyAborted`` (exit 3 where
+the call was); an id the interface cannot hold is ``UnfitTask`` (exit 2 at its line).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+from ...model.errors import PolicyAborted, UnfitTask, UsageError
+from ...model.limits import INT_MAX
+from ...model.scheduler import Param, Scheduler
+from ...model.task import Id, Task, settle_outputs, show_id
+from . import build as cxx_build
+from .spec import PREFIX, CxxSpec, resolve, worker_env
+
+
+class CxxScheduler(Scheduler):
+    """A C++ scheduler behind the shim; one class per spec (``policy_class``)."""
+
+    SPEC: ClassVar[CxxSpec]
+
+    def __init__(self, **params: Any) -> None:
+        values = {name: params.get(name, default) for name, default in self.SPEC.params}
+        self._values = values
+        self._shim = _module(self.SPEC)
+        ordered = [values[n] if n is not None else v for n, v in self.SPEC.args]
+        handle = self._shim.create(*ordered)
+        if handle is None:
+            raise ValueError(
+                f"{self.SPEC.callee} returned null for "
+                + (", ".join(f"{n}={v}" for n, v in values.items()) or "no arguments")
+                + ": the C++ refuses these parameters"
+            )
+        self._handle = handle
+        # tid -> the queued task: what the C++ hands back by tid is matched here.
+        self._queued: dict[Id, Task] = {}
+        limit = self._shim.max_prefill_chunk_size(handle)
+        self._chunk_limit: int | None = limit if limit else values.get("max_prefill_chunk_size")
+
+    def params(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    @classmethod
+    def settle(cls, **params: Any) -> dict[str, Any]:
+        return {name: params.get(name, default) for name, default in cls.SPEC.params}
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            cxx_build.find_compiler()
+        except UsageError as e:
+            return str(e)
+        return None
+
+    @classmethod
+    def runtime(cls) -> str | None:
+        built = _built(cls.SPEC)
+        return "cxx " + hashlib.sha256(built.read_bytes()).hexdigest()[:16]
+
+    @classmethod
+    def worker_env(cls) -> dict[str, str]:
+        return worker_env(cls.SPEC)
+
+    @property
+    def token_budget(self) -> int | None:
+        return self._values.get("max_batch_tokens")
+
+    @property
+    def one_output_per_session(self) -> bool:
+        return not self.SPEC.known_two_outputs
+
+    @property
+    def prefill_chunk_limit(self) -> int | None:
+        return self._chunk_limit
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        group = tasks if isinstance(tasks, list) else list(tasks)
+        settle_outputs(group)
+        if not self._shim.submit(self._handle, group):
+            return "the C++ scheduler refused the group (submit returned false)"
+        queued = self._queued
+        for t in group:
+            if t.tid in queued:
+                raise PolicyAborted(f"submit accepted tid {show_id(t.tid)}, which was queued")
+            queued[t.tid] = t
+        return None
+
+    def has_work(self) -> bool:
+        answer: bool = self._shim.has_work(self._handle)
+        return answer
+
+    def get_work(self) -> list[Task]:
+        return self._matched(self._shim.get_work(self._handle), "get_work", False)
+
+    def cancel(self, sid: Id) -> list[Task]:
+        if type(sid) is not int:
+            return []  # no C++ session has this id: nothing of it can be queued
+        return self._matched(self._shim.cancel(self._handle, sid), "cancel", True)
+
+    def clear(self) -> list[Task]:
+        return self._matched(self._shim.clear(self._handle), "clear", True)
+
+    def _matched(self, tids: list[int], call: str, dropped: bool) -> list[Task]:
+        queued = self._queued
+        out = []
+        for tid in tids:
+            task = queued.pop(tid, None)
+            if task is None:
+                raise PolicyAborted(f"{call} returned tid {tid}, which is not queued")
+            if dropped:
+                task.cancelled = True
+            out.append(task)
+        return out
+
+
+def policy_class(name: str) -> type[CxxScheduler]:
+    """The policy class ``cxx:...`` names (one per resolved spec)."""
+    return _class(resolve(name))
+
+
+@functools.lru_cache(maxsize=64)
+def _class(spec: CxxSpec) -> type[CxxScheduler]:
+    params = tuple(
+        Param(n, int, v, f"argument of {spec.callee}", minimum=0, maximum=INT_MAX)
+        for n, v in spec.params
+    )
+    rule = (
+        f"The C++ scheduler {spec.factory} from {spec.header}, run as is (built on first "
+        "use; reasons for waiting are not known: explain marks them unknown)."
+    )
+    attrs = {"name": spec.name, "PARAMS": params, "RULE": rule, "SPEC": spec}
+    return type("CxxPolicy", (CxxScheduler,), attrs)
+
+
+def _digest(spec: CxxSpec, compiler: tuple[str, ...]) -> str:
+    """What the built module depends on besides the files it reads: not the policy's
+    name, nor a parameter's default."""
+    import orjson
+
+    shape = [[n, None if n is not None else v] for n, v in spec.args]
+    key = [spec.header, spec.callee, shape, spec.include_dirs, spec.flags, compiler]
+    return hashlib.sha256(orjson.dumps(key)).hexdigest()
+
+
+def _source(spec: CxxSpec, module: str) -> str:
+    """The extension's source: the spec's header and factory, then the shim."""
+    shim = resources.files(__package__).joinpath("shim.cpp").read_text(encoding="utf-8")
+    header = spec.header if spec.header.startswith("<") else f'"{spec.header}"'
+    lines = [f"#include {header}"]
+    lines.append("static auto schedcli_factory(const std::size_t* schedcli_params) {")
+    for i, (n, _) in enumerate(spec.args):
+        if n is not None:
+            lines.append(f"  const std::size_t {n} = schedcli_params[{i}];")
+    call = ", ".join(n if n is not None else f"{v}u" for n, v in spec.args)
+    lines.append(f"  return {spec.callee}({call});")
+    lines.append("}")
+    return (
+        f'#define SCHEDCLI_MODULE "{module}"\n#define SCHEDCLI_INIT PyInit_{module}\n'
+        "#include <Python.h>\n#include <cstddef>\n" + "\n".join(lines) + "\n" + shim
+    )
+
+
+def _note(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _module(spec: CxxSpec) -> ModuleType:
+    """The spec's extension module, built with the compiler the environment names now
+    (a process keeps each module it loaded: Python cannot unload one)."""
+    return _loaded(spec, tuple(cxx_build.find_compiler()))
+
+
+def _built(spec: CxxSpec) -> Path:
+    return _library(spec, tuple(cxx_build.find_compiler()))[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _library(spec: CxxSpec, compiler: tuple[str, ...]) -> tuple[Path, str]:
+    module = f"_schedcli_cxx_{_digest(spec, compiler)[:16]}"
+    base = cxx_build.extension_build(
+        module, (("policy.cpp", _source(spec, module)),), spec.include_dirs
+    )
+    label = f"the C++ policy {spec.name!r}"
+    build = cxx_build.Build(
+        base.sources, base.include_dirs, (*base.flags, *spec.flags), base.output, label
+    )
+    try:
+        return cxx_build.built(build, _note), module
+    except UsageError as e:
+        raise UsageError(f"policy {spec.name!r}: {e}{_hint(str(e))}") from None
+
+
+def _hint(error: str) -> str:
+    if "executorch/extension/llm/batching" in error and "No such file" in error:
+        return " (say where ExecuTorch is: --executorch PATH or $EXECUTORCH_ROOT)"
+    return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _loaded(spec: CxxSpec, compiler: tuple[str, ...]) -> ModuleType:
+    path, module = _library(spec, compiler)
+    loaded = sys.modules.get(module) or cxx_build.load_extension(path, module)
+    loaded.set_errors(PolicyAborted, UnfitTask)
+    sys.modules[module] = loaded
+    return loaded
+
+
+__all__ = ["PREFIX", "CxxScheduler", "policy_class"]

@@ -1,0 +1,301 @@
+"""``-p cxx:...`` (#41): a C++ ``batching::Scheduler`` run as is, as a task-level policy.
+
+Our own C++ schedulers (tests/cpp/schedulers: a FIFO twin of ``fcfs``, one that crashes on
+purpose) are built against the stand-ins of both interface shapes (tests/cpp/seed,
+tests/cpp/later), with g++ and clang++.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import Cli
+from tests.helpers import ROOT
+
+REQUIRED = bool(os.environ.get("SCHEDCLI_REQUIRE_GXX"))
+COMPILERS = [c for c in ("g++", "clang++") if shutil.which(c) or REQUIRED]
+pytestmark = pytest.mark.skipif(
+    not COMPILERS, reason="no C++ compiler here (CI installs g++ and clang and requires this)"
+)
+CPP = ROOT / "tests" / "cpp"
+SCHEDULERS = CPP / "schedulers"
+BUILDS = [(c, s) for c in COMPILERS for s in ("seed", "later")]
+
+
+def fifo(b: int = 544, n: int = 64, c: int = 256) -> str:
+    return (
+        f"cxx:{SCHEDULERS / 'fifo_scheduler.h'}=schedcli_test::FifoScheduler::create("
+        f"max_batch_tokens={b}, max_num_seqs={n}, max_prefill_chunk_size={c})"
+    )
+
+
+def crashing(crash_at: int, how: int) -> str:
+    return (
+        f"cxx:{SCHEDULERS / 'crashing_scheduler.h'}=std::make_unique<"
+        f"schedcli_test::CrashingScheduler>(crash_at={crash_at}, how={how})"
+    )
+
+
+@pytest.fixture(scope="session")
+def cxx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.getbasetemp().parent / "cxx-cache"
+
+
+@pytest.fixture(params=BUILDS[:1], ids=[f"{c}-{s}" for c, s in BUILDS[:1]])
+def cxx(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, cxx_cache: Path) -> str:
+    """The environment a C++ policy is built in: a shared cache, a compiler, a shape."""
+    compiler, shape = request.param
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
+    monkeypatch.setenv("CXX", compiler)
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(CPP / shape / "executorch"))
+    monkeypatch.delenv("CXXFLAGS", raising=False)
+    return shape
+
+
+def write(path: Path, header: dict[str, object], ops: list[dict[str, object]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [header, *ops]))
+    return path
+
+
+FCFS = {
+    "schedcli": 1,
+    "policy": "fcfs",
+    "params": {"max_batch_tokens": 12, "max_num_seqs": 3, "max_prefill_chunk_size": 6},
+}
+
+
+@st.composite
+def traffic(draw: st.DrawFn) -> list[dict[str, object]]:
+    ops: list[dict[str, object]] = []
+    tid = 0
+    for _ in range(draw(st.integers(1, 40))):
+        op = draw(st.sampled_from(["submit"] * 5 + ["get_work"] * 3 + ["cancel", "clear"]))
+        if op == "submit":
+            sid = draw(st.integers(0, 3))
+            tasks = []
+            for _ in range(draw(st.integers(1, 3))):
+                decode = draw(st.integers(0, 3)) == 0
+                tid = draw(st.integers(0, 8)) if draw(st.booleans()) else tid + 1
+                size = 1 if decode else draw(st.integers(0, 8))
+                task: dict[str, object] = {"tid": tid, "sid": sid, "size": size}
+                task["kind"] = "decode" if decode else "prefill"
+                if not decode and draw(st.booleans()):
+                    task["produce_output"] = draw(st.booleans())
+                tasks.append(task)
+            ops.append({"op": "submit", "tasks": tasks})
+        elif op == "cancel":
+            ops.append({"op": "cancel", "sid": draw(st.integers(0, 3))})
+        else:
+            ops.append({"op": op})
+    return ops
+
+
+def _dump(cli: Cli, trace: Path, policy: str) -> tuple[int, list[dict[str, object]]]:
+    done = cli("replay", trace, "-p", policy, "-f", "jsonl", "--drain")
+    records = [orjson.loads(line) for line in done.lines]
+    for r in records:
+        if r.get("accepted") is False:
+            r["reason"] = "refused"  # each says why in its own words
+    return done.code, records
+
+
+@pytest.mark.parametrize("cxx", BUILDS, indirect=True, ids=[f"{c}-{s}" for c, s in BUILDS])
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=traffic())
+def test_fcfs_and_its_cpp_twin_give_identical_dumps_on_random_traces(
+    cxx: str, cli: Cli, tmp_path_factory: pytest.TempPathFactory, ops: list[dict[str, object]]
+) -> None:
+    trace = write(tmp_path_factory.mktemp("t") / "t.jsonl", FCFS, ops)
+    python = _dump(cli, trace, "fcfs")
+    cpp = _dump(cli, trace, fifo())
+    assert cpp == python
+
+
+def test_the_twin_matches_fcfs_on_the_bench_trace_with_the_header_parameters(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench.replay_bench import generate
+
+    trace = tmp_path / "bench.jsonl"
+    generate(trace, 20_000)
+    a = cli("replay", trace, "-p", "fcfs", "-f", "jsonl")
+    b = cli("replay", trace, "-p", fifo(), "-f", "jsonl")
+    assert (a.code, a.stdout) == (b.code, b.stdout) and a.code == 0
+    assert len(a.lines) > 500
+
+
+@pytest.mark.parametrize(
+    ("how", "signal_name"),
+    [(1, "SIGSEGV"), (2, "SIGABRT"), (3, "SIGABRT"), (5, None)],
+    ids=["segfault", "abort", "failed-assert", "unknown-tid"],
+)
+def test_a_crash_in_the_cpp_is_exit_3_at_its_step_and_line_with_the_dump_kept_partial(
+    cxx: str, cli: Cli, tmp_path: Path, how: int, signal_name: str | None
+) -> None:
+    ops = [{"op": "submit", "tid": i, "sid": i, "kind": "prefill", "size": 4} for i in range(1, 4)]
+    ops += [{"op": "get_work"}] * 3
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, ops)
+    out = tmp_path / "out.jsonl"
+    done = cli("replay", trace, "-p", crashing(3, how), "-f", "jsonl", "-o", out)
+    assert done.code == 3, done.stderr
+    assert "broke the Scheduler contract at step 2 (line 7): get_work:" in done.stderr
+    if signal_name is not None:
+        assert signal_name in done.stderr
+    else:
+        assert "returned tid 999999, which is not queued" in done.stderr
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert [r["step"] for r in records if "step" in r and "batch" in r] == [0, 1]
+    assert records[-1]["partial"]["steps"] == 2
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_hang_in_the_cpp_is_ended_by_a_stop_signal_like_any_replay(
+    cxx: str, tmp_path: Path, sig: int, code: int
+) -> None:
+    ops = [{"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4}, {"op": "get_work"}]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, ops)
+    out = tmp_path / "out.jsonl"
+    args = ["replay", str(trace), "-p", crashing(1, 4), "-f", "jsonl", "-o", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedcli", *args], stderr=subprocess.PIPE, env=dict(os.environ)
+    )
+    # Spinning in the endless get_work once it has used more CPU than a start and a build.
+    deadline = time.monotonic() + 120
+    while _cpu_seconds(proc.pid) < 4.0:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == code
+    assert b"schedcli: " + (b"interrupted" if code == 130 else b"terminated") in proc.stderr.read()
+    assert b'"partial"' in out.read_bytes().splitlines()[-1]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_id_the_interface_cannot_hold_is_bad_input_at_its_line(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    ops = [
+        {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4},
+        {"op": "submit", "tid": 2**31, "sid": 1, "kind": "decode", "size": 1},
+    ]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, ops)
+    done = cli("replay", trace, "-p", fifo())
+    if cxx == "seed":  # a 32-bit TaskId
+        assert done.code == 2
+        assert f"{trace}:3: tid 2147483648 does not fit the interface's TaskId" in done.stderr
+    else:  # 64 bits
+        assert done.code == 0, done.stderr
+    named = write(tmp_path / "n.jsonl", {"schedcli": 1}, [{**ops[0], "tid": "a"}])
+    done = cli("replay", named, "-p", fifo())
+    assert done.code == 2 and f"{named}:2: tid 'a' is not an integer" in done.stderr
+
+
+def test_a_factory_that_returns_null_is_bad_usage_naming_the_parameters(cxx: str, cli: Cli) -> None:
+    trace = ROOT / "traces" / "long-prompts-and-chat.jsonl"
+    done = cli("replay", trace, "-p", fifo(b=8, c=16))
+    assert done.code == 2
+    assert "FifoScheduler::create returned null for max_batch_tokens=8" in done.stderr
+    assert "max_prefill_chunk_size=16: the C++ refuses these parameters" in done.stderr
+
+
+def test_a_compile_error_is_bad_input_with_the_compilers_first_error(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    header = tmp_path / "broken.h"
+    header.write_text("#pragma once\nstruct Broken { int x = ; };\n")
+    trace = ROOT / "traces" / "long-prompts-and-chat.jsonl"
+    done = cli("replay", trace, "-p", f"cxx:{header}=make_broken()")
+    assert done.code == 2
+    assert f"the C++ build failed: {header}:2:" in done.stderr and "error" in done.stderr
+
+
+def test_decode_first_needs_an_executorch_checkout_and_says_how_to_give_it(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("EXECUTORCH_ROOT", raising=False)
+    trace = ROOT / "traces" / "long-prompts-and-chat.jsonl"
+    done = cli("replay", trace, "-p", "cxx:decode-first", cwd=tmp_path)
+    assert done.code == 2 and "--executorch PATH, $EXECUTORCH_ROOT" in done.stderr
+    done = cli("replay", trace, "-p", "cxx:decode-first", "--executorch", tmp_path, cwd=tmp_path)
+    assert done.code == 2 and "is not an ExecuTorch checkout" in done.stderr
+    done = cli("replay", trace, "--executorch", tmp_path / "nope", cwd=tmp_path)
+    assert done.code == 2 and "--executorch:" in done.stderr and "no such folder" in done.stderr
+    assert "EXECUTORCH_ROOT" not in os.environ  # the option's setting ends with the run
+
+
+def test_a_project_names_its_cpp_policies_and_policies_lists_them(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.schedcli.cxx]\nexecutorch = "' + str(CPP / "later" / "executorch") + '"\n'
+        "[tool.schedcli.cxx.policies]\n"
+        f'fifo = "{SCHEDULERS / "fifo_scheduler.h"}=schedcli_test::FifoScheduler::create('
+        'max_batch_tokens=544, max_num_seqs=64, max_prefill_chunk_size=256)"\n'
+    )
+    listed = cli("policies", "-f", "json", cwd=tmp_path)
+    assert listed.code == 0, listed.stderr
+    names = {p["name"]: p for p in orjson.loads(listed.stdout)}
+    assert "cxx:fifo" in names and "cxx:decode-first" in names
+    assert [p["name"] for p in names["cxx:fifo"]["params"]] == [
+        "max_batch_tokens",
+        "max_num_seqs",
+        "max_prefill_chunk_size",
+    ]
+    trace = ROOT / "traces" / "long-prompts-and-chat.jsonl"
+    done = cli("replay", trace, "-p", "cxx:fifo", "-P", "max_num_seqs=2", cwd=tmp_path)
+    assert done.code == 2 and "is not an integer" in done.stderr  # its ids are strings
+    bad = cli("replay", trace, "-p", "cxx:fifoo", cwd=tmp_path)
+    assert bad.code == 2 and "unknown C++ policy 'cxx:fifoo'" in bad.stderr
+
+
+def test_a_threaded_recording_of_the_cpp_replays_exactly_under_it_clear_included(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    from schedcli.record import include_dir
+
+    policy = fifo(b=64, n=6, c=32)
+    params = '"{\\"max_batch_tokens\\":64,\\"max_num_seqs\\":6,\\"max_prefill_chunk_size\\":32}"'
+    binary = tmp_path / "record"
+    built = subprocess.run(
+        [
+            os.environ["CXX"],
+            "-std=c++17",
+            "-O1",
+            "-pthread",
+            f"-I{include_dir()}",
+            f"-I{CPP / cxx}",
+            f'-DPOLICY_HEADER="{SCHEDULERS / "fifo_scheduler.h"}"',
+            "-DPOLICY_MAKE=schedcli_test::FifoScheduler::create(64, 6, 32)",
+            f"-DPOLICY_NAME={orjson.dumps(policy).decode()}",
+            f"-DPOLICY_PARAMS={params}",
+            str(CPP / "record_threads.cpp"),
+            "-o",
+            str(binary),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    recording = tmp_path / "rec.jsonl"
+    subprocess.run([str(binary), str(recording)], check=True)
+    assert recording.read_bytes().splitlines()[-1] == b'{"op":"clear"}'
+    done = cli("replay", recording, "--check", "--require-all")
+    assert done.code == 0, done.stderr
+    assert "checked" in done.stderr
