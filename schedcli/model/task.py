@@ -90,8 +90,9 @@ class Task:
         priority: int = 0,
         meta: Any = None,
     ) -> None:
-        # Compiled, the signature refuses other types already; pure Python, this does.
-        if not isinstance(tid, int | str) or not isinstance(sid, int | str):
+        # Compiled, the signature refuses other types already; pure Python, this does. A
+        # tuple, not int | str: that builds a union object at every call (5% of a replay).
+        if not isinstance(tid, (int, str)) or not isinstance(sid, (int, str)):
             raise TypeError(f"a task's tid and sid are integers or strings, not {tid!r}, {sid!r}")
         # A kind given as the enum is taken as it is: a lookup by a str subclass is slow.
         k = kind if isinstance(kind, TaskKind) else KINDS.get(kind)

@@ -15,6 +15,10 @@
 #include <utility>
 #include <vector>
 
+// Later upstream marks the interface ET_EXPERIMENTAL ([[deprecated]]): this program uses
+// it knowingly (the recorder itself builds warning-free without this).
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 namespace b = ::executorch::extension::llm::batching;
 
 static b::Task make(b::TaskId tid, b::SessionId sid, bool decode, std::size_t size) {

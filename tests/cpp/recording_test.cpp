@@ -3,8 +3,9 @@
 //   recording_test OUT.jsonl [calls-for-timing]
 //   recording_test --tokens OUT.jsonl
 // Writes the recording to OUT.jsonl, then prints the cost per call, bare and recorded.
-// --tokens records a three-chunk prompt whose chunks share one backing vector, and a
-// decode with no tokens at all, with record_tokens(true).
+// --tokens records a three-chunk prompt whose chunks share one backing vector, a decode
+// with no tokens at all, and a chunk longer than its backing vector, with
+// record_tokens(true).
 //
 // Builds against either shape of the interface (tests/cpp/seed, tests/cpp/later): no
 // member is marked override, so max_prefill_chunk_size() overrides where the interface
@@ -24,6 +25,10 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+// Later upstream marks the interface ET_EXPERIMENTAL ([[deprecated]]): this program uses
+// it knowingly (the recorder itself builds warning-free without this).
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace b = ::executorch::extension::llm::batching;
 
@@ -194,6 +199,12 @@ static int record_tokens(const char* out) {
   b::Task decode = make(4, 7, true, 1);
   decode.input.position = 140;
   rec->submit({std::move(decode)});  // tokens: nullptr
+  rec->get_work();
+  // A chunk of 5 whose backing vector holds 3 tokens: accepted by the scheduler, recorded
+  // without tokens (the slice cannot be written whole).
+  b::Task short_chunk = make(5, 8, false, 5);
+  short_chunk.input.tokens = std::make_shared<std::vector<b::Token>>(3, 9);
+  rec->submit({std::move(short_chunk)});
   rec->get_work();
   rec->flush();
   return 0;

@@ -95,10 +95,12 @@ def test_chunks_of_one_backing_vector_record_their_own_start_and_slice(
     ]
     decode = lines[5]["tasks"][0]
     assert "tokens" not in decode  # a null tokens pointer: no tokens, no crash
+    short = lines[7]["tasks"][0]
+    assert short["size"] == 5 and "tokens" not in short  # 3 tokens for 5: none recorded
     replays_exactly(rec)
     # fit's context term: each chunk attends up to its own end, not the backing's first 16.
     steps, _ = read_steps([str(rec)])
-    assert [s.context for s in steps] == [116, 132, 140]
+    assert [s.context for s in steps][:3] == [116, 132, 140]
 
 
 def test_the_cost_per_call_is_printed(recorder_test: Path, tmp_path: Path) -> None:
@@ -160,7 +162,9 @@ def test_the_documented_runner_example_compiles_and_records(
 
 DECODE_FIRST_DOUBLE = """
 // Test double for the docs example: FIFO, the real create()'s signature and refusals.
+// (ExecuTorch's own header: its use of its ET_EXPERIMENTAL interface is its business.)
 #pragma once
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include <cstddef>
 #include <deque>
 #include <memory>

@@ -299,3 +299,106 @@ def test_a_threaded_recording_of_the_cpp_replays_exactly_under_it_clear_included
     done = cli("replay", recording, "--check", "--require-all")
     assert done.code == 0, done.stderr
     assert "checked" in done.stderr
+
+
+def _project(tmp_path: Path, shape: str) -> Path:
+    """A project naming the FIFO twin ``cxx:fifo`` and replaying its traces/ under it."""
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.schedcli]\ntraces = ['traces']\n"
+        "[tool.schedcli.folders.traces]\npolicy = 'cxx:fifo'\n"
+        f"[tool.schedcli.cxx]\nexecutorch = '{CPP / shape / 'executorch'}'\n"
+        "[tool.schedcli.cxx.policies]\n"
+        f"fifo = '{SCHEDULERS / 'fifo_scheduler.h'}=schedcli_test::FifoScheduler::create("
+        "max_batch_tokens=544, max_num_seqs=64, max_prefill_chunk_size=256)'\n"
+        f"crash = '{SCHEDULERS / 'crashing_scheduler.h'}=std::make_unique<"
+        "schedcli_test::CrashingScheduler>(crash_at=9, how=1)'\n"
+    )
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(
+        "".join(
+            f'{{"sid": {i}, "arrival": 0, "prompt_tokens": {90 + 37 * i}, '
+            f'"output_tokens": {1 + i % 4}}}\n'
+            for i in range(12)
+        )
+    )
+    return workload
+
+
+def test_every_command_takes_a_cpp_policy(
+    cxx: str, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EXECUTORCH_ROOT")  # the project says where
+    workload = _project(tmp_path, cxx)
+    trace = tmp_path / "traces" / "sim.jsonl"
+
+    def ok(*args: str | Path) -> bytes:
+        done = cli(*args, cwd=tmp_path)
+        assert done.code == 0, (args, done.stderr)
+        return done.stdout
+
+    assert (
+        orjson.loads(ok("simulate", workload, "-p", "cxx:fifo", "-o", trace, "-f", "json"))[
+            "finished"
+        ]
+        == 12
+    )
+    assert orjson.loads(trace.read_bytes().splitlines()[0])["policy"] == "cxx:fifo"
+    ok("replay", trace, "--check", "--require-all", "-o", "/dev/null")
+    ok("validate", trace)
+    golden = tmp_path / "g.jsonl"
+    ok("replay", trace, "--golden", golden, "--update-golden", "-o", "/dev/null")
+    ok("replay", trace, "--golden", golden, "-o", "/dev/null")
+    assert orjson.loads(ok("diff", trace, "--a", "fcfs", "--b", "cxx:fifo", "-f", "json"))[
+        "identical"
+    ]
+    apart = cli("diff", trace, "--a", "cxx:fifo", "--b-param", "max_num_seqs=1", cwd=tmp_path)
+    assert apart.code == 1, apart.stderr
+    assert orjson.loads(ok("stats", trace, "-f", "json"))["dispatched"] > 0
+    explained = ok("explain", trace, "--step", "3")
+    assert b"no reasons given" in explained
+    ok("check", "--update")
+    assert b"1 trace: 1 passed" in ok("check")
+    small = tmp_path / "small.jsonl"
+    crashed = cli("replay", trace, "-p", "cxx:crash", "-o", "/dev/null", cwd=tmp_path)
+    assert crashed.code == 3 and "SIGSEGV" in crashed.stderr
+    ok("shrink", trace, "-p", "cxx:crash", "--until", "contract", "-o", small)
+    assert len(small.read_bytes().splitlines()) < len(trace.read_bytes().splitlines())
+    again = cli("replay", small, "-p", "cxx:crash", "-o", "/dev/null", cwd=tmp_path)
+    assert again.code == 3 and "SIGSEGV" in again.stderr
+    # A pool's workers are other processes, started elsewhere: they build the same spec.
+    swept = tmp_path / "sweep.jsonl"
+    ok("sweep", workload, "-p", "cxx:fifo", "-p", "fcfs", "-j", "2", "-o", swept, "--fresh")
+    rows = [orjson.loads(line) for line in swept.read_bytes().splitlines()]
+    by_policy = {r["policy"]: r for r in rows if "policy" in r}
+    assert set(by_policy) == {"cxx:fifo", "fcfs"}
+
+
+def test_a_worker_started_anywhere_resolves_the_spec_its_parent_resolved(
+    cxx: str, tmp_path: Path
+) -> None:
+    from schedcli.runtimes.executorch.spec import resolve, worker_env
+
+    _project(tmp_path, cxx)
+    here = resolve("cxx:fifo", env={}, cwd=tmp_path)
+    elsewhere = Path("/")  # no pyproject.toml at or above it
+    with pytest.raises(Exception, match="unknown C\\+\\+ policy 'cxx:fifo'"):
+        resolve("cxx:fifo", env={}, cwd=elsewhere)
+    assert resolve("cxx:fifo", env=worker_env(here), cwd=elsewhere) == here
+
+
+def test_a_ray_sweep_gives_the_records_the_local_pool_gives(
+    cxx: str, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not os.environ.get("SCHEDCLI_REQUIRE_RAY"):  # CI installs the extra and requires it
+        pytest.importorskip("ray", reason="the ray extra is not installed")
+    monkeypatch.delenv("EXECUTORCH_ROOT")
+    workload = _project(tmp_path, cxx)
+    args = [workload, "-p", "cxx:fifo", "--grid", "max_num_seqs=2,64", "--fresh", "-j", "2"]
+    rows = {}
+    for backend in ("local", "ray"):
+        out = tmp_path / f"{backend}.jsonl"
+        done = cli("sweep", *args, "--backend", backend, "-o", out, cwd=tmp_path)
+        assert done.code == 0, done.stderr
+        rows[backend] = sorted(out.read_bytes().splitlines())
+    assert rows["ray"] == rows["local"] and len(rows["local"]) == 2

@@ -153,12 +153,30 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _unchanged(manifest: Path) -> bool:
-    """Whether every file the last build read still has the content it had then."""
+    """Whether every file the last build read still has the content it had then: a file
+    whose size and modification time are as recorded is taken as unchanged (a start reads
+    hundreds of system headers); any other is compared by its digest."""
     try:
         read = orjson.loads(manifest.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return False
-    return all(_digest(Path(path)) == digest for path, digest in read.items())
+    if not isinstance(read, dict):
+        return False
+    for path, seen in read.items():
+        if not (isinstance(seen, list) and len(seen) == 3):
+            return False
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return False
+        if [stat.st_size, stat.st_mtime_ns] != seen[:2] and _digest(Path(path)) != seen[2]:
+            return False
+    return True
+
+
+def _seen(path: Path) -> list[object]:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns, _digest(path)]
 
 
 def _digest(path: Path) -> str | None:
@@ -184,7 +202,7 @@ def _compile(build: Build, command: list[str], folder: Path) -> None:
         if done.returncode != 0:
             raise UsageError(f"the C++ build failed: {_first_error(done.stderr, here)}")
         read = {
-            str(Path(p).resolve()): _digest(Path(p))
+            str(Path(p).resolve()): _seen(Path(p))
             for p in _dependencies(here / "deps.d")
             if not Path(p).resolve().is_relative_to(here.resolve())
         }

@@ -1,8 +1,8 @@
 """``-p cxx:...``: a C++ ``batching::Scheduler``, unmodified, as a task-level policy.
 
 The scheduler runs in this process, behind a CPython extension module built on first use
-(``build.py``, ``shim.cpp``); tasks cross as their fields and come back as their tids,
-matched here to the tasks handed in. The C++ answers; the engine checks every answer with
+(``build.py``, ``shim.cpp``); tasks cross as their fields, and what comes back is matched
+by tid to the very tasks handed in. The C++ answers; the engine checks every answer with
 the same ledger as any policy's. A crash inside a call is ``PolicyAborted`` (exit 3 where
 the call was); an id the interface cannot hold is ``UnfitTask`` (exit 2 at its line).
 """
@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from ...model.errors import PolicyAborted, UnfitTask, UsageError
 from ...model.limits import INT_MAX
 from ...model.scheduler import Param, Scheduler
-from ...model.task import Id, Task, settle_outputs, show_id
+from ...model.task import DECODE, Id, Task, settle_outputs
 from . import build as cxx_build
 from .spec import PREFIX, CxxSpec, resolve, worker_env
 
@@ -44,8 +44,6 @@ class CxxScheduler(Scheduler):
                 + ": the C++ refuses these parameters"
             )
         self._handle = handle
-        # tid -> the queued task: what the C++ hands back by tid is matched here.
-        self._queued: dict[Id, Task] = {}
         limit = self._shim.max_prefill_chunk_size(handle)
         self._chunk_limit: int | None = limit if limit else values.get("max_prefill_chunk_size")
 
@@ -85,44 +83,32 @@ class CxxScheduler(Scheduler):
     def prefill_chunk_limit(self) -> int | None:
         return self._chunk_limit
 
+    # The shim matches what the C++ hands back to the tasks handed in, by tid, marks
+    # dropped ones cancelled, and raises PolicyAborted for a tid that is not queued.
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         group = tasks if isinstance(tasks, list) else list(tasks)
         settle_outputs(group)
-        if not self._shim.submit(self._handle, group):
-            return "the C++ scheduler refused the group (submit returned false)"
-        queued = self._queued
-        for t in group:
-            if t.tid in queued:
-                raise PolicyAborted(f"submit accepted tid {show_id(t.tid)}, which was queued")
-            queued[t.tid] = t
-        return None
+        if self._shim.submit(self._handle, group):
+            return None
+        return "the C++ scheduler refused the group (submit returned false)"
 
     def has_work(self) -> bool:
         answer: bool = self._shim.has_work(self._handle)
         return answer
 
     def get_work(self) -> list[Task]:
-        return self._matched(self._shim.get_work(self._handle), "get_work", False)
+        batch: list[Task] = self._shim.get_work(self._handle)
+        return batch
 
     def cancel(self, sid: Id) -> list[Task]:
         if type(sid) is not int:
             return []  # no C++ session has this id: nothing of it can be queued
-        return self._matched(self._shim.cancel(self._handle, sid), "cancel", True)
+        dropped: list[Task] = self._shim.cancel(self._handle, sid)
+        return dropped
 
     def clear(self) -> list[Task]:
-        return self._matched(self._shim.clear(self._handle), "clear", True)
-
-    def _matched(self, tids: list[int], call: str, dropped: bool) -> list[Task]:
-        queued = self._queued
-        out = []
-        for tid in tids:
-            task = queued.pop(tid, None)
-            if task is None:
-                raise PolicyAborted(f"{call} returned tid {tid}, which is not queued")
-            if dropped:
-                task.cancelled = True
-            out.append(task)
-        return out
+        dropped: list[Task] = self._shim.clear(self._handle)
+        return dropped
 
 
 def policy_class(name: str) -> type[CxxScheduler]:
@@ -212,7 +198,7 @@ def _hint(error: str) -> str:
 def _loaded(spec: CxxSpec, compiler: tuple[str, ...]) -> ModuleType:
     path, module = _library(spec, compiler)
     loaded = sys.modules.get(module) or cxx_build.load_extension(path, module)
-    loaded.set_errors(PolicyAborted, UnfitTask)
+    loaded.setup(PolicyAborted, UnfitTask, DECODE)
     sys.modules[module] = loaded
     return loaded
 

@@ -14,9 +14,11 @@
 //   once; if the call has not returned GRACE_MS later it is abandoned the same way, and the
 //   stop is raised in Python as if the call had returned.
 // - Tasks go in with offset 0, position as the trace gives it (-1 for none) and, when the
-//   trace has tokens, the slice's own tokens; they come back as their tids only.
+//   trace has tokens, the slice's own tokens; what comes back is matched by tid to the
+//   Python tasks submitted (Handle::queued), which are what Python gets.
 
 #include <Python.h>
+#include <structmember.h>
 
 #include <pthread.h>
 #include <sys/time.h>
@@ -29,6 +31,7 @@
 #include <limits>
 #include <memory>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -50,8 +53,11 @@ template <class T>
 struct HasChunkLimit<T, std::void_t<decltype(std::declval<const T&>().max_prefill_chunk_size())>>
     : std::true_type {};
 
+// The scheduler, and the Python task behind each tid it holds (a strong reference): what
+// it hands back is matched here by tid, so Python sees the very tasks it submitted.
 struct Handle {
   std::shared_ptr<Sched> s;
+  std::unordered_map<et::TaskId, PyObject*> queued;
   bool abandoned = false;
 };
 
@@ -224,13 +230,49 @@ bool to_int(PyObject* value, Int& out, const char* field, const char* type_name)
   return true;
 }
 
-PyObject* s_tid;
-PyObject* s_sid;
-PyObject* s_size;
-PyObject* s_is_decode;
-PyObject* s_produce_output;
-PyObject* s_position;
-PyObject* s_tokens;
+enum Field { TID, SID, SIZE, KIND, OUTPUT, POSITION, TOKENS, FIELDS };
+const char* const kFieldNames[FIELDS] = {"tid",  "sid",      "size",  "kind",
+                                         "produce_output", "position", "tokens"};
+PyObject* g_names[FIELDS];
+PyObject* g_cancelled_name = nullptr;
+PyObject* g_decode = nullptr;  // TaskKind.DECODE
+
+// A task's fields are read through the descriptors its type declares (a compiled class's
+// getsets, a __slots__ class's members), looked up once per type: a generic getattr
+// would search the type's MRO for each of the seven, for every task.
+struct Reader {
+  PyTypeObject* type = nullptr;
+  PyObject* descr[FIELDS] = {};
+};
+Reader g_reader;
+
+PyObject* read(PyObject* obj, int f) {
+  PyObject* d = Py_TYPE(obj) == g_reader.type ? g_reader.descr[f] : nullptr;
+  if (d != nullptr) {
+    if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+      PyGetSetDef* def = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset;
+      return def->get(obj, def->closure);
+    }
+    return PyMember_GetOne(reinterpret_cast<const char*>(obj),
+                           reinterpret_cast<PyMemberDescrObject*>(d)->d_member);
+  }
+  return PyObject_GetAttr(obj, g_names[f]);
+}
+
+void learn(PyTypeObject* type) {
+  if (g_reader.type == type) return;
+  Reader r;
+  r.type = type;
+  for (int f = 0; f < FIELDS; ++f) {
+    PyObject* d = _PyType_Lookup(type, g_names[f]);  // borrowed, kept alive by the type
+    const bool plain = d != nullptr && (Py_IS_TYPE(d, &PyGetSetDescr_Type) ||
+                                        Py_IS_TYPE(d, &PyMemberDescr_Type));
+    r.descr[f] = plain ? d : nullptr;
+  }
+  Py_INCREF(type);
+  Py_XDECREF(reinterpret_cast<PyObject*>(g_reader.type));
+  g_reader = r;
+}
 
 struct Ref {  // a new reference, released at scope exit
   PyObject* p;
@@ -241,14 +283,15 @@ struct Ref {  // a new reference, released at scope exit
 };
 
 bool to_task(PyObject* obj, et::Task& t) {
-  Ref tid(PyObject_GetAttr(obj, s_tid));
-  Ref sid(PyObject_GetAttr(obj, s_sid));
-  Ref size(PyObject_GetAttr(obj, s_size));
-  Ref decode(PyObject_GetAttr(obj, s_is_decode));
-  Ref output(PyObject_GetAttr(obj, s_produce_output));
-  Ref position(PyObject_GetAttr(obj, s_position));
-  Ref tokens(PyObject_GetAttr(obj, s_tokens));
-  if (!tid.p || !sid.p || !size.p || !decode.p || !output.p || !position.p || !tokens.p) {
+  learn(Py_TYPE(obj));
+  Ref tid(read(obj, TID));
+  Ref sid(read(obj, SID));
+  Ref size(read(obj, SIZE));
+  Ref kind(read(obj, KIND));
+  Ref output(read(obj, OUTPUT));
+  Ref position(read(obj, POSITION));
+  Ref tokens(read(obj, TOKENS));
+  if (!tid.p || !sid.p || !size.p || !kind.p || !output.p || !position.p || !tokens.p) {
     return false;
   }
   if (!to_int(tid.p, t.tid, "tid", "TaskId") || !to_int(sid.p, t.input.sid, "sid", "SessionId")) {
@@ -257,7 +300,7 @@ bool to_task(PyObject* obj, et::Task& t) {
   unsigned long long n = PyLong_AsUnsignedLongLong(size.p);
   if (PyErr_Occurred()) return false;
   t.cancelled = false;
-  t.is_decode = decode.p == Py_True;
+  t.is_decode = kind.p == g_decode;
   t.input.produce_output = output.p == Py_True;
   t.input.offset = 0;
   t.input.size = static_cast<std::size_t>(n);
@@ -280,16 +323,27 @@ bool to_task(PyObject* obj, et::Task& t) {
   return true;
 }
 
-PyObject* tids(const std::vector<et::Task>& tasks) {
+// The Python tasks behind what the scheduler handed back, taken out of `queued`;
+// `dropped` marks them cancelled. A tid that is not queued breaks the contract.
+PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* what, bool dropped) {
   PyObject* out = PyList_New(static_cast<Py_ssize_t>(tasks.size()));
   if (out == nullptr) return nullptr;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    PyObject* tid = PyLong_FromLongLong(static_cast<long long>(tasks[i].tid));
-    if (tid == nullptr) {
+    auto it = h->queued.find(tasks[i].tid);
+    if (it == h->queued.end()) {
+      // What was matched so far is out of `queued`; the run ends here anyway.
+      Py_DECREF(out);
+      return PyErr_Format(g_aborted, "%s returned tid %lld, which is not queued", what,
+                          static_cast<long long>(tasks[i].tid));
+    }
+    PyObject* task = it->second;
+    h->queued.erase(it);
+    if (dropped && PyObject_SetAttr(task, g_cancelled_name, Py_True) < 0) {
+      Py_DECREF(task);
       Py_DECREF(out);
       return nullptr;
     }
-    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), tid);
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), task);  // the reference `queued` held
   }
   return out;
 }
@@ -312,7 +366,9 @@ extern "C" void release(PyObject* capsule) {
   if (h == nullptr) return;
   if (h->abandoned) {
     new std::shared_ptr<Sched>(std::move(h->s));  // never destroyed: its state is unknown
+    return;  // nor the tasks it may still point into
   }
+  for (auto& entry : h->queued) Py_DECREF(entry.second);
   delete h;
 }
 
@@ -372,11 +428,24 @@ PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   enter();
   const bool ok = submit_(*h->s, tasks);
   leave();
+  if (ok) {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* task = PyList_GET_ITEM(args[1], i);
+      Ref tid(read(task, TID));
+      et::TaskId id;
+      if (tid.p == nullptr || !to_int(tid.p, id, "tid", "TaskId")) return nullptr;
+      if (!h->queued.emplace(id, task).second) {
+        return PyErr_Format(g_aborted, "submit accepted tid %lld, which was queued",
+                            static_cast<long long>(id));
+      }
+      Py_INCREF(task);
+    }
+  }
   return PyBool_FromLong(ok);
 }
 
-__attribute__((noinline)) PyObject* get_work_(Sched& s) {
-  return tids(s.get_work());
+__attribute__((noinline)) PyObject* get_work_(Handle* h) {
+  return matched(h, h->s->get_work(), "get_work", false);
 }
 
 PyObject* get_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -385,7 +454,7 @@ PyObject* get_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int code = sigsetjmp(g_jump, 0);
   if (code != 0) return abandoned(h, code, "get_work");
   enter();
-  PyObject* out = get_work_(*h->s);
+  PyObject* out = get_work_(h);
   leave();
   return out;
 }
@@ -403,8 +472,8 @@ PyObject* has_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyBool_FromLong(answer);
 }
 
-__attribute__((noinline)) PyObject* cancel_(Sched& s, et::SessionId sid) {
-  return tids(s.cancel(sid));
+__attribute__((noinline)) PyObject* cancel_(Handle* h, et::SessionId sid) {
+  return matched(h, h->s->cancel(sid), "cancel", true);
 }
 
 PyObject* cancel(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -415,12 +484,14 @@ PyObject* cancel(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int code = sigsetjmp(g_jump, 0);
   if (code != 0) return abandoned(h, code, "cancel");
   enter();
-  PyObject* out = cancel_(*h->s, sid);
+  PyObject* out = cancel_(h, sid);
   leave();
   return out;
 }
 
-__attribute__((noinline)) PyObject* clear_(Sched& s) { return tids(s.clear()); }
+__attribute__((noinline)) PyObject* clear_(Handle* h) {
+  return matched(h, h->s->clear(), "clear", true);
+}
 
 PyObject* clear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
@@ -428,7 +499,7 @@ PyObject* clear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int code = sigsetjmp(g_jump, 0);
   if (code != 0) return abandoned(h, code, "clear");
   enter();
-  PyObject* out = clear_(*h->s);
+  PyObject* out = clear_(h);
   leave();
   return out;
 }
@@ -454,13 +525,14 @@ PyObject* max_prefill_chunk_size(PyObject*, PyObject* const* args, Py_ssize_t na
   return PyLong_FromSize_t(n);
 }
 
-PyObject* set_errors(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "set_errors(aborted, unfit)");
+PyObject* setup(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "setup(PolicyAborted, UnfitTask, TaskKind.DECODE)");
     return nullptr;
   }
   Py_XSETREF(g_aborted, Py_NewRef(args[0]));
   Py_XSETREF(g_unfit, Py_NewRef(args[1]));
+  Py_XSETREF(g_decode, Py_NewRef(args[2]));
   Py_RETURN_NONE;
 }
 
@@ -473,7 +545,7 @@ PyMethodDef kMethods[] = {
     {"clear", reinterpret_cast<PyCFunction>(clear), METH_FASTCALL, nullptr},
     {"max_prefill_chunk_size", reinterpret_cast<PyCFunction>(max_prefill_chunk_size),
      METH_FASTCALL, nullptr},
-    {"set_errors", reinterpret_cast<PyCFunction>(set_errors), METH_FASTCALL, nullptr},
+    {"setup", reinterpret_cast<PyCFunction>(setup), METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -490,13 +562,8 @@ bool add_range(PyObject* m, const char* name) {
 
 extern "C" PyMODINIT_FUNC SCHEDCLI_INIT() {
   using namespace schedcli_shim;
-  s_tid = PyUnicode_InternFromString("tid");
-  s_sid = PyUnicode_InternFromString("sid");
-  s_size = PyUnicode_InternFromString("size");
-  s_is_decode = PyUnicode_InternFromString("is_decode");
-  s_produce_output = PyUnicode_InternFromString("produce_output");
-  s_position = PyUnicode_InternFromString("position");
-  s_tokens = PyUnicode_InternFromString("tokens");
+  for (int f = 0; f < FIELDS; ++f) g_names[f] = PyUnicode_InternFromString(kFieldNames[f]);
+  g_cancelled_name = PyUnicode_InternFromString("cancelled");
   g_aborted = Py_NewRef(PyExc_RuntimeError);
   g_unfit = Py_NewRef(PyExc_ValueError);
   PyObject* m = PyModule_Create(&kModule);

@@ -11,7 +11,7 @@
 // Recorded per task: tid, sid, kind, size, position (the chunk's own start, position +
 // offset), produce_output. Token ids are never recorded (they are user data) unless
 // record_tokens(true) asks; then each task's slice tokens[offset : offset + size] of its
-// backing vector.
+// backing vector, when the vector holds all of it (else none, so the recording replays).
 //
 // Builds against both shapes of ExecuTorch's interface: the five calls of the seed
 // (32-bit TaskId), and the later one that adds max_prefill_chunk_size() (64-bit TaskId).
@@ -32,6 +32,13 @@
 #include <vector>
 
 #include <executorch/extension/llm/batching/scheduler.h>
+
+// Later upstream marks the interface ET_EXPERIMENTAL, a [[deprecated]] attribute: our own
+// uses of it must not warn (a -Werror build would fail on them), whatever the shape.
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
 
 namespace schedcli {
 
@@ -241,11 +248,14 @@ class RecordingScheduler : public detail::Wrapping<batching::Scheduler> {
       int_(out, static_cast<std::int64_t>(in.position) + static_cast<std::int64_t>(in.offset));
     }
     out += in.produce_output ? ",\"produce_output\":true" : ",\"produce_output\":false";
-    if (record_tokens_ && in.tokens != nullptr) {
+    // Only a whole slice: one that runs past its backing vector is recorded without tokens
+    // (a replay refuses a size its tokens do not match, and the recording must replay).
+    if (record_tokens_ && in.tokens != nullptr && in.offset <= in.tokens->size() &&
+        in.size <= in.tokens->size() - in.offset) {
       const auto& backing = *in.tokens;
       out += ",\"tokens\":[";
       const std::size_t end = in.offset + in.size;
-      for (std::size_t i = in.offset; i < end && i < backing.size(); ++i) {
+      for (std::size_t i = in.offset; i < end; ++i) {
         if (i != in.offset) {
           out += ',';
         }
@@ -302,3 +312,7 @@ class RecordingScheduler : public detail::Wrapping<batching::Scheduler> {
 };
 
 }  // namespace schedcli
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
