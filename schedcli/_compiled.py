@@ -43,6 +43,7 @@ COMPILED_MODULES = (
     "schedcli.formats.interrupt",
     "schedcli.engine.clock",
     "schedcli.engine.ledger",
+    "schedcli.engine.recorded",
     "schedcli.engine.replay",
     "schedcli.engine.lockstep",
     "schedcli.engine.metrics",

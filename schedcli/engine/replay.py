@@ -17,7 +17,6 @@ from typing import Final, Protocol
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Line, Run, as_event
 from ..model.errors import (
-    CheckFailed,
     InputError,
     InvariantError,
     PolicyAborted,
@@ -31,6 +30,7 @@ from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id, show_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
 from .ledger import Ledger, Totals
+from .recorded import OutcomeMismatch, RecordingRaised, raised_in, recorded_rejection
 
 Emit = Callable[[Record], None]
 
@@ -68,50 +68,6 @@ class ExpectMismatch(StepMismatch):
         super().__init__(
             f"{trace}:{mismatch.line}: step {mismatch.step} differs from the recorded batch"
         )
-
-
-class OutcomeMismatch(CheckFailed):
-    """A submit the recording accepted and the replay rejected, or the other way round."""
-
-    located = True
-
-    def __init__(self, trace: str, line: int, recorded: str | None, replayed: str | None) -> None:
-        self.line = line
-        self.recorded = recorded
-        self.replayed = replayed
-        if recorded is not None:
-            what = f"the recording rejected this submit ({recorded}); the replay accepted it"
-        else:
-            what = f"the recording accepted this submit; the replay rejected it ({replayed})"
-        super().__init__(f"{trace}:{line}: {what}")
-
-
-def recorded_rejection(meta: object) -> str | None:
-    """Why a recorder marked a submit rejected (``meta.rejected``), or None."""
-    if type(meta) is dict:
-        reason = meta.get("rejected")
-        if reason is not None:
-            return str(reason)
-    return None
-
-
-class RecordingRaised(CheckFailed):
-    """Under ``--check``: the recorded scheduler raised at this call, so the recording
-    stops there and cannot vouch for the rest of the run."""
-
-    located = True
-
-    def __init__(self, trace: str, line: int, op: str, raised: object) -> None:
-        self.line = line
-        super().__init__(
-            f"{trace}:{line}: the recorded scheduler raised in {op} ({raised}): the "
-            "recording is incomplete from here; --allow-incomplete checks what came before"
-        )
-
-
-def raised_in(meta: object) -> object:
-    """What a recorder says the recorded call raised (``meta.raised``), or None."""
-    return meta.get("raised") if type(meta) is dict else None
 
 
 class PolicyCrashed(UsageError):

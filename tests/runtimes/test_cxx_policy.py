@@ -402,3 +402,145 @@ def test_a_ray_sweep_gives_the_records_the_local_pool_gives(
         assert done.code == 0, done.stderr
         rows[backend] = sorted(out.read_bytes().splitlines())
     assert rows["ray"] == rows["local"] and len(rows["local"]) == 2
+
+
+# ExecuTorch's own DecodeFirstScheduler, where a checkout is named (never committed here):
+# SCHEDCLI_TEST_EXECUTORCH=~/src/executorch pytest tests/runtimes/test_cxx_policy.py
+CHECKOUT = os.environ.get("SCHEDCLI_TEST_EXECUTORCH")
+needs_checkout = pytest.mark.skipif(not CHECKOUT, reason="SCHEDCLI_TEST_EXECUTORCH not set")
+
+
+@needs_checkout
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=traffic())
+def test_executorchs_decode_first_batches_as_our_reference_port_on_random_traffic(
+    monkeypatch: pytest.MonkeyPatch, cxx_cache: Path, ops: list[dict[str, object]]
+) -> None:
+    from schedcli.model.task import Task
+    from schedcli.policies.registry import build_policy
+
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(CHECKOUT))
+    params = {"max_batch_tokens": 12, "max_decode_sequences": 3, "max_prefill_chunk_size": 6}
+    cpp = build_policy("cxx:decode-first", params)
+    port = build_policy("decode-first", {**params, "compat": "reference"})
+
+    def tids(tasks: list[Task]) -> list[object]:
+        return [t.tid for t in tasks]
+
+    for op in ops:
+        if op["op"] == "submit":
+            specs = op["tasks"]
+            assert isinstance(specs, list)
+            groups = [
+                [
+                    Task(
+                        s["tid"],
+                        s["sid"],
+                        s["kind"],
+                        s["size"],
+                        produce_output=s.get("produce_output"),
+                    )
+                    for s in specs
+                ]
+                for _ in range(2)
+            ]
+            assert cpp.submit(groups[0]) == port.submit(groups[1])
+        elif op["op"] == "get_work":
+            assert tids(cpp.get_work()) == tids(port.get_work())
+        elif op["op"] == "cancel":
+            assert tids(cpp.cancel(op["sid"])) == tids(port.cancel(op["sid"]))
+        else:  # the same tasks, in each one's own order
+            assert sorted(tids(cpp.clear())) == sorted(tids(port.clear()))  # type: ignore[type-var]
+        assert cpp.has_work() == port.has_work()
+
+
+@needs_checkout
+def test_a_threaded_recording_of_executorchs_decode_first_replays_exactly_under_it(
+    monkeypatch: pytest.MonkeyPatch, cxx_cache: Path, cli: Cli, tmp_path: Path
+) -> None:
+    from schedcli.record import include_dir
+
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
+    root = Path(str(CHECKOUT)).expanduser().resolve()
+    binary = tmp_path / "record"
+    params = (
+        '"{\\"max_batch_tokens\\":64,\\"max_decode_sequences\\":4,\\"max_prefill_chunk_size\\":32}"'
+    )
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            "-pthread",
+            f"-I{include_dir()}",
+            f"-I{root.parent}",
+            "-DPOLICY_HEADER=<executorch/extension/llm/batching/decode_first_scheduler.h>",
+            "-DPOLICY_MAKE=executorch::extension::llm::batching::DecodeFirstScheduler::"
+            "create(64, 4, 32)",
+            '-DPOLICY_NAME="cxx:decode-first"',
+            f"-DPOLICY_PARAMS={params}",
+            str(CPP / "record_threads.cpp"),
+            "-o",
+            str(binary),
+        ],
+        check=True,
+    )
+    recording = tmp_path / "rec.jsonl"
+    subprocess.run([str(binary), str(recording)], check=True)
+    done = cli("replay", recording, "--check", "--require-all", "--executorch", root)
+    assert done.code == 0, done.stderr
+    apart = cli(
+        "diff",
+        recording,
+        "--a",
+        "decode-first",
+        "--b",
+        "cxx:decode-first",
+        "--executorch",
+        root,
+        "-f",
+        "json",
+    )
+    assert apart.code == 1  # the reference's two outputs in one batch: our fix
+
+
+def test_tasks_cross_with_their_position_and_exactly_their_slices_tokens(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    policy = (
+        f"cxx:{SCHEDULERS / 'token_check.h'}=std::make_unique<schedcli_test::TokenCheck>"
+        "(untokened_position=40)"
+    )
+    ops = [
+        {
+            "op": "submit",
+            "tid": 1,
+            "sid": 1,
+            "kind": "prefill",
+            "size": 3,
+            "position": 5,
+            "tokens": [5, 6, 7],
+        },
+        {
+            "op": "submit",
+            "tid": 2,
+            "sid": 2,
+            "kind": "prefill",
+            "size": 2,
+            "position": 9,
+            "tokens": [1, 2],
+        },
+        {"op": "submit", "tid": 3, "sid": 3, "kind": "decode", "size": 1},
+        {"op": "submit", "tid": 4, "sid": 3, "kind": "decode", "size": 1, "position": 40},
+        {"op": "submit", "tid": 5, "sid": 4, "kind": "decode", "size": 1, "position": 41},
+    ]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, ops)
+    done = cli("replay", trace, "-p", policy, "-f", "jsonl", "--drain")
+    assert done.code == 0, done.stderr
+    outcomes = {
+        r["tids"][0]: r["accepted"] for r in map(orjson.loads, done.lines) if "accepted" in r
+    }
+    assert outcomes == {2: False, 5: False}  # the others were accepted, silently
+    batches = [r["batch"][0]["tid"] for r in map(orjson.loads, done.lines) if r.get("batch")]
+    assert batches == [1, 3, 4]

@@ -15,7 +15,8 @@ from ...model.errors import InvariantError, SchedcliError, UsageError
 from ...model.records import discard
 from ...model.task import id_key, ids_only_in
 from ..diff import Config, diff_trace
-from ..replay import ExpectMismatch, Mismatch, OutcomeMismatch
+from ..recorded import OutcomeMismatch
+from ..replay import ExpectMismatch, Mismatch
 from ..requests.replay import RequestExpectMismatch, RequestMismatch
 from ..run import open_replay
 

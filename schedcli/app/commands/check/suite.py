@@ -371,7 +371,7 @@ def check_job(job: Job) -> Verdict:
 
 
 def _failed(e: CheckFailed) -> str:
-    from ....engine.replay import OutcomeMismatch
+    from ....engine.recorded import OutcomeMismatch
 
     return "a submit outcome differs" if isinstance(e, OutcomeMismatch) else str(e.args[0])
 
