@@ -372,8 +372,18 @@ extern "C" void release(PyObject* capsule) {
   delete h;
 }
 
-// Each call below: sigsetjmp at its entry (a crash comes back here), then the work in a
-// function of its own, whose locals a jump out abandons with the scheduler.
+// One call into the scheduler: sigsetjmp in this frame (a crash inside comes back here,
+// and the call returns with the scheduler abandoned), then `work`.
+template <class Work>
+PyObject* guarded(Handle* h, const char* what, Work&& work) {
+  if (h == nullptr) return nullptr;
+  const int code = sigsetjmp(g_jump, 0);
+  if (code != 0) return abandoned(h, code, what);
+  enter();
+  PyObject* out = work();
+  leave();
+  return out;
+}
 
 __attribute__((noinline)) std::shared_ptr<Sched> make(const std::vector<std::size_t>& p) {
   return own(schedcli_factory(p.data()));
@@ -401,10 +411,6 @@ PyObject* create(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyCapsule_New(h, kCapsule, release);
 }
 
-__attribute__((noinline)) bool submit_(Sched& s, std::vector<et::Task>* tasks) {
-  return s.submit(std::move(*tasks));
-}
-
 PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2 || !PyList_CheckExact(args[1])) {
     PyErr_SetString(PyExc_TypeError, "submit(scheduler, list of tasks)");
@@ -413,95 +419,49 @@ PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = handle(args[0]);
   if (h == nullptr) return nullptr;
   const Py_ssize_t n = PyList_GET_SIZE(args[1]);
-  auto* tasks = new std::vector<et::Task>(static_cast<std::size_t>(n));
-  std::unique_ptr<std::vector<et::Task>> held(tasks);
+  std::vector<et::Task> tasks(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!to_task(PyList_GET_ITEM(args[1], i), (*tasks)[static_cast<std::size_t>(i)])) {
+    if (!to_task(PyList_GET_ITEM(args[1], i), tasks[static_cast<std::size_t>(i)])) {
       return nullptr;
     }
   }
-  const int code = sigsetjmp(g_jump, 0);
-  if (code != 0) {
-    held.release();
-    return abandoned(h, code, "submit");
-  }
-  enter();
-  const bool ok = submit_(*h->s, tasks);
-  leave();
-  if (ok) {
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* task = PyList_GET_ITEM(args[1], i);
-      Ref tid(read(task, TID));
-      et::TaskId id;
-      if (tid.p == nullptr || !to_int(tid.p, id, "tid", "TaskId")) return nullptr;
-      if (!h->queued.emplace(id, task).second) {
-        return PyErr_Format(g_aborted, "submit accepted tid %lld, which was queued",
-                            static_cast<long long>(id));
-      }
-      Py_INCREF(task);
+  PyObject* ok = guarded(h, "submit", [&] { return PyBool_FromLong(h->s->submit(std::move(tasks))); });
+  if (ok != Py_True) return ok;  // refused, or died
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* task = PyList_GET_ITEM(args[1], i);
+    Ref tid(read(task, TID));
+    et::TaskId id;
+    if (tid.p == nullptr || !to_int(tid.p, id, "tid", "TaskId")) return nullptr;
+    if (!h->queued.emplace(id, task).second) {
+      Py_DECREF(ok);
+      return PyErr_Format(g_aborted, "submit accepted tid %lld, which was queued",
+                          static_cast<long long>(id));
     }
+    Py_INCREF(task);
   }
-  return PyBool_FromLong(ok);
-}
-
-__attribute__((noinline)) PyObject* get_work_(Handle* h) {
-  return matched(h, h->s->get_work(), "get_work", false);
+  return ok;
 }
 
 PyObject* get_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
-  if (h == nullptr) return nullptr;
-  const int code = sigsetjmp(g_jump, 0);
-  if (code != 0) return abandoned(h, code, "get_work");
-  enter();
-  PyObject* out = get_work_(h);
-  leave();
-  return out;
+  return guarded(h, "get_work", [h] { return matched(h, h->s->get_work(), "get_work", false); });
 }
-
-__attribute__((noinline)) int has_work_(const Sched& s) { return s.has_work() ? 1 : 0; }
 
 PyObject* has_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
-  if (h == nullptr) return nullptr;
-  const int code = sigsetjmp(g_jump, 0);
-  if (code != 0) return abandoned(h, code, "has_work");
-  enter();
-  const int answer = has_work_(*h->s);
-  leave();
-  return PyBool_FromLong(answer);
-}
-
-__attribute__((noinline)) PyObject* cancel_(Handle* h, et::SessionId sid) {
-  return matched(h, h->s->cancel(sid), "cancel", true);
+  return guarded(h, "has_work", [h] { return PyBool_FromLong(h->s->has_work()); });
 }
 
 PyObject* cancel(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 2 ? handle(args[0]) : nullptr;
-  if (h == nullptr) return nullptr;
   et::SessionId sid;
-  if (!to_int(args[1], sid, "sid", "SessionId")) return nullptr;
-  const int code = sigsetjmp(g_jump, 0);
-  if (code != 0) return abandoned(h, code, "cancel");
-  enter();
-  PyObject* out = cancel_(h, sid);
-  leave();
-  return out;
-}
-
-__attribute__((noinline)) PyObject* clear_(Handle* h) {
-  return matched(h, h->s->clear(), "clear", true);
+  if (h == nullptr || !to_int(args[1], sid, "sid", "SessionId")) return nullptr;
+  return guarded(h, "cancel", [h, sid] { return matched(h, h->s->cancel(sid), "cancel", true); });
 }
 
 PyObject* clear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
-  if (h == nullptr) return nullptr;
-  const int code = sigsetjmp(g_jump, 0);
-  if (code != 0) return abandoned(h, code, "clear");
-  enter();
-  PyObject* out = clear_(h);
-  leave();
-  return out;
+  return guarded(h, "clear", [h] { return matched(h, h->s->clear(), "clear", true); });
 }
 
 template <class S = Sched>
@@ -515,14 +475,9 @@ std::size_t chunk_limit(const S& s) {
 
 PyObject* max_prefill_chunk_size(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
-  if (h == nullptr) return nullptr;
-  if (!HasChunkLimit<Sched>::value) Py_RETURN_NONE;
-  const int code = sigsetjmp(g_jump, 0);
-  if (code != 0) return abandoned(h, code, "max_prefill_chunk_size");
-  enter();
-  const std::size_t n = chunk_limit(*h->s);
-  leave();
-  return PyLong_FromSize_t(n);
+  if (h != nullptr && !HasChunkLimit<Sched>::value) Py_RETURN_NONE;
+  return guarded(h, "max_prefill_chunk_size",
+                 [h] { return PyLong_FromSize_t(chunk_limit(*h->s)); });
 }
 
 PyObject* setup(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
