@@ -222,7 +222,9 @@ def test_a_compile_error_is_bad_input_with_the_compilers_first_error(
     trace = ROOT / "traces" / "long-prompts-and-chat.jsonl"
     done = cli("replay", trace, "-p", f"cxx:{header}=make_broken()")
     assert done.code == 2
-    assert f"the C++ build failed: {header}:2:" in done.stderr and "error" in done.stderr
+    said = f"schedcli: policy 'cxx:{header}=make_broken()': the C++ build failed: {header}:2:"
+    assert done.stderr.startswith(said) and "error" in done.stderr  # one line, said once
+    assert "failed to start" not in done.stderr
 
 
 def test_decode_first_needs_an_executorch_checkout_and_says_how_to_give_it(
@@ -544,3 +546,17 @@ def test_tasks_cross_with_their_position_and_exactly_their_slices_tokens(
     assert outcomes == {2: False, 5: False}  # the others were accepted, silently
     batches = [r["batch"][0]["tid"] for r in map(orjson.loads, done.lines) if r.get("batch")]
     assert batches == [1, 3, 4]
+
+
+def test_no_compiler_is_bad_usage_saying_what_to_install(
+    cxx: str, cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    trace = ROOT / "traces" / "long-prompts-and-chat.jsonl"
+    monkeypatch.setenv("CXX", "no-such-compiler-xyz")
+    done = cli("replay", trace, "-p", fifo())
+    assert done.code == 2 and "CXX='no-such-compiler-xyz' is not a program on PATH" in done.stderr
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no c++, g++ or clang++ here
+    done = cli("validate", trace, "-p", fifo())
+    assert done.code == 2 and "no C++ compiler found" in done.stderr
+    assert "apt install g++" in done.stderr
