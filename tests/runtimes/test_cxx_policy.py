@@ -171,13 +171,18 @@ def test_a_hang_in_the_cpp_is_ended_by_a_stop_signal_like_any_replay(
     proc = subprocess.Popen(
         [sys.executable, "-m", "schedcli", *args], stderr=subprocess.PIPE, env=dict(os.environ)
     )
-    # Spinning in the endless get_work once it has used more CPU than a start and a build.
-    deadline = time.monotonic() + 120
-    while _cpu_seconds(proc.pid) < 4.0:
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
-    proc.send_signal(sig)
-    assert proc.wait(timeout=30) == code
+    try:
+        # Spinning in the endless get_work once it has used more CPU than a start takes.
+        deadline = time.monotonic() + 120
+        while _cpu_seconds(proc.pid) < 4.0:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == code
+    finally:
+        if proc.poll() is None:  # never left spinning, whatever failed
+            proc.kill()
+            proc.wait()
     assert b"schedcli: " + (b"interrupted" if code == 130 else b"terminated") in proc.stderr.read()
     assert b'"partial"' in out.read_bytes().splitlines()[-1]
 
