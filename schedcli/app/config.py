@@ -8,15 +8,13 @@ override it. An unknown key is an error naming the closest known one.
 
 from __future__ import annotations
 
-import difflib
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
-from ..model.project import find_pyproject
+from ..model.project import check_keys, schedcli_section
 
 SECTION = "[tool.schedcli]"
 KEYS = (
@@ -85,21 +83,16 @@ class Config:
 
 def load_config(start: Path | None = None) -> Config:
     """The configuration of the project holding ``start`` (default: the current folder)."""
-    file = find_pyproject(start or Path.cwd())
+    file, section = schedcli_section(start or Path.cwd())
     if file is None:
         return Config()
-    try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise UsageError(f"{file}: cannot read it: {e}") from None
-    section = data.get("tool", {}).get("schedcli")
     if section is None:
         return Config(file)
     return _parse(file, _table(file, SECTION, section))
 
 
 def _parse(file: Path, section: dict[str, Any]) -> Config:
-    _known(file, SECTION, section, KEYS)
+    check_keys(file, SECTION, section, KEYS)
     base = file.parent
     config = Config(file)
     if "traces" in section:
@@ -143,7 +136,7 @@ def _golden_rule(file: Path, key: str, value: object) -> str:
 def _folder(file: Path, name: str, raw: object) -> FolderSettings:
     where = f'{SECTION} folders."{name}"'
     table = _table(file, where, raw)
-    _known(file, where, table, FOLDER_KEYS)
+    check_keys(file, where, table, FOLDER_KEYS)
     settings = FolderSettings()
     if "policy" in table:
         settings.policy = _string(file, f"folders.{name}.policy", table["policy"])
@@ -161,16 +154,6 @@ def _table(file: Path, where: str, value: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"{file}: {where} must be a table, not {value!r}")
     return value
-
-
-def _known(file: Path, where: str, table: dict[str, Any], keys: tuple[str, ...]) -> None:
-    for key in table:
-        if key not in keys:
-            hint = difflib.get_close_matches(key, keys, n=1)
-            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise UsageError(
-                f"{file}: {where} has no key {key!r}{suggestion}; known: {', '.join(keys)}"
-            )
 
 
 def _string(file: Path, key: str, value: object) -> str:

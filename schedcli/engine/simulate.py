@@ -214,12 +214,15 @@ class Runner:
         self.t = 0.0
         self.step = 0
 
+    def _broken(self, message: str) -> InvariantError:
+        return InvariantError(
+            f"policy {self.policy_name!r} broke the Scheduler contract at step {self.step} "
+            f"(simulated time {self.t:.6f} s): {message}"
+        )
+
     def crashed(self, call: str, e: Exception) -> SchedcliError:
         if isinstance(e, PolicyAborted):
-            return InvariantError(
-                f"policy {self.policy_name!r} broke the Scheduler contract at step {self.step} "
-                f"(simulated time {self.t:.6f} s): {call}: {e}"
-            )
+            return self._broken(f"{call}: {e}")
         return PolicyCrashed(
             f"policy {self.policy_name!r} raised in {call} at step {self.step} "
             f"(simulated time {self.t:.6f} s): {type(e).__name__}: {e}"
@@ -351,12 +354,6 @@ class TaskRunner(Runner):
     def queued(self) -> int:
         """Tasks accepted and not yet dispatched or cancelled."""
         return len(self.ledger.queued)
-
-    def _broken(self, message: str) -> InvariantError:
-        return InvariantError(
-            f"policy {self.policy_name!r} broke the Scheduler contract at step {self.step} "
-            f"(simulated time {self.t:.6f} s): {message}"
-        )
 
     def try_submit(self, tasks: list[Task]) -> str | None:
         try:

@@ -565,3 +565,11 @@ def test_no_compiler_is_bad_usage_saying_what_to_install(
     done = cli("validate", trace, "-p", fifo())
     assert done.code == 2 and "no C++ compiler found" in done.stderr
     assert "apt install g++" in done.stderr
+
+
+def test_a_misspelt_cxx_key_is_named_with_the_one_meant(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.schedcli.cxx]\nexecutorh = "x"\n')
+    trace = ROOT / "traces" / "long-prompts-and-chat.jsonl"
+    done = cli("replay", trace, "-p", "cxx:decode-first", cwd=tmp_path)
+    assert done.code == 2
+    assert "[tool.schedcli.cxx] has no key 'executorh' (did you mean 'executorch'?)" in done.stderr

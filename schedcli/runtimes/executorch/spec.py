@@ -24,7 +24,6 @@ import hashlib
 import os
 import re
 import shlex
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import orjson
 
 from ...model.errors import UsageError
 from ...model.limits import INT_MAX
-from ...model.project import find_pyproject
+from ...model.project import check_keys, schedcli_section
 
 PREFIX = "cxx:"
 ENV_SPEC = "SCHEDCLI_CXX_SPEC_"  # + the name's digest: a spec resolved by a sweep's parent
@@ -144,20 +143,13 @@ def parse_line(name: str, line: str, base: Path, where: str) -> tuple[str, str, 
 
 
 def _config(cwd: Path) -> tuple[Path | None, dict[str, Any]]:
-    file = find_pyproject(cwd)
+    file, section = schedcli_section(cwd)
     if file is None:
         return None, {}
-    try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise UsageError(f"{file}: cannot read it: {e}") from None
-    section = data.get("tool", {}).get("schedcli", {})
     table = section.get("cxx", {}) if isinstance(section, dict) else {}
     if not isinstance(table, dict):
         raise UsageError(f"{file}: {SECTION} must be a table, not {table!r}")
-    for key in table:
-        if key not in KEYS:
-            raise UsageError(f"{file}: {SECTION} has no key {key!r}; known: {', '.join(KEYS)}")
+    check_keys(file, SECTION, table, KEYS)
     return file, table
 
 
