@@ -326,7 +326,14 @@ def compiled_pure(data: bytes) -> None:
         ):
             compiled, pure = _cli(args, pure=False), _cli(args, pure=True)
             if compiled != pure:
-                raise AssertionError(f"compiled and pure differ on {args}:\n{compiled}\n{pure}")
+                # Run again: a side that differs from itself is a determinism bug, not a
+                # compiled/pure one (the failure says which).
+                again = _cli(args, pure=False), _cli(args, pure=True)
+                raise AssertionError(
+                    f"compiled and pure differ on {args}:\n{compiled}\n{pure}\n"
+                    f"run again, compiled {'same' if again[0] == compiled else again[0]}, "
+                    f"pure {'same' if again[1] == pure else again[1]}"
+                )
 
     _with_file(data, ".jsonl", body)
 
