@@ -18,24 +18,27 @@ def bare_loop(
     requests: list[dict[str, Any]],
     params: dict[str, Any],
     cost: tuple[float, float, float] = (0.005, 0.00002, 0.0001),
+    max_steps: int | None = None,
 ) -> list[Step]:
     """Each step of the workload (``sid``, ``arrival``, ``prompt_tokens``,
-    ``output_tokens``, optional ``priority``; sorted by arrival) under vLLM's scheduler."""
+    ``output_tokens``, optional ``priority``; sorted by arrival) under vLLM's scheduler;
+    the first ``max_steps`` only, if given (a scheduler that stalls steps forever)."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
-    from schedcli.runtimes.vllm.policy import _load, build_scheduler
+    from schedcli.runtimes.vllm.build import load
+    from schedcli.runtimes.vllm.policy import build_scheduler
 
     sched = build_scheduler(params)
-    hasher = _load().hasher(int(params.get("block_size", 16)))
+    hasher = load().hasher(int(params.get("block_size", 16)))
     a, b, c = cost
     rid_of: dict[str, Any] = {}
     order: dict[str, int] = {}
     steps: list[Step] = []
     pending = list(requests)
     t = pending[0]["arrival"] if pending else 0.0
-    while True:
+    while max_steps is None or len(steps) < max_steps:
         while pending and pending[0]["arrival"] <= t:
             r = pending.pop(0)
             key = f"k{len(order)}"
@@ -88,3 +91,4 @@ def bare_loop(
             )
         )
         t += a + b * tokens + c * decodes
+    return steps

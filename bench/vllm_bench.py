@@ -61,9 +61,10 @@ def main() -> None:
 
         start = time.perf_counter()
         t0 = time.process_time()
-        from schedcli.runtimes.vllm.policy import _load, build_scheduler
+        from schedcli.runtimes.vllm.build import load
+        from schedcli.runtimes.vllm.policy import build_scheduler
 
-        _load()
+        load()
         build_scheduler(PARAMS)  # the first build in a cache inspects the model: not timed
         print(
             f"vLLM import and first build: {time.perf_counter() - start:.1f} s wall, "

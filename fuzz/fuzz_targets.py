@@ -356,13 +356,14 @@ def _request_trace(data: bytes, policy: str) -> bytes:
     seqs, budget = 1 + (data[:1] or b"\x00")[0] % 4, 8 + 8 * ((data[1:2] or b"\x00")[0] % 8)
     params = b'{"max_num_seqs":%d,"max_num_batched_tokens":%d}' % (seqs, budget)
     if policy == "vllm":
-        params = params[:-1] + b',"num_gpu_blocks":64,"block_size":16}'
+        params = params[:-1] + b',"num_gpu_blocks":64,"block_size":16,"max_model_len":1008}'
     return REQUEST_HEADER % (policy.encode(), params) + data
 
 
 def _requests(data: bytes, policy: str) -> None:
     """A request-level trace through every command that reads one."""
     pick = ["-p", policy] if policy != "vllm" else []
+    bare = policy == "vllm" and b"skip_kv_startup_check" in data
 
     def body(path: str, tmp: str) -> None:
         for args, allowed in (
@@ -377,13 +378,15 @@ def _requests(data: bytes, policy: str) -> None:
               "-o", os.path.join(tmp, "s.jsonl")], (0, 2)),
         ):  # fmt: skip
             code, err = run(*args)
+            if code == 3 and bare and ("stalled since" in err or "cycles without" in err):
+                continue  # vLLM's scheduler run past the engine's start-up check may stall
             expect(code, err, allowed, " ".join(args[:1] + args[2:]))
         suite = os.path.join(tmp, "suite")
         os.makedirs(suite)
         os.replace(path, os.path.join(suite, "t.jsonl"))
         for extra in (["--update"], []):
             code, err = run("check", suite, "-j", "1", "--allow-incomplete", *extra)
-            expect(code, err, (0, 1, 2), "check of a request-level trace")
+            expect(code, err, (0, 1, 2, 3) if bare else (0, 1, 2), "check of a request trace")
 
     _with_file(_request_trace(data, policy), ".jsonl", body)
 

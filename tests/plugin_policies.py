@@ -198,3 +198,64 @@ class Forgets(QueueScheduler):
 
     def reset(self) -> None:
         self._queue.clear()
+
+
+class WaitsForCompany(OnePerBatch):
+    """Dispatches only while two tasks or more are queued (all of them, in order): one task
+    alone waits for company, which only a submit brings. It says why a task waited."""
+
+    name = "waits-for-company"
+
+    def __init__(self, max_batch_tokens: int = 64) -> None:
+        super().__init__(max_batch_tokens)
+        self._why: list[tuple[Task, str, str]] | None = None
+        self.explaining = False
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            if len(self._queue) < 2:
+                if self.explaining:
+                    self._why = [(t, "company", "waits for a second task") for t in self._queue]
+                return []
+            batch, self._queue = self._queue, []
+            return batch
+
+    def left_behind(self) -> list[tuple[Task, str, str]] | None:
+        return self._why
+
+
+class Toggles(OnePerBatch):
+    """Never dispatches; flips a flag at every call: its state cycles, two steps long."""
+
+    name = "toggles"
+
+    def __init__(self, max_batch_tokens: int = 64) -> None:
+        super().__init__(max_batch_tokens)
+        self._flag = False
+
+    def get_work(self) -> list[Task]:
+        self._flag = not self._flag
+        return []
+
+
+class Counts(OnePerBatch):
+    """Never dispatches; counts its calls: its state changes forever."""
+
+    name = "counts"
+
+    def __init__(self, max_batch_tokens: int = 64) -> None:
+        super().__init__(max_batch_tokens)
+        self._calls = 0
+
+    def get_work(self) -> list[Task]:
+        self._calls += 1
+        return []
+
+
+class OpaqueWaits(WaitsForCompany):
+    """WaitsForCompany, saying its state cannot be compared."""
+
+    name = "opaque-waits"
+
+    def fingerprint(self) -> object | None:
+        return None

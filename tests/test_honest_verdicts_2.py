@@ -467,7 +467,7 @@ def test_a_task_the_policy_forgets_breaks_the_contract_naming_it(
     r = run_cli("replay", str(trace), "-p", policy, "-o", os.devnull, *options)
     err = r.stderr.decode()
     assert r.returncode == 3, err
-    assert "(tasks: 2)" in err
+    assert "Stuck: task 2" in err
     small = tmp_path / "small.jsonl"
     r = run_cli(
         "shrink", str(trace), "--until", "contract", "-p", "tests.plugin_policies:Forgets",

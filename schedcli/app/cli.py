@@ -325,12 +325,16 @@ def shrink(
     param: o.ParamOption = None,
     max_time: o.MaxTimeOption = None,
     keep_expects: o.KeepExpectsOption = False,
+    drain: o.DrainOption = False,
+    b_param: o.BParamOption = None,
 ) -> None:
     """Reduce a failing trace to a small one that still fails the same way: --check still
     finds the same tids missing or extra, the policy still breaks the contract with the same
     message, two policies still part ways at the same tids, or a command still exits with
-    the same code. Deterministic; prints the sizes and the time taken. On Ctrl-C or at
-    --max-time it writes the smallest failing trace found so far.
+    the same code (--drain: each candidate replayed as replay --drain does, so a stall at
+    the end shows; --b-param: diff:POLICY's parameters, as diff's). Deterministic; prints
+    the sizes and the time taken. On Ctrl-C or at --max-time it writes the smallest
+    failing trace found so far.
     """
     from .commands.shrink import shrink_to_file
 
@@ -343,6 +347,8 @@ def shrink(
         max_time,
         keep_expects,
         stderr_console(),
+        drain,
+        o.parse_params(b_param),
     )
 
 
@@ -369,7 +375,8 @@ def sweep(
     """Run every workload x policy x grid point (simulate; replay for a trace) on all local
     cores or a Ray cluster, cached so a rerun skips finished points.
 
-    Exit codes: 0 ok; 2 bad input or usage, or some point failed (the others finish).
+    Exit codes: 0 ok; 2 bad input or usage, or some point failed (the others finish); 3 a
+    point's policy broke the contract (a stall included; the others finish).
     """
     from ..engine.cost import CostModel
     from .commands.sweeping import SweepRequest, capacity_search, sweep_command

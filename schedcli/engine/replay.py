@@ -31,12 +31,10 @@ from ..model.task import Id, Task, same_id, show_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
 from .ledger import Ledger, Totals
 from .recorded import OutcomeMismatch, RecordingRaised, raised_in, recorded_rejection
+from .stall import STUCK_AFTER, Repeat, Watch, explained, opaque_text, repeat_text, stuck_text
 
 Emit = Callable[[Record], None]
 
-# Consecutive empty batches while work is queued, with no event in between, before
-# the replay is declared stuck. A deterministic policy repeats itself after one.
-STUCK_AFTER: Final = 1000
 # Warnings of one kind shown before the rest are only counted.
 WARNINGS_SHOWN: Final = 10
 
@@ -364,14 +362,19 @@ class Replayer(_Located):
     # --- the loop -----------------------------------------------------------------------
 
     def _draining(self, step: int, until: int | None = None) -> Iterator[int]:
-        """Call get_work while work is queued (and step < until), yielding each step."""
-        empty_run = 0
+        """Call get_work while work is queued (and step < until), yielding each step. After
+        the trace (``until`` None), a policy that stalls or cycles is found as it shows."""
+        watch = Watch(self.policy)
         while (until is None or step < until) and self._has_work():
             if self.get_work(step):
-                empty_run = 0
+                watch.busy()
+            elif until is None:
+                found = watch.quiet(step, True)
+                if found is not None or watch.given_up():
+                    raise self._broken(self._stall(found, watch))
             else:
-                empty_run += 1
-                if empty_run >= STUCK_AFTER:
+                watch.empty_run += 1
+                if watch.empty_run >= STUCK_AFTER:
                     raise self._broken(
                         f"{STUCK_AFTER} empty batches in a row while {len(self.ledger)} "
                         f"tasks are queued (tasks: {_some(self.ledger.queued)}): the replay "
@@ -379,6 +382,14 @@ class Replayer(_Located):
                     )
             yield step
             step += 1
+
+    def _stall(self, found: Repeat | None, watch: Watch) -> str:
+        """Why the drain stops: the finding, and each task still queued with its reason."""
+        queued = list(self.ledger.queued)
+        stuck = stuck_text(queued, explained(self.policy, self.policy.get_work), "task")
+        if found is not None:
+            return repeat_text(found, stuck)
+        return opaque_text(watch, stuck)
 
     def _advancing(self, event: Event) -> Iterator[int]:
         """Stepped traces: run the steps an event's step number moves past, yielding each."""
@@ -506,7 +517,8 @@ class Replayer(_Located):
         batches in a row, was lost (the contract broken, with or without --drain)."""
         waiting = dict(self.ledger.queued)
         self.last_batch_step = -1  # the policy is about to move past its last batch
-        empty_run = 0
+        watch = Watch(self.policy)
+        step = self.clock.final_step
         while waiting:
             try:
                 more = self.policy.has_work()
@@ -520,12 +532,25 @@ class Replayer(_Located):
                 )
             for t in batch:
                 waiting.pop(t.tid, None)
-            empty_run = 0 if batch else empty_run + 1
-            if empty_run >= STUCK_AFTER:
+            if batch:
+                watch.busy()
+                continue
+            step += 1
+            found = watch.quiet(step, True)
+            if found is not None or watch.given_up():
+                why = (
+                    "gives none, its state unchanged: it never will"
+                    if found is not None
+                    else f"gave none in {STUCK_AFTER} calls, and "
+                    + (
+                        "its state cannot be compared"
+                        if watch.opaque
+                        else "its state keeps changing"
+                    )
+                )
                 raise self._broken(
-                    f"tasks it accepted are still queued at the end, and {STUCK_AFTER} calls "
-                    "of get_work after the trace never return them: it lost them "
-                    f"(tasks: {_some(waiting)})"
+                    "tasks it accepted are still queued at the end, and asked for batches "
+                    f"after the trace, it {why}. Stuck: {stuck_text(list(waiting), (), 'task')}"
                 )
 
 

@@ -25,6 +25,7 @@ from .cost import CostModel
 from .ledger import Ledger
 from .metrics import jain_index, percentile
 from .replay import WARNINGS_SHOWN, PolicyCrashed
+from .stall import Watch, explained, idle_or_stop, stuck_text
 
 
 class Live:
@@ -186,7 +187,6 @@ class SimResult:
         return out
 
 
-STUCK_AFTER = 1000
 DEFAULT_CHUNK_SIZE = 256
 # Prompt chunks submitted per group; a longer prompt is submitted a window at a time,
 # each when the one before has been dispatched (at the default chunk size, 16,384 tokens).
@@ -214,7 +214,7 @@ class Runner:
         self.t = 0.0
         self.step = 0
 
-    def _broken(self, message: str) -> InvariantError:
+    def broken(self, message: str) -> InvariantError:
         return InvariantError(
             f"policy {self.policy_name!r} broke the Scheduler contract at step {self.step} "
             f"(simulated time {self.t:.6f} s): {message}"
@@ -222,7 +222,7 @@ class Runner:
 
     def crashed(self, call: str, e: Exception) -> SchedcliError:
         if isinstance(e, PolicyAborted):
-            return self._broken(f"{call}: {e}")
+            return self.broken(f"{call}: {e}")
         return PolicyCrashed(
             f"policy {self.policy_name!r} raised in {call} at step {self.step} "
             f"(simulated time {self.t:.6f} s): {type(e).__name__}: {e}"
@@ -242,9 +242,10 @@ class Runner:
         if req.cancel_after is not None:
             heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
 
-    def cancel_due(self) -> None:
-        """Clients whose patience ran out by now give up."""
+    def cancel_due(self) -> bool:
+        """Clients whose patience ran out by now give up; whether any did."""
         deadlines = self.deadlines
+        gave_up = False
         while deadlines and deadlines[0][0] <= self.t:
             _, _, sid = heapq.heappop(deadlines)
             victim = self.live.pop(sid, None)
@@ -253,6 +254,8 @@ class Runner:
             self.drop(sid)
             victim.cancelled = True
             self.result.cancelled += 1
+            gave_up = True
+        return gave_up
 
     def offer(self, req: Request, live: Live) -> str | None:
         """Hand the arriving request to the policy (and the trace); why it was refused."""
@@ -269,9 +272,20 @@ class Runner:
         """One step at ``self.t``: whether it ran anything (time advances only then)."""
         raise NotImplementedError
 
+    preempted_last = False  # the last step preempted (a request-level policy's may)
+
+    def idle_until(self, when: float, cost: CostModel, stalled: bool) -> bool:
+        """The policy idles (``stalled``: its state unchanged across an empty step): let
+        time pass towards ``when``, the next arrival or cancel, as this level's steps
+        would; False if no time can pass."""
+        raise NotImplementedError
+
+    def watched(self) -> object:
+        raise NotImplementedError  # the policy whose state the stall watch samples
+
     def stuck(self) -> str:
-        """What a run of empty steps means at this level, for the error."""
-        return "empty steps in a row while requests wait"
+        """What is stuck and why, for the stall's error."""
+        raise NotImplementedError
 
     def done(self) -> None:
         """After the last step: the level's own totals into the result."""
@@ -284,44 +298,55 @@ def run(
     on_progress: Callable[[int, float], None] | None = None,
 ) -> SimResult:
     """The one simulation loop, for a runner of either level: time jumps over idle gaps to
-    the next arrival; ``STUCK_AFTER`` empty steps in a row are the policy's fault."""
+    the next arrival; a policy that can make no more progress is found as it shows
+    (engine/stall.py) and is the policy's fault."""
     result = runner.result
-    name = runner.policy_name
     arrivals = iter(requests)
     pending = next(arrivals, None)
     if pending is not None:
         result.start = pending.arrival
     runner.t = result.start
-    empty_run = 0
+    watch = Watch(runner.watched())
     while True:
+        outside = False
         while pending is not None and pending.arrival <= runner.t:
             runner.admit(pending)
             pending = next(arrivals, None)
-        runner.cancel_due()
+            outside = True
+        if runner.cancel_due() or outside:
+            watch.reset()
         if not runner.has_work():
             if runner.live:
                 raise InvariantError(
-                    f"policy {name!r} reports no work while {len(runner.live)} requests wait"
+                    f"policy {runner.policy_name!r} reports no work while "
+                    f"{len(runner.live)} requests wait"
                 )
             if pending is None:
                 break
             runner.t = pending.arrival
             continue
-        if runner.run_step(cost):
-            empty_run = 0
+        ran = runner.run_step(cost)
+        if ran and not runner.preempted_last:
+            watch.busy()
             if on_progress is not None and runner.step % 4096 == 0:
                 on_progress(result.requests, runner.t)
-        else:
-            empty_run += 1
-            if empty_run >= STUCK_AFTER:
-                raise InvariantError(
-                    f"policy {name!r}: {STUCK_AFTER} {runner.stuck()}: "
-                    "the simulation would never finish"
-                )
+            continue
+        found = watch.quiet(runner.step - 1, not ran, runner.t)
+        if found is None and not watch.given_up():
+            continue
+        idle_or_stop(runner, cost, watch, found, _next_event(runner, pending))
     result.steps = runner.step
     result.end = runner.t
     runner.done()
     return result
+
+
+def _next_event(runner: Runner, pending: Request | None) -> float | None:
+    """When the next arrival or cancel comes, if any is still to come."""
+    times = [pending.arrival] if pending is not None else []
+    if runner.deadlines:
+        times.append(runner.deadlines[0][0])
+    return min(times) if times else None
 
 
 class TaskRunner(Runner):
@@ -343,7 +368,7 @@ class TaskRunner(Runner):
         self.next_tid = 0
         # Every answer of the policy is checked against the contract, as in a replay.
         self.ledger = Ledger(
-            self._broken,
+            self.broken,
             self._two_outputs,
             budget=policy.token_budget,
             two_outputs_fatal=policy.one_output_per_session,
@@ -408,7 +433,7 @@ class TaskRunner(Runner):
         if self.trace is not None:
             self.trace.submit(tasks, t=self.t, inline=False)
         if reason is not None:
-            raise self._broken(f"rejected the rest of a prompt it accepted: {reason}")
+            raise self.broken(f"rejected the rest of a prompt it accepted: {reason}")
         self.ledger.accept(tasks)
 
     def drop(self, sid: Id) -> None:
@@ -426,7 +451,7 @@ class TaskRunner(Runner):
         except Exception as e:
             raise self.crashed("has_work", e) from e
         if working != bool(self.ledger.queued):
-            raise self._broken(
+            raise self.broken(
                 f"has_work() is {working} but {self.queued} accepted tasks are queued"
             )
         return working
@@ -445,8 +470,16 @@ class TaskRunner(Runner):
         self.run_batch(batch, cost)
         return True
 
+    def idle_until(self, when: float, cost: CostModel, stalled: bool) -> bool:
+        self.t = when  # an empty batch takes no time: the next event is where time goes
+        return True
+
+    def watched(self) -> object:
+        return self.policy
+
     def stuck(self) -> str:
-        return "empty batches in a row while work is queued"
+        reasons = explained(self.policy, self.policy.get_work)
+        return stuck_text(list(self.ledger.queued), reasons, "task")
 
     def run_batch(self, batch: list[Task], cost: CostModel) -> None:
         """Dispatch a non-empty batch: time advances, tokens are produced, decodes follow."""
@@ -536,7 +569,7 @@ class TaskRunner(Runner):
         if self.trace is not None:
             self.trace.submit([task], t=self.t)
         if reason is not None:
-            raise self._broken(f"rejected decode {tid}: {reason}")
+            raise self.broken(f"rejected decode {tid}: {reason}")
         self.ledger.accept([task])
 
 

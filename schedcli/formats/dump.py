@@ -106,11 +106,15 @@ class IncompleteDump(InputError):
     that stopped (exit 3, 130, 143)."""
 
 
-def read_dump(path: str, *, allow_incomplete: bool = False) -> Iterator[Record]:
+def read_dump(
+    path: str, *, allow_incomplete: bool = False, golden: bool = False
+) -> Iterator[Record]:
     """A dump's records, streamed; a record that cannot be read is ``FILE:LINE: message``.
 
     A dump is complete only with its ``end`` record, last. Without it, the records are all
-    yielded and then ``IncompleteDump`` is raised, unless ``allow_incomplete``.
+    yielded and then ``IncompleteDump`` is raised, unless ``allow_incomplete``. A
+    ``golden`` may end instead with the partial record of a contract break (``"exit": 3``),
+    yielded: the ending it pins.
     """
     name = display_name(path)
     first = True
@@ -171,7 +175,7 @@ def read_dump(path: str, *, allow_incomplete: bool = False) -> Iterator[Record]:
                 last_step = step
             elif "end" in record or "partial" in record:
                 ended = lineno
-                if "partial" in record:
+                if "partial" in record and not (golden and pins_break(record)):
                     partial = record
                     continue  # a marker, not a record of the schedule
             yield record
@@ -190,9 +194,22 @@ def _reason(partial: Record) -> str:
     return str(reason) if reason else "the replay stopped before its end"
 
 
-def partial_record(reason: str, steps: int) -> Record:
-    """The last record of a dump whose replay stopped early (exit 3, 130, 143)."""
-    return {"partial": {"reason": reason, "steps": steps}}
+BROKE = 3  # the exit code of a policy that broke the contract, as a partial record says it
+
+
+def partial_record(reason: str, steps: int, broke: bool = False) -> Record:
+    """The last record of a dump whose replay stopped early (exit 3, 130, 143); ``broke``:
+    because the policy broke the contract (``"exit": 3``), an ending a golden may pin."""
+    body: dict[str, object] = {"reason": reason, "steps": steps}
+    if broke:
+        body["exit"] = BROKE
+    return {"partial": body}
+
+
+def pins_break(record: Record) -> bool:
+    """A partial record of a contract break: in a golden, the ending it expects."""
+    body = record.get("partial")
+    return isinstance(body, dict) and body.get("exit") == BROKE and type(body["exit"]) is int
 
 
 def batch_tasks(record: Record) -> list[Task]:

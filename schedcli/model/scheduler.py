@@ -141,6 +141,17 @@ class Policy(ABC):  # noqa: B024 (its seams, Scheduler and RequestScheduler, are
         A policy may then skip its own locking; the default ignores the promise."""
         return None
 
+    def fingerprint(self) -> object | None:
+        """The policy's whole decision state as a value, compared by the engine: equal
+        before and after an empty batch means it will answer the same calls the same way
+        again (a stall); a state seen before with no call in between, a cycle. None when
+        the policy cannot say. By default, everything the object reaches (model/state.py);
+        a policy whose answers depend on more (an iterator, a C object, state outside it)
+        overrides it, or returns None."""
+        from .state import snapshot
+
+        return snapshot(self)
+
     def params(self) -> dict[str, Any]:
         """The values of the declared parameters this instance was built with."""
         return {p.name: getattr(self, p.name) for p in self.PARAMS}

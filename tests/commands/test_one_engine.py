@@ -126,6 +126,25 @@ def test_shrink_until_diff_takes_a_request_level_trace(cli: Cli, tmp_path: Path)
     assert again.code == 1, again.stderr
 
 
+def test_shrink_until_diff_takes_the_other_sides_parameters(cli: Cli, tmp_path: Path) -> None:
+    """``--b-param`` is diff:POLICY's side B, as ``diff --b-param``: one policy under two
+    configurations, at either level."""
+    lines: list[dict[str, object]] = [REQUEST_HEADER]
+    for i in range(12):
+        lines.append({"op": "arrive", "rid": f"r{i}", "prompt_tokens": 6, "max_tokens": 2})
+        lines.append({"op": "step"})
+    trace = write_lines(tmp_path / "big.jsonl", lines)
+    out = tmp_path / "small.jsonl"
+    until = ["--until", f"diff:{TOY}", "--b-param", "max_num_seqs=1"]
+    r = cli("shrink", trace, *until, "-o", out)
+    assert r.code == 0, r.stderr
+    assert len(out.read_text().splitlines()) < len(lines)
+    again = cli("diff", out, "--b", TOY, "--b-param", "max_num_seqs=1", "-f", "json")
+    assert again.code == 1, again.stderr
+    r = cli("shrink", trace, "--until", "check", "--b-param", "max_num_seqs=1", "-o", out)
+    assert r.code == 2 and "--b-param is for --until diff:POLICY" in r.stderr
+
+
 # Every command that reads a trace, at both levels, in the default run (no vLLM): the
 # request level through tests.doubles:ToyRequests. (cmd, args, exit code)
 COMMANDS = [

@@ -29,6 +29,7 @@ SMALL = {
     "max_num_seqs": 8,
     "num_gpu_blocks": 64,
     "block_size": 16,
+    "max_model_len": 1008,  # what 63 usable blocks hold: vLLM's engine refuses more
 }
 
 
@@ -113,11 +114,12 @@ def _record(path: Path, params: dict[str, Any], multi_turn: bool = False) -> dic
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request, RequestStatus
 
-    from schedcli.runtimes.vllm.policy import _load, build_scheduler
+    from schedcli.runtimes.vllm.build import load
+    from schedcli.runtimes.vllm.policy import build_scheduler
     from schedcli.runtimes.vllm.recorder import RecordingVllmScheduler
 
     sched = build_scheduler(params, RecordingVllmScheduler, trace_path=str(path))
-    hasher = _load().hasher(params["block_size"])
+    hasher = load().hasher(params["block_size"])
     rng = random.Random(11)
     stop_token = 7
     history: dict[str, list[int]] = {}
@@ -181,7 +183,12 @@ def _answer(sched: Any, out: Any, keys: list[str], sampled: list[list[int]]) -> 
     sched.update_from_output(out, runner)
 
 
-RECORDED = {"max_num_batched_tokens": 128, "max_num_seqs": 6, "num_gpu_blocks": 40}
+RECORDED = {
+    "max_num_batched_tokens": 128,
+    "max_num_seqs": 6,
+    "num_gpu_blocks": 40,
+    "max_model_len": 624,
+}
 
 
 def test_a_recording_made_through_the_subclass_replays_exactly(cli: Cli, tmp_path: Path) -> None:
@@ -404,6 +411,7 @@ def test_a_sweep_of_vllm_on_ray_gives_the_records_of_the_local_pool(tmp_path: Pa
     args = [str(workload), "-p", "decode-first", "-p", "vllm", "--fresh"]
     args += ["--cache", str(tmp_path / "cache")]
     args += ["--grid", "max_num_seqs=2,8", "--grid", "num_gpu_blocks=64"]
+    args += ["--grid", "max_model_len=1008"]
     records = []
     for name, backend in (("local.jsonl", []), ("ray.jsonl", ["--backend", "ray"])):
         out = tmp_path / name
@@ -424,14 +432,15 @@ def test_an_async_scheduling_recording_replays_exactly(cli: Cli, tmp_path: Path)
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request, RequestStatus
 
-    from schedcli.runtimes.vllm.policy import _load, build_scheduler
+    from schedcli.runtimes.vllm.build import load
+    from schedcli.runtimes.vllm.policy import build_scheduler
     from schedcli.runtimes.vllm.recorder import RecordingVllmAsyncScheduler
 
     trace = tmp_path / "async.jsonl"
     sched = build_scheduler(
         RECORDED | {"block_size": 16}, RecordingVllmAsyncScheduler, trace_path=str(trace)
     )
-    hasher = _load().hasher(16)
+    hasher = load().hasher(16)
     rng = random.Random(23)
     queue: deque[tuple[Any, list[str]]] = deque()
     added = aborted = 0
@@ -508,9 +517,9 @@ def test_replay_and_validate_refuse_a_missing_vllm_by_one_check_even_after_a_loa
     # earlier in the process: the two commands cannot disagree about one trace.
     import importlib.util
 
-    from schedcli.runtimes.vllm.policy import _load
+    from schedcli.runtimes.vllm.build import load
 
-    _load()
+    load()
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)

@@ -15,10 +15,26 @@ from ...formats.interrupt import Stopped
 from ...formats.output import atomic_output, output_stream
 from ...formats.source import WaitHook
 from ...formats.writer import JsonlWriter
-from ...model.errors import CheckFailed, InputError, SchedcliError, StepMismatch, UsageError
+from ...model.errors import (
+    CheckFailed,
+    InputError,
+    InvariantError,
+    SchedcliError,
+    StepMismatch,
+    UsageError,
+)
 from ...model.records import Left
 from ...model.task import Id
-from ..views.outputs import VIEWS, Fanout, Filtered, Opened, Output, OutputFormat, Timeline
+from ..views.outputs import (
+    VIEWS,
+    Fanout,
+    Filtered,
+    Opened,
+    Output,
+    OutputFormat,
+    Timeline,
+    ending,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -116,11 +132,34 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
             _close(outputs, None, e)
             progress.stop()
             _said_checked(req, opened.name, engine, err, "before it stopped")
+            if isinstance(e, InvariantError) and _pinned(outputs, err):
+                return  # the break the golden pins: the answer asked for is yes
+            if isinstance(e, InvariantError):
+                _differs_from_pinned(outputs)  # the golden expected a break, not this one
             raise
         finally:
             progress.stop()
         _close(outputs, totals, None)
         _finish(req, opened, engine, outputs, err)
+
+
+def _pinned(outputs: list[Output], err: Callable[[], Console]) -> bool:
+    """A contract break that a golden pins (``--golden``, every step the same and the
+    break too) or now pins (``--update-golden``): said, and not an error."""
+    for output in outputs:
+        if isinstance(output, GoldenUpdate | GoldenCheck) and output.pinned is not None:
+            err().print(output.pinned, soft_wrap=True, highlight=False)
+            return True
+    return False
+
+
+def _differs_from_pinned(outputs: list[Output]) -> None:
+    """A golden that pins a contract break, and the replay broke the contract otherwise:
+    the difference shown, exit 1 (a golden that pins none leaves the break exit 3)."""
+    for output in outputs:
+        golden = output.comparison if isinstance(output, GoldenCheck) else None
+        if isinstance(output, GoldenCheck) and golden is not None and golden.pins_a_break:
+            output.verdict()
 
 
 def _close(outputs: list[Output], totals: Totals | None, stopped: BaseException | None) -> None:
@@ -161,9 +200,15 @@ def _outputs(
 class GoldenUpdate(Output):
     """``--golden G --update-golden``: the dump written to G, atomically (on success only)."""
 
+    pinned: str | None = None  # the break this golden now pins, said
+
     def __init__(self, path: str, stack: ExitStack, err: Callable[[], Console]) -> None:
         self._path, self._err = path, err
         self._write = JsonlWriter(stack.enter_context(atomic_output(path)))
+        self._steps: Callable[[], int] = lambda: 0
+
+    def opened(self, trace: Opened) -> None:
+        self._steps = trace.steps
 
     def record(self, record: Record) -> None:
         self._write(record)
@@ -171,6 +216,12 @@ class GoldenUpdate(Output):
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
         if totals is not None:
             self._err().print(f"updated golden {self._path}")
+        elif isinstance(stopped, InvariantError):
+            self._write(ending(stopped, self._steps()))
+            self.pinned = (
+                f"updated golden {self._path}: it pins this contract break (exit 3); a "
+                "replay against it passes while the policy breaks the contract the same way"
+            )
 
 
 class GoldenCheck(Output):
@@ -186,8 +237,11 @@ class GoldenCheck(Output):
         self._golden = req.golden
         _readable(req, req.golden)
         self.comparison: GoldenComparison | None = None
+        self.pinned: str | None = None  # the golden pins this replay's contract break, said
+        self._steps: Callable[[], int] = lambda: 0
 
     def opened(self, trace: Opened) -> None:
+        self._steps = trace.steps
         label = f"replay under {trace.policy_name}"
         from ..views.golden import GoldenComparison
 
@@ -201,8 +255,17 @@ class GoldenCheck(Output):
         self.comparison(record)
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
-        if totals is not None and self.comparison is not None:
-            self.comparison.finish()
+        golden = self.comparison
+        if golden is None:
+            return
+        if totals is not None:
+            golden.finish()
+        elif isinstance(stopped, InvariantError) and golden.pins(ending(stopped, self._steps())):
+            steps = golden.result.steps_compared
+            self.pinned = (
+                f"{self._name}: matches golden {self._golden} ({steps} steps compared), "
+                "including the contract break it pins (exit 3 expected)"
+            )
 
     def verdict(self) -> None:
         """After every output closed: the difference shown, and CheckFailed (exit 1)."""

@@ -23,6 +23,8 @@ def shrink_to_file(
     max_time: float | None,
     keep_expects: bool,
     err: Console,
+    drain: bool = False,
+    b_params: Mapping[str, object] | None = None,
 ) -> None:
     """``schedcli shrink``: shrink, write the result atomically, say what was done. Stopped
     early, the smallest failing trace found so far is written, and a signal then ends the
@@ -45,6 +47,8 @@ def shrink_to_file(
             max_time=max_time,
             keep_expects=keep_expects,
             progress=progress,
+            drain=drain,
+            b_params=b_params or {},
         )
     finally:
         bar.stop()

@@ -19,7 +19,7 @@ from ...engine.cost import CostModel
 from ...engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
 from ...formats.output import atomic_output
 from ...formats.sweep_schema import SweepSpec, refusal
-from ...model.errors import UsageError
+from ...model.errors import InvariantError, UsageError
 from ...model.limits import OPTIONS, BoundError
 from ..report.sweep import group_reasons, number
 from ..views.progress import ProgressBar
@@ -125,8 +125,8 @@ def load_spec(path: str, req: SweepRequest) -> SweepRequest:
     return req
 
 
-def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
-    """Run the sweep, write one JSON line per point; returns how many points failed."""
+def run_sweep(req: SweepRequest, out: Console, err: Console) -> list[Outcome]:
+    """Run the sweep, write one JSON line per point; returns the points that failed."""
     if req.jobs is not None and req.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, not {req.jobs}")
     plan = Plan(req.workloads, req.policies, parse_grid(req.grid), req.cost, req.capacity)
@@ -171,7 +171,7 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> int:
             highlight=False,
         )
     err.print(f"{len(outcomes)} points: {cached} from the cache, {failed} failed")
-    return failed
+    return [o for o in outcomes if o.error is not None]
 
 
 def _write(f: IO[bytes], outcomes: list[Outcome]) -> None:
@@ -254,10 +254,18 @@ def sweep_command(
     out: Console,
     err: Console,
 ) -> None:
-    """``schedcli sweep``: the plan (options, then a spec), run; a failed point is exit 2."""
+    """``schedcli sweep``: the plan (options, then a spec), run; a failed point is exit 2,
+    or 3 where a point's policy broke the contract (each point stops at once; the others
+    finish)."""
     if spec is not None:
         req = load_spec(spec, req)
     req.capacity = capacity or req.capacity
     failed = run_sweep(req, out, err)
+    broke = [o for o in failed if (o.error or "").startswith(f"{InvariantError.__name__}:")]
+    if broke:
+        raise InvariantError(
+            f"{len(broke)} point(s) broke the Scheduler contract (first: {_label(broke[0])}); "
+            f"the others are in {req.output}"
+        )
     if failed:
-        raise UsageError(f"{failed} point(s) failed; the others are in {req.output}")
+        raise UsageError(f"{len(failed)} point(s) failed; the others are in {req.output}")

@@ -39,13 +39,18 @@ class GoldenComparison:
             self._aligner.on_first = lambda step: self._reasons_now(engine(), step)
         self._golden_sink = self._aligner.sink("a")
         self._replay_sink = self._aligner.sink("b")
-        self._records: Iterator[Record] = read_dump(golden, allow_incomplete=allow_incomplete)
+        self._records: Iterator[Record] = read_dump(
+            golden, allow_incomplete=allow_incomplete, golden=True
+        )
         self.records = 0
+        self.pins_a_break = False  # the golden ends with a contract break (seen so far)
 
     def _pull(self) -> bool:
         record = next(self._records, None)
         if record is None:
             return False
+        if "partial" in record:
+            self.pins_a_break = True
         self._golden_sink(record)
         return True
 
@@ -65,6 +70,14 @@ class GoldenComparison:
         if engine.last_batch_step == step:
             self.first_left = engine.left_behind()
             self.first_left_known = True
+
+    def pins(self, ending: Record) -> bool:
+        """The replay stopped with ``ending`` (a contract break's partial record): whether
+        the golden pins exactly that, every step before it the same. (Where it pins
+        another break, ``pins_a_break`` says so: a difference, not an error.)"""
+        self(ending)
+        self.finish()
+        return self.same
 
     @property
     def same(self) -> bool:

@@ -21,6 +21,7 @@ from ...formats.interrupt import stop_reason
 from ...formats.output import atomic_output
 from ...formats.perfetto import PerfettoWriter
 from ...formats.writer import JsonlWriter
+from ...model.errors import InvariantError
 from ...model.records import Left, Record, discard
 from ..console import data_console
 
@@ -35,6 +36,12 @@ class Opened(NamedTuple):
     policy_name: str
     budget: int | None
     steps: Callable[[], int] = lambda: 0  # steps replayed so far (for a partial record)
+
+
+def ending(stopped: BaseException, steps: int) -> Record:
+    """The partial record of a replay stopped by ``stopped``: marked as a contract break
+    when it was one (a golden may pin that)."""
+    return partial_record(stop_reason(stopped), steps, isinstance(stopped, InvariantError))
 
 
 class Output:
@@ -76,7 +83,7 @@ class DumpView(Output):
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
         if stopped is not None:
-            self._write(partial_record(stop_reason(stopped), self._steps()))
+            self._write(ending(stopped, self._steps()))
 
 
 class TableView(Output):

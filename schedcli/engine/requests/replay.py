@@ -23,11 +23,10 @@ from ...model.task import DECODE, PREFILL, Id
 from ...policies.choice import RecordedPolicy, policy_for_trace
 from ..ledger import Totals
 from ..replay import Observer, PolicyCrashed
+from ..stall import Watch, opaque_text, repeat_text, stuck_text
 
 if TYPE_CHECKING:
     from ..metrics import StepMetrics
-
-STUCK_AFTER = 1000
 
 
 @dataclass
@@ -297,14 +296,18 @@ class RequestReplayer:
             self.finished += len(finished)
             if finished:
                 self.emit({"line": None, "op": "update", "finished": finished})
-        empty = 0
+        watch = Watch(self.policy)
         while self.policy.has_work():
             plan = self._step(frozenset())
-            empty = 0 if plan.batch else empty + 1
-            if empty >= STUCK_AFTER:
-                raise self._broken(
-                    self.totals.steps, f"{STUCK_AFTER} empty steps in a row while requests wait"
-                )
+            if plan.batch and not plan.preempted:
+                watch.busy()
+                continue
+            found = watch.quiet(self.totals.steps - 1, not plan.batch)
+            if found is None and not watch.given_up():
+                continue
+            stuck = stuck_text(self.policy.held(), self.policy.reasons(), "request")
+            text = repeat_text(found, stuck) if found else opaque_text(watch, stuck)
+            raise self._broken(self.totals.steps, text)
 
     def finish(self) -> Totals:
         totals = self.totals

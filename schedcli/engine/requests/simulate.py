@@ -22,6 +22,7 @@ from ...model.task import DECODE, PREFILL, Id, Task
 from ...policies.registry import policy_reference
 from ..cost import CostModel
 from ..simulate import Live, Runner, SimResult, chunk_size_for, run, simulate
+from ..stall import stuck_text
 
 OnStep = Callable[[int, float, float, list[Task], int], None]
 OnPreempt = Callable[[int, float, list[Id]], None]  # step, start in microseconds, requests
@@ -70,6 +71,26 @@ class RequestRunner(Runner):
     def done(self) -> None:
         self.result.preemptions = self.preemptions
 
+    def watched(self) -> object:
+        return self.policy
+
+    def stuck(self) -> str:
+        return stuck_text(self.policy.held(), self.policy.reasons(), "request")
+
+    def idle_until(self, when: float, cost: CostModel, stalled: bool) -> bool:
+        """Each empty step takes ``a`` seconds, as any step: a stalled policy's steps until
+        ``when`` are written without asking it (it would answer each alike)."""
+        if cost.a <= 0:
+            return False
+        nothing = StepPlan([])
+        while stalled and self.t < when:
+            start = self.t
+            if self.trace is not None:
+                self.trace.step(nothing, t=start)
+            self.t = start + cost.a + cost.b * 0 + cost.c * 0 + cost.d * 0
+            self.step += 1
+        return True
+
     def run_step(self, cost: CostModel) -> bool:
         start = self.t
         plan: StepPlan = self.call("step", self.policy.step)
@@ -93,6 +114,7 @@ class RequestRunner(Runner):
         result.decode_tokens += decodes
         result.prefill_tokens += tokens - decodes
         self.preemptions += len(plan.preempted)
+        self.preempted_last = bool(plan.preempted)
         if self.on_preempt is not None and plan.preempted:
             self.on_preempt(self.step, start * 1e6, plan.preempted)
         self._produce(plan, start, end)

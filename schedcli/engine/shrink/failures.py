@@ -34,16 +34,26 @@ class Failure:
 Test = Callable[[str], Failure | None]
 
 
-def failure_test(until: str, policy: str | None, params: Mapping[str, object]) -> Test:
+def failure_test(
+    until: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    drain: bool = False,
+    b_params: Mapping[str, object] | None = None,
+) -> Test:
     """How a candidate (a trace of either level) fails: ``check``, ``contract``,
-    ``diff:POLICY`` or ``cmd:SHELL``."""
+    ``diff:POLICY`` (under ``b_params``) or ``cmd:SHELL``; ``drain``: replayed with
+    ``--drain``."""
+    if b_params and not until.startswith("diff:"):
+        raise UsageError("--b-param is for --until diff:POLICY (the other policy's parameters)")
     if until == "check":
-        return lambda path: _replay_fails(path, policy, params, check=True)
+        return lambda path: _replay_fails(path, policy, params, check=True, drain=drain)
     if until == "contract":
-        return lambda path: _replay_fails(path, policy, params, check=False)
+        return lambda path: _replay_fails(path, policy, params, check=False, drain=drain)
     if until.startswith("diff:") and until[5:]:
         other = until[5:]
-        return lambda path: _parts_ways(path, Config(policy, dict(params)), Config(other, {}))
+        b = Config(other, dict(b_params or {}))
+        return lambda path: _parts_ways(path, Config(policy, dict(params)), b)
     if until.startswith("cmd:") and until[4:].strip():
         command = until[4:]
         return lambda path: _command_fails(command, path)
@@ -86,13 +96,13 @@ _CONTRACT = re.compile(r"broke the Scheduler contract at step \d+ \(([^)]*)\): (
 
 
 def _replay_fails(
-    path: str, policy: str | None, params: Mapping[str, object], *, check: bool
+    path: str, policy: str | None, params: Mapping[str, object], *, check: bool, drain: bool
 ) -> Failure | None:
     try:
         with open_replay(
             path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
         ) as opened:
-            opened.run(opened.replayer(discard, check=check))
+            opened.run(opened.replayer(discard, check=check, drain=drain))
     except ExpectMismatch as e:
         return _batch_differs(e.mismatch)
     except RequestExpectMismatch as e:
@@ -140,10 +150,24 @@ def _step_differs(m: RequestMismatch) -> Failure | None:
 
 def _broke(message: str) -> Failure:
     """A broken contract, its counts and example tasks dropped (a smaller trace changes
-    them); at the task level, located at the line the message names."""
+    them); at the task level, located at the line the message names. A stall keeps the
+    first of what it names stuck, and why: what blocks the rest."""
     found = _CONTRACT.search(message)
     if found is None:  # the request level's message names no line
-        return Failure(0, ("contract", _COUNT.sub("N", message)))
+        return Failure(0, ("contract", *_stuck(_COUNT.sub("N", message))))
     where, said = found.groups()
     line = int(where[5:]) if where.startswith("line ") and where[5:].isdigit() else 0
-    return Failure(line, ("contract", _COUNT.sub("N", _TASKS.sub("", said))))
+    return Failure(line, ("contract", *_stuck(_COUNT.sub("N", _TASKS.sub("", said)))))
+
+
+# What a stall names first: "Stuck: request "r4" (kv_blocks: ...", "Stuck: task 3 (...".
+_FIRST_STUCK = re.compile(r'Stuck: ((?:task|request) (?:"[^"]*"|[^ ,(]+))(?: \(([a-z_]+)[:)])?')
+
+
+def _stuck(said: str) -> tuple[str, ...]:
+    """A stall's message as its kind, the first thing stuck and that one's reason code."""
+    head, sep, _ = said.partition(" Stuck: ")
+    if not sep:
+        return (said,)
+    first = _FIRST_STUCK.search(said)
+    return (head, *(first.groups("") if first else ()))

@@ -141,13 +141,15 @@ def shrink(
     max_time: float | None = None,
     keep_expects: bool = False,
     progress: Callable[[int, int], None] = lambda tried, size: None,
+    drain: bool = False,
+    b_params: Mapping[str, object] | None = None,
 ) -> Shrunk:
     """The smallest trace found that fails like ``path``. Stopped early (``max_time``, or
     a stop signal), it is the smallest found so far, and ``stopped`` says why. The caller
     closes ``Shrunk.lines``."""
     lines = Lines(path)
     try:
-        test = failure_test(until, policy, params)
+        test = failure_test(until, policy, params, drain, b_params or {})
     except BaseException:
         lines.close()
         raise

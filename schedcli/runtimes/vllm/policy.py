@@ -8,9 +8,7 @@ last known token (as the GPU runner does). vLLM loads once per process.
 
 from __future__ import annotations
 
-import os
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 from ...model.limits import MAX_BLOCK_SIZE, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_RUNNING_SEQS
@@ -29,16 +27,10 @@ from ...model.requests import (
 )
 from ...model.scheduler import Param
 from ...model.task import PREFILL, Id, Task
+from .build import ON_OFF, available, build, flag, load
 
-# The version whose internals this module calls (pyproject's ``vllm`` extra pins it).
-VLLM_VERSION = "0.33.0"
 TOKEN = 1  # the token every step samples
 STOP = -1  # what a trace's ``stop`` samples: every request's stop token, never a real id
-ON_OFF = ("true", "false")
-
-
-def _flag(value: object) -> bool:
-    return value is True or value == "true"
 
 
 class VllmScheduler(RequestScheduler):
@@ -84,6 +76,13 @@ class VllmScheduler(RequestScheduler):
             "AsyncScheduler (as a recording made with it)",
             choices=ON_OFF,
         ),
+        Param(
+            "skip_kv_startup_check",
+            str,
+            "false",
+            "run with a KV cache vLLM's engine refuses at start-up (as an embedded Scheduler)",
+            choices=ON_OFF,
+        ),
     )
     RULE = __doc__
 
@@ -96,10 +95,10 @@ class VllmScheduler(RequestScheduler):
         self._max_len = int(values["max_model_len"])
         self._blocks = int(values["num_gpu_blocks"])
         self._block_size = int(values["block_size"])
-        self._chunked = _flag(values["enable_chunked_prefill"])
+        self._chunked = flag(values["enable_chunked_prefill"])
         self._threshold = int(values["long_prefill_token_threshold"])
-        self._vllm = _load()
-        self._sched = _build(self._vllm, values)
+        self._vllm = load()
+        self._sched = build(self._vllm, values)
         # vLLM's ids are strings: ours (int or str) map to "0", "1", ... in arrival order.
         self._key: dict[Id, str] = {}
         self._rid: dict[str, Id] = {}
@@ -137,12 +136,9 @@ class VllmScheduler(RequestScheduler):
     def add(self, arrival: Arrival) -> str | None:
         if arrival.rid in self._key:
             return f"request {arrival.rid!r} is already held"
-        total = arrival.prompt_tokens + arrival.max_tokens
-        if total > self._max_len:
-            return f"prompt + max_tokens ({total}) exceed max_model_len ({self._max_len})"
-        blocks = -(-total // self._block_size)
-        if blocks > self._blocks:
-            return f"needs {blocks} KV blocks; the cache has {self._blocks} (num_gpu_blocks)"
+        refused = prompt_refused(arrival.prompt_tokens, self._max_len)
+        if refused is not None:
+            return refused
         key = str(self._arrived)
         self._arrived += 1
         self._key[arrival.rid], self._rid[key], self._order[key] = (
@@ -257,6 +253,44 @@ class VllmScheduler(RequestScheduler):
         rid = self._rid.pop(key)
         del self._key[rid]
 
+    def fingerprint(self) -> object | None:
+        """What vLLM's next ``schedule()`` decides from: each unfinished request's status
+        and progress, the order of the running, waiting and block-holding queues, the
+        blocks each holds, and the free-block queue with each block's cached hash (its
+        order is what allocation and prefix-cache eviction take next). Step counters are
+        left out: they decide nothing here (no KV connector, no streaming input)."""
+        sched = self._sched
+        manager = sched.kv_cache_manager
+        requests = tuple(
+            (
+                key,
+                r.status.value,
+                r.num_computed_tokens,
+                r.num_tokens,
+                r.num_output_tokens,
+                r.num_preemptions > 0,
+                tuple(tuple(ids) for ids in manager.get_block_ids(key)),
+            )
+            for key, r in sched.requests.items()
+            if not r.is_finished()
+        )
+        pool = manager.block_pool
+        free = tuple(
+            (b.block_id, b.block_hash) for b in pool.free_block_queue.get_all_free_blocks()
+        )
+        return (
+            requests,
+            tuple(r.request_id for r in sched.running),
+            tuple(r.request_id for r in sched.waiting),
+            tuple(r.request_id for r in sched.kv_holding_waiting),
+            tuple(sorted(r.request_id for r in sched.deferred_waiting)),
+            free,
+            tuple(self._inflight_keys()),
+        )
+
+    def _inflight_keys(self) -> list[tuple[str, ...]]:
+        return [tuple(keys) for _, keys, _ in self._inflight]
+
     def reasons(self) -> list[tuple[Id, str, str]]:
         """Derived after the step from vLLM's state (it gives none): see docs/policies.md."""
         plan = self._last
@@ -304,7 +338,16 @@ class VllmScheduler(RequestScheduler):
                 tokens = request.num_tokens if full else min(need, budget_left)
                 blocks = -(-tokens // self._block_size) + watermark
                 kept = f" (with {watermark} kept free)" if watermark else ""
-                found.append((rid, KV_BLOCKS, f"needs {blocks} KV blocks{kept}; {free} free"))
+                usable = self._blocks - 1  # the pool keeps one as the null block
+                never = (
+                    f"; the whole cache holds {usable} ({self._blocks} less the null block), "
+                    "so it never will"
+                    if blocks - watermark > usable
+                    else ""
+                )
+                found.append(
+                    (rid, KV_BLOCKS, f"needs {blocks} KV blocks{kept}; {free} free{never}")
+                )
             if head is None and rid not in preempted:
                 head = rid
         return found
@@ -323,127 +366,32 @@ class VllmScheduler(RequestScheduler):
         self._sched.shutdown()
 
 
-def _distinct(key: str, length: int) -> list[int]:
-    """A prompt no other request shares: prefix caching finds no false hits."""
-    base = (int(key) + 1) << 24
-    return list(range(base, base + length))
-
-
-class _Vllm:
-    """The vLLM names this module uses, imported once per process."""
-
-    def __init__(self) -> None:
-        import torch
-        from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
-        from vllm.sampling_params import SamplingParams
-        from vllm.utils.hashing import sha256
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-        from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-        from vllm.v1.outputs import ModelRunnerOutput
-        from vllm.v1.request import Request, RequestStatus
-        from vllm.v1.structured_output import StructuredOutputManager
-
-        self.torch = torch
-        self.CacheConfig, self.DeviceConfig, self.ModelConfig = (
-            CacheConfig,
-            DeviceConfig,
-            ModelConfig,
-        )
-        self.SchedulerConfig, self.VllmConfig = SchedulerConfig, VllmConfig
-        self.SamplingParams, self.Scheduler = SamplingParams, Scheduler
-        self.AsyncScheduler = AsyncScheduler
-        self.FullAttentionSpec, self.KVCacheConfig = FullAttentionSpec, KVCacheConfig
-        self.KVCacheGroupSpec, self.ModelRunnerOutput = KVCacheGroupSpec, ModelRunnerOutput
-        self.Request, self.RequestStatus = Request, RequestStatus
-        self.StructuredOutputManager = StructuredOutputManager
-        init_none_hash(sha256)  # deterministic block hashes (no seed from the process)
-        self._hashers: dict[int, Any] = {}
-        self._get_hasher = get_request_block_hasher
-        self._sha256 = sha256
-
-    def hasher(self, block_size: int) -> Any:
-        found = self._hashers.get(block_size)
-        if found is None:
-            found = self._hashers[block_size] = self._get_hasher(block_size, self._sha256)
-        return found
-
-
-_loaded: _Vllm | None = None
-
-
-def available() -> str | None:
-    """None when vLLM can be loaded, at the pinned version; else what to install. (Its
-    files and metadata are looked up, not imported: a validate stays fast.)"""
-    import importlib.util
-    from importlib.metadata import PackageNotFoundError, version
-
-    if importlib.util.find_spec("vllm") is None:
-        return f"needs vLLM {VLLM_VERSION}: pip install 'schedcli[vllm]'"
-    try:
-        found = version("vllm")
-    except PackageNotFoundError:
-        return f"needs vLLM {VLLM_VERSION}: pip install 'schedcli[vllm]'"
-    if found != VLLM_VERSION:
+def prompt_refused(prompt: int, max_len: int) -> str | None:
+    """What vLLM 0.33's input processing says of a prompt this long, None if it takes it
+    (``_validate_prompt_len``, in vLLM's words). It checks nothing else of a request: one
+    whose prompt + max_tokens pass max_model_len is admitted and capped there."""
+    if prompt == 0:
+        return "The decoder prompt cannot be empty"
+    if prompt > max_len:
         return (
-            f"-p vllm drives vLLM {VLLM_VERSION}'s internals, and {found} is installed: "
-            f"pip install 'vllm=={VLLM_VERSION}' (docs/policies.md: moving the pin)"
+            f"The decoder prompt (length {prompt}) is longer than the maximum model length "
+            f"of {max_len}. Make sure that `max_model_len` is no smaller than the number of "
+            "text tokens."
+        )
+    if prompt == max_len:
+        return (
+            f"The decoder prompt (length {prompt}) plus the number of requested output "
+            f"tokens (at least 1) is longer than the maximum model length of {max_len}. "
+            "Make sure that `max_model_len` is no smaller than the number of text tokens "
+            "(prompt + requested output tokens)."
         )
     return None
 
 
-def _load() -> _Vllm:
-    global _loaded
-    if _loaded is None:
-        missing = available()
-        if missing is not None:
-            raise ValueError(missing)
-        _quiet_environment()
-        _loaded = _Vllm()
-    return _loaded
-
-
-def cache_root() -> Path:
-    """Where the offline model config and vLLM's cache live (reused across runs: the
-    first build in a new cache inspects the model class in a subprocess, ~25 s)."""
-    given = os.environ.get("SCHEDCLI_VLLM_CACHE")
-    if given:
-        return Path(given)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "schedcli" / f"vllm-{VLLM_VERSION}"
-
-
-def _quiet_environment() -> None:
-    """vLLM logs to stdout by default; stdout carries our data. Offline, our cache."""
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
-
-
-_CONFIG = (
-    b'{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, '
-    b'"intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 1, '
-    b'"num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": %d, '
-    b'"torch_dtype": "float32"}\n'
-)
-
-
-def _model_dir(max_len: int) -> str:
-    """A Llama-shaped config, no weights: enough for vLLM to build its configs."""
-    folder = cache_root() / f"model-{max_len}"
-    config = folder / "config.json"
-    text = _CONFIG % max_len
-    if not config.exists() or config.read_bytes() != text:
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f"config.json.{os.getpid()}"
-        partial.write_bytes(text)
-        partial.replace(config)
-    return str(folder)
+def _distinct(key: str, length: int) -> list[int]:
+    """A prompt no other request shares: prefix caching finds no false hits."""
+    base = (int(key) + 1) << 24
+    return list(range(base, base + length))
 
 
 def build_scheduler(params: dict[str, Any], cls: Any = None, **kwargs: Any) -> Any:
@@ -451,51 +399,4 @@ def build_scheduler(params: dict[str, Any], cls: Any = None, **kwargs: Any) -> A
     builds it, from its parameters (defaults for those not given): for a recorder's test
     and a bare loop that drive vLLM themselves."""
     values = {p.name: p.default for p in VllmScheduler.PARAMS} | params
-    return _build(_load(), values, cls, **kwargs)
-
-
-def _build(v: _Vllm, p: dict[str, Any], cls: Any = None, **kwargs: Any) -> Any:
-    max_len = int(p["max_model_len"])
-    block_size = int(p["block_size"])
-    blocks = int(p["num_gpu_blocks"])
-    model = v.ModelConfig(
-        model=_model_dir(max_len),
-        skip_tokenizer_init=True,
-        max_model_len=max_len,
-        dtype="float32",
-    )
-    scheduler = v.SchedulerConfig(
-        max_num_seqs=int(p["max_num_seqs"]),
-        max_num_batched_tokens=int(p["max_num_batched_tokens"]),
-        max_model_len=max_len,
-        enable_chunked_prefill=_flag(p["enable_chunked_prefill"]),
-        long_prefill_token_threshold=int(p["long_prefill_token_threshold"]),
-        policy=str(p["policy"]),
-        is_encoder_decoder=False,
-    )
-    cache = v.CacheConfig(
-        block_size=block_size, enable_prefix_caching=_flag(p["enable_prefix_caching"])
-    )
-    cache.num_gpu_blocks = blocks
-    config = v.VllmConfig(
-        model_config=model,
-        scheduler_config=scheduler,
-        cache_config=cache,
-        device_config=v.DeviceConfig(device="cpu"),
-    )
-    spec = v.FullAttentionSpec(
-        block_size=block_size, num_kv_heads=1, head_size=1, dtype=v.torch.float32
-    )
-    kv = v.KVCacheConfig(
-        num_blocks=blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[v.KVCacheGroupSpec(["layer"], spec)],
-    )
-    default = v.AsyncScheduler if _flag(p["async_scheduling"]) else v.Scheduler
-    return (cls or default)(
-        vllm_config=config,
-        kv_cache_config=kv,
-        structured_output_manager=v.StructuredOutputManager(config),
-        block_size=block_size,
-        **kwargs,
-    )
+    return build(load(), values, cls, **kwargs)

@@ -28,7 +28,7 @@ from ...formats.requests import RequestTraceWriter
 from ...formats.writer import LineBuffer
 from ...model.requests import Arrival, Slice, StepPlan
 from ...model.task import Id
-from .policy import VLLM_VERSION
+from .build import VLLM_VERSION
 
 TRACE_ENV = "SCHEDCLI_VLLM_TRACE"
 
@@ -41,17 +41,24 @@ def recorded_params(scheduler: Any) -> dict[str, Any]:
     def flag(value: object) -> str:
         return "true" if value else "false"
 
+    blocks, block_size = int(scheduler.kv_cache_config.num_blocks), int(scheduler.block_size)
+    max_len = int(config.model_config.max_model_len)
+    # The cache the scheduler ran with, replayed as one full-attention group: where that
+    # group could not hold a max_model_len request (a hybrid model's cache, an embedded
+    # scheduler's), the replay runs it as it ran, past the engine's start-up check.
+    fits = -(-max_len // block_size) <= blocks - 1
     return {
         "max_num_batched_tokens": int(sched.max_num_batched_tokens),
         "max_num_seqs": int(sched.max_num_seqs),
-        "num_gpu_blocks": int(scheduler.kv_cache_config.num_blocks),
-        "block_size": int(scheduler.block_size),
+        "num_gpu_blocks": blocks,
+        "block_size": block_size,
         "enable_chunked_prefill": flag(sched.enable_chunked_prefill),
         "long_prefill_token_threshold": int(sched.long_prefill_token_threshold),
         "enable_prefix_caching": flag(cache.enable_prefix_caching),
         "policy": str(getattr(sched.policy, "value", sched.policy)),
-        "max_model_len": int(config.model_config.max_model_len),
+        "max_model_len": max_len,
         "async_scheduling": flag(isinstance(scheduler, AsyncScheduler)),
+        "skip_kv_startup_check": flag(not fits),
     }
 
 

@@ -21,7 +21,13 @@ from ....engine.replay import Record
 from ....engine.run import open_replay
 from ....formats.output import atomic_output
 from ....formats.writer import JsonlWriter
-from ....model.errors import CheckFailed, SchedcliError, StepMismatch, UsageError
+from ....model.errors import (
+    CheckFailed,
+    InvariantError,
+    SchedcliError,
+    StepMismatch,
+    UsageError,
+)
 from ...config import Config
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -426,15 +432,26 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
             tee.sinks.append(comparison)
         if new is not None:
             tee.sinks.append(new)
+        pinned = broke = False
         try:
             opened.run(engine)
         except StepMismatch as e:
             return _mismatched(trace, e)
-        if comparison is not None:
+        except InvariantError as e:  # passes only where the golden pins this very break
+            from ...views.outputs import ending
+
+            if comparison is None:
+                raise
+            broke = True
+            pinned = comparison.pins(ending(e, engine.totals.steps))
+            if not pinned and (not comparison.pins_a_break or new is not None):
+                raise  # no golden expected a break (or --update: never blessed in passing)
+        if comparison is not None and not broke:
             comparison.finish()
     coverage = [] if engine.nothing_checked else [engine.checked_text()]
     if comparison is not None:
-        coverage.append(f"golden: {_count(comparison.result.steps_compared, 'step')} compared")
+        compared = f"golden: {_count(comparison.result.steps_compared, 'step')} compared"
+        coverage.append(f"{compared}, and the contract break it pins" if pinned else compared)
     verdict = Verdict(trace, None, PASS, "; ".join(coverage))
     verdict.expects = not engine.nothing_checked
     if comparison is not None:
@@ -476,7 +493,7 @@ def _unreadable(golden: str) -> str | None:
     from ....formats.dump import read_dump
 
     try:
-        for _ in read_dump(golden):
+        for _ in read_dump(golden, golden=True):
             pass
     except SchedcliError as e:
         return str(e)
