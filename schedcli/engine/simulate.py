@@ -269,10 +269,10 @@ class Runner:
         raise NotImplementedError
 
     def run_step(self, cost: CostModel) -> bool:
-        """One step at ``self.t``: whether it ran anything (time advances only then)."""
-        raise NotImplementedError
+        raise NotImplementedError  # one step at ``self.t``: whether it ran anything
 
     preempted_last = False  # the last step preempted (a request-level policy's may)
+    forget_on_work = True  # a step that ran something is progress (engine/stall.py)
 
     def idle_until(self, when: float, cost: CostModel, stalled: bool) -> bool:
         """The policy idles (``stalled``: its state unchanged across an empty step): let
@@ -306,7 +306,7 @@ def run(
     if pending is not None:
         result.start = pending.arrival
     runner.t = result.start
-    watch = Watch(runner.watched())
+    watch = Watch(runner.watched(), runner.forget_on_work)
     while True:
         outside = False
         while pending is not None and pending.arrival <= runner.t:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..model.state import fingerprint_of
 from ..model.task import Id, show_id
 
 SHOWN = 8  # stuck tasks or requests named in the message, the rest counted
@@ -22,21 +21,25 @@ SHOWN = 8  # stuck tasks or requests named in the message, the rest counted
 STUCK_AFTER = 1000
 
 
-class Repeat(NamedTuple):
+class Repeat:
     """The state at ``step`` is the state at ``since``; ``stalled``: the step between did
-    nothing, so each step from here does nothing again."""
+    nothing, so each step from here does nothing again; ``moved``: simulated time passed
+    between the two. (A plain class: a named tuple costs every replay's start-up.)"""
 
-    step: int
-    since: int
-    stalled: bool
-    moved: bool = False  # simulated time passed between the two
+    __slots__ = ("moved", "since", "stalled", "step")
+
+    def __init__(self, step: int, since: int, stalled: bool, moved: bool = False) -> None:
+        self.step, self.since, self.stalled, self.moved = step, since, stalled, moved
 
 
 class Watch:
     """The states of one policy at its quiet steps since the last outside event."""
 
-    def __init__(self, policy: object) -> None:
+    def __init__(self, policy: object, forget_on_work: bool = True) -> None:
+        """``forget_on_work``: a step that did work forgets what was seen (the task level,
+        where a batch is progress and its caller may submit after it)."""
         self._policy = policy
+        self._forget = forget_on_work
         self.opaque = False  # the policy's state cannot be compared
         self.empty_run = 0  # empty steps in a row (what bounds an opaque policy)
         self.reset()
@@ -55,6 +58,8 @@ class Watch:
     def busy(self) -> None:
         """A step that did work (its state needs no look: a cycle shows at quiet ones)."""
         self.empty_run = 0
+        if self._forget:
+            self.reset()
 
     def quiet(self, step: int, empty: bool, t: float = 0.0) -> Repeat | None:
         """After ``step``, which did nothing (``empty``) or preempted: where its state was
@@ -81,6 +86,12 @@ class Watch:
         """The run of empty steps reached the bound: the policy's state cannot be compared,
         or keeps changing without it scheduling anything."""
         return self.empty_run >= STUCK_AFTER
+
+
+def fingerprint_of(policy: Any) -> tuple[object, ...] | None:
+    """``policy.fingerprint()``, kept to what the engine compares: a tuple or None."""
+    found = policy.fingerprint()
+    return found if isinstance(found, tuple) else (None if found is None else (found,))
 
 
 Reasons = Sequence[tuple[Id, str, str]]
@@ -152,15 +163,17 @@ def explained(policy: object, again: Callable[[], object]) -> Reasons:
     return [(t.tid, code, detail) for t, code, detail in left or ()]
 
 
-class Idler(Protocol):
-    """A simulation's runner, as far as what it does with a policy that idles."""
+if TYPE_CHECKING:  # a Protocol class costs a replay's start-up a millisecond to make
 
-    policy_name: str
-    step: int
+    class Idler(Protocol):
+        """A simulation's runner, as far as what it does with a policy that idles."""
 
-    def idle_until(self, when: float, cost: Any, stalled: bool) -> bool: ...
-    def stuck(self) -> str: ...
-    def broken(self, message: str) -> Exception: ...
+        policy_name: str
+        step: int
+
+        def idle_until(self, when: float, cost: Any, stalled: bool) -> bool: ...
+        def stuck(self) -> str: ...
+        def broken(self, message: str) -> Exception: ...
 
 
 def idle_or_stop(

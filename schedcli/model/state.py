@@ -12,11 +12,10 @@ into (an iterator, a C object, a closure's code) makes the policy opaque: ``None
 from __future__ import annotations
 
 import enum
-import random
+import sys
 import threading
 import types
 from collections import deque
-from typing import Any
 
 _LOCKS = (type(threading.Lock()), type(threading.RLock()))
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
@@ -70,7 +69,8 @@ def _walk(value: object, out: list[object], seen: dict[int, int]) -> None:
         _walk(value.__func__, out, seen)
         _walk(value.__self__, out, seen)
         return
-    if isinstance(value, random.Random):
+    random = sys.modules.get("random")  # loaded wherever a Random can exist
+    if random is not None and isinstance(value, random.Random):
         _walk(value.getstate(), out, seen)
         return
     if isinstance(value, list | tuple | deque | set | frozenset):
@@ -145,9 +145,3 @@ def _attributes(value: object) -> list[str] | None:
 def _iterator(value: object) -> bool:
     """Iterators and generators hold a position the walk cannot read."""
     return hasattr(value, "__next__") or type(value).__name__.endswith("iterator")
-
-
-def fingerprint_of(policy: Any) -> tuple[object, ...] | None:
-    """``policy.fingerprint()``, kept to what the engine compares: a tuple or None."""
-    found = policy.fingerprint()
-    return found if isinstance(found, tuple) else (None if found is None else (found,))

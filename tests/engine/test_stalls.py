@@ -226,3 +226,16 @@ def test_a_golden_pins_a_contract_break_and_fails_once_it_changes(
     # A dump ending in a break is still incomplete to stats and diff.
     r = cli("stats", golden)
     assert r.code == 2 and "incomplete dump" in r.stderr
+
+
+def test_simulate_and_a_replay_of_its_trace_find_the_same_stall(cli: Cli, tmp_path: Path) -> None:
+    """The second path to the verdict: the run simulate wrote, replayed with --drain, stalls
+    on the same task for the same reason."""
+    trace = tmp_path / "run.jsonl"
+    policy = ["-p", PLUGIN + "WaitsForCompany"]
+    r = cli("simulate", _workload(tmp_path, [0.0]), *policy, "-o", trace)
+    assert r.code == 3
+    said = r.stderr[r.stderr.index("Stuck: ") :]
+    again = cli("replay", trace, *policy, "--drain", "--allow-incomplete", "-o", "-")
+    assert again.code == 3
+    assert "stalled since step" in again.stderr and said in again.stderr

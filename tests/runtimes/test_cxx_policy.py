@@ -122,6 +122,18 @@ def test_fcfs_and_its_cpp_twin_give_identical_dumps_on_random_traces(
     assert cpp == python
 
 
+def test_a_cpp_policy_is_opaque_to_the_stall_watch(cxx: str) -> None:
+    """Its state lives in C++: the watch cannot compare it, so a C++ policy that returns
+    empty batches is given the bound (docs/policies.md), never a stall it cannot see."""
+    from schedcli.model.task import PREFILL, Task
+    from schedcli.policies.registry import build_policy
+
+    policy = build_policy(fifo(), {})
+    policy.submit([Task(1, 1, PREFILL, 4)])
+    assert policy.fingerprint() is None
+    policy.close()
+
+
 def test_the_twin_matches_fcfs_on_the_bench_trace_with_the_header_parameters(
     cxx: str, cli: Cli, tmp_path: Path
 ) -> None:

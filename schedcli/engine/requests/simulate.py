@@ -71,6 +71,8 @@ class RequestRunner(Runner):
     def done(self) -> None:
         self.result.preemptions = self.preemptions
 
+    forget_on_work = False  # a step that ran tokens may be undone by a preemption
+
     def watched(self) -> object:
         return self.policy
 
