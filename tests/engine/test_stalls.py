@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,19 +56,23 @@ def test_a_policy_that_stalls_is_stopped_at_once_naming_each_task_and_why(
     assert orjson.loads(r.lines[-1])["partial"]["exit"] == 3
 
 
+@pytest.mark.parametrize(
+    ("policy", "warned"),
+    [("WaitsForCompany", False), ("OpaqueWaits", True)],  # OpaqueWaits: after the bound
+)
 def test_a_policy_that_waits_for_the_next_arrival_is_given_it_in_simulate(
-    cli: Cli, tmp_path: Path
+    cli: Cli, tmp_path: Path, policy: str, warned: bool
 ) -> None:
     # The first request waits alone until the second arrives a second later: time passes
     # to that arrival (it would have been a thousand empty batches, then exit 3).
-    workload = _workload(tmp_path, [0.0, 1.0])
-    r = cli("simulate", workload, "-p", PLUGIN + "WaitsForCompany", "-f", "json")
+    r = cli("simulate", _workload(tmp_path, [0.0, 1.0]), "-p", PLUGIN + policy, "-f", "json")
     assert r.code == 0, r.stderr
     result = orjson.loads(r.stdout)
     assert result["finished"] == 2
     assert result["queue_delay"]["mean"] == 0.5  # the first waited the second out
+    assert ("its state cannot be compared; the simulation moves on" in r.stderr) == warned
     # One request alone, nothing more to come: the stall, named.
-    r = cli("simulate", _workload(tmp_path, [0.0]), "-p", PLUGIN + "WaitsForCompany")
+    r = cli("simulate", _workload(tmp_path, [0.0]), "-p", PLUGIN + policy)
     assert r.code == 3
     assert "Stuck: task 0 (company: waits for a second task)" in r.stderr
 
@@ -87,16 +92,6 @@ def test_a_policy_whose_state_never_settles_is_stopped_at_the_bound_saying_so(
         r = cli("replay", _trace(tmp_path, 1), "-p", PLUGIN + policy, "--drain", "-o", "-")
         assert r.code == 3, r.stderr
         assert f"{STUCK_AFTER} empty steps in a row" in r.stderr and said in r.stderr
-
-
-def test_an_opaque_policy_in_simulate_moves_on_to_the_next_arrival_after_the_bound(
-    cli: Cli, tmp_path: Path
-) -> None:
-    workload = _workload(tmp_path, [0.0, 1.0])
-    r = cli("simulate", workload, "-p", PLUGIN + "OpaqueWaits", "-f", "json")
-    assert r.code == 0, r.stderr
-    assert "its state cannot be compared; the simulation moves on" in r.stderr
-    assert orjson.loads(r.stdout)["finished"] == 2
 
 
 def test_a_sweep_point_whose_policy_stalls_fails_the_sweep_as_the_contract(
