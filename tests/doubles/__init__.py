@@ -1,6 +1,6 @@
 """Stand-ins the tests drive the engine with: a request-level policy
 (``tests.doubles:ToyRequests``)."""
 
-from tests.doubles.requests import ToyRequests
+from tests.doubles.requests import Thrashes, ToyRequests
 
-__all__ = ["ToyRequests"]
+__all__ = ["Thrashes", "ToyRequests"]

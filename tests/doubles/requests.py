@@ -137,3 +137,29 @@ class ToyRequests(RequestScheduler):
 
     def reasons(self) -> list[tuple[Id, str, str]]:
         return list(self._reasons)
+
+
+class Thrashes(ToyRequests):
+    """A livelock: one request runs at a time, and each step preempts it (its progress
+    recomputed from scratch, to the back of the queue) for the next one waiting, so two
+    prompts longer than the budget take turns forever, two steps a cycle."""
+
+    name = "thrashes"
+
+    def __init__(self, max_num_batched_tokens: int = 8, max_num_seqs: int = 1) -> None:
+        super().__init__(max_num_batched_tokens, max_num_seqs)
+
+    def step(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> StepPlan:
+        preempted = []
+        if self._running and any(k not in self._running for k in self._held):
+            key = self._running.pop(0)
+            request = self._held.pop(key)
+            request.computed = 0
+            self._held[key] = request
+            preempted.append(request.rid)
+        plan = self._plan()
+        plan.preempted = preempted
+        plan.finished = self._outputs(stop)
+        return plan

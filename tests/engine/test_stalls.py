@@ -234,3 +234,22 @@ def test_simulate_and_a_replay_of_its_trace_find_the_same_stall(cli: Cli, tmp_pa
     again = cli("replay", trace, *policy, "--drain", "--allow-incomplete", "-o", "-")
     assert again.code == 3
     assert "stalled since step" in again.stderr and said in again.stderr
+
+
+def test_a_preempt_readmit_cycle_at_the_request_level_is_stopped(cli: Cli, tmp_path: Path) -> None:
+    header = {"schedcli": 1, "level": "request", "policy": "tests.doubles:Thrashes", "params": {}}
+    arrivals = [{"op": "arrive", "rid": rid, "prompt_tokens": 20, "max_tokens": 2} for rid in "ab"]
+    trace = tmp_path / "r.jsonl"
+    trace.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in [header, *arrivals]))
+    r = cli("replay", trace, "-f", "jsonl")
+    assert r.code == 3, r.stderr
+    assert "cycles without progress: the policy's state at step 3 is its state at step 1" in (
+        r.stderr
+    )  # two steps a cycle, found at its first repeat (step 0 preempted nothing)
+    assert 'Stuck: request "b", request "a" (max_num_seqs: 1 requests are running)' in r.stderr
+    assert len(r.lines) == 5  # four steps and the partial record
+    workload = tmp_path / "w.jsonl"
+    rows = [{"sid": s, "arrival": 0.0, "prompt_tokens": 20, "output_tokens": 2} for s in "ab"]
+    workload.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in rows))
+    r = cli("simulate", workload, "-p", "tests.doubles:Thrashes")
+    assert r.code == 3 and "cycles without progress" in r.stderr
