@@ -31,7 +31,7 @@ from ..model.task import Id, Task, same_id, show_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
 from .ledger import Ledger, Totals
 from .recorded import OutcomeMismatch, RecordingRaised, raised_in, recorded_rejection
-from .stall import STUCK_AFTER, Repeat, Watch, explained, opaque_text, repeat_text, stuck_text
+from .stall import STUCK_AFTER, Repeat, Watch, opaque_text, repeat_text, stuck_text, tasks_stuck
 
 Emit = Callable[[Record], None]
 
@@ -364,17 +364,20 @@ class Replayer(_Located):
     def _draining(self, step: int, until: int | None = None) -> Iterator[int]:
         """Call get_work while work is queued (and step < until), yielding each step. After
         the trace (``until`` None), a policy that stalls or cycles is found as it shows."""
-        watch = Watch(self.policy)
+        watch = Watch(self.policy) if until is None else None  # between events: a count
+        empty_run = 0
         while (until is None or step < until) and self._has_work():
             if self.get_work(step):
-                watch.busy()
-            elif until is None:
+                empty_run = 0
+                if watch is not None:
+                    watch.busy()
+            elif watch is not None:
                 found = watch.quiet(step, True)
                 if found is not None or watch.given_up():
                     raise self._broken(self._stall(found, watch))
             else:
-                watch.empty_run += 1
-                if watch.empty_run >= STUCK_AFTER:
+                empty_run += 1
+                if empty_run >= STUCK_AFTER:
                     raise self._broken(
                         f"{STUCK_AFTER} empty batches in a row while {len(self.ledger)} "
                         f"tasks are queued (tasks: {_some(self.ledger.queued)}): the replay "
@@ -385,8 +388,7 @@ class Replayer(_Located):
 
     def _stall(self, found: Repeat | None, watch: Watch) -> str:
         """Why the drain stops: the finding, and each task still queued with its reason."""
-        queued = list(self.ledger.queued)
-        stuck = stuck_text(queued, explained(self.policy, self.policy.get_work), "task")
+        stuck = tasks_stuck(self.policy, list(self.ledger.queued))
         if found is not None:
             return repeat_text(found, stuck)
         return opaque_text(watch, stuck)

@@ -25,7 +25,7 @@ from .cost import CostModel
 from .ledger import Ledger
 from .metrics import jain_index, percentile
 from .replay import WARNINGS_SHOWN, PolicyCrashed
-from .stall import Watch, explained, idle_or_stop, stuck_text
+from .stall import Watch, idle_or_stop, tasks_stuck
 
 
 class Live:
@@ -478,8 +478,7 @@ class TaskRunner(Runner):
         return self.policy
 
     def stuck(self) -> str:
-        reasons = explained(self.policy, self.policy.get_work)
-        return stuck_text(list(self.ledger.queued), reasons, "task")
+        return tasks_stuck(self.policy, list(self.ledger.queued))
 
     def run_batch(self, batch: list[Task], cost: CostModel) -> None:
         """Dispatch a non-empty batch: time advances, tokens are produced, decodes follow."""

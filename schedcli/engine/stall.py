@@ -5,7 +5,8 @@ no work (nothing scheduled; at the request level, also a step that preempted) an
 forgets what it saw whenever something comes from outside (a submit, an arrival, a
 cancel). A deterministic policy whose state repeats with nothing from outside in between
 repeats forever: after an empty step, the same state is a stall; after several, a cycle
-(Brent's method: one remembered state, found within twice the cycle's reach).
+(Brent's method: one remembered state, found within about three times the cycle's
+reach).
 """
 
 from __future__ import annotations
@@ -54,17 +55,20 @@ class Watch:
         self._mark_step = -1
         self._power = 1
         self._length = 0
+        self._stale = False
 
     def busy(self) -> None:
-        """A step that did work (its state needs no look: a cycle shows at quiet ones)."""
+        """A step that did work (its state needs no look: a cycle shows at quiet ones).
+        Where work is progress, what was seen is forgotten, at the next quiet step."""
         self.empty_run = 0
-        if self._forget:
-            self.reset()
+        self._stale = self._forget
 
     def quiet(self, step: int, empty: bool, t: float = 0.0) -> Repeat | None:
         """After ``step``, which did nothing (``empty``) or preempted: where its state was
         seen before with nothing from outside since, or None."""
         self.empty_run = self.empty_run + 1 if empty else 0
+        if self._stale:
+            self.reset()
         state = fingerprint_of(self._policy)
         if state is None:
             self.opaque = True
@@ -146,6 +150,11 @@ def opaque_text(watch: Watch, stuck: str) -> str:
     return (
         f"{watch.empty_run} empty steps in a row, and {why}: schedcli gave up on it. Stuck: {stuck}"
     )
+
+
+def tasks_stuck(policy: Any, queued: Sequence[Id]) -> str:
+    """A task-level policy's stuck tasks, each with the reason it gives when asked again."""
+    return stuck_text(queued, explained(policy, policy.get_work), "task")
 
 
 def explained(policy: object, again: Callable[[], object]) -> Reasons:
