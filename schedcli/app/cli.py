@@ -317,6 +317,37 @@ def explain(
 
 
 @command
+def debug(
+    trace: o.ExplainTraceOption,
+    policy: o.PolicyOption = None,
+    param: o.ParamOption = None,
+    check: o.DebugCheckOption = False,
+    golden: o.GoldenOption = None,
+    against: o.AgainstOption = None,
+    against_param: o.AgainstParamOption = None,
+    allow_incomplete: o.AllowIncompleteOption = False,
+    no_color: o.NoColorOption = False,
+    checkpoint_every: o.EveryOption = 1000,
+) -> None:
+    """Step through a replay, forwards and backwards: the queue and every reason at each
+    step, breakpoints, and where it parts from --check, --golden or --against.
+
+    Exit codes (after quitting): 0 ok; 1 a step differs; 2 bad input or usage; 3 the policy
+    broke the contract.
+    """
+    from ..engine.travel import Compare
+    from .commands.debug import DebugRequest, debug_command
+
+    compare = Compare(check, golden, against, dict(o.parse_params(against_param)))
+    req = DebugRequest(
+        trace, policy, o.parse_params(param), compare, allow_incomplete, no_color, checkpoint_every
+    )
+    code = debug_command(req)
+    if code:
+        raise typer.Exit(code)
+
+
+@command
 def shrink(
     trace: o.ShrinkTraceOption,
     until: o.UntilOption,

@@ -138,6 +138,7 @@ OUTPUT_PATHS = {
 NOT_PATHS = frozenset(
     {"fmt", "policy", "param", "a_policy", "b_policy", "a_param", "b_param", "steps", "session"}
     | {"task", "until", "grid", "backend", "address", "cache", "golden_dir", "shell"}
+    | {"against", "against_param"}
 )
 
 
@@ -538,5 +539,32 @@ CheckFormatOption = Annotated[
         "-f",
         metavar="text|json",
         help="text (for people) or json (a record per trace).",
+    ),
+]
+
+# debug
+DebugCheckOption = Annotated[
+    bool,
+    typer.Option("--check", help="Mark every step whose batch differs from the trace's expect."),
+]
+AgainstOption = Annotated[
+    str | None,
+    typer.Option(
+        "--against", metavar="POLICY", help="Replay beside a second policy; mark where they part."
+    ),
+]
+AgainstParamOption = Annotated[
+    list[str] | None,
+    typer.Option("--against-param", metavar="KEY=VALUE", help="A parameter of --against's policy."),
+]
+NoColorOption = Annotated[
+    bool, typer.Option("--no-color", help="No colour (as NO_COLOR=1); marks stay readable.")
+]
+EveryOption = Annotated[
+    int,
+    typer.Option(
+        "--checkpoint-every",
+        metavar="STEPS",
+        help="Steps between checkpoints at first (they thin out past 32).",
     ),
 ]

@@ -89,6 +89,10 @@ class Policy(ABC):  # noqa: B024 (its seams, Scheduler and RequestScheduler, are
     """The policy's rule in a paragraph, as ``schedcli policies`` shows it; without one, the
     class docstring is shown (a compiled class keeps no docstrings)."""
     level: ClassVar[str] = "task"
+    # ``schedcli debug`` copies a replay by forking the process at checkpoints; a policy
+    # whose state lives outside the process (a socket, a server) says False, and the
+    # debugger re-runs from the start instead (docs/debug.md).
+    forkable: ClassVar[bool] = True
 
     @classmethod
     def create(cls, **params: Any) -> Policy:

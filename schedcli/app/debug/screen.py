@@ -1,0 +1,363 @@
+"""``schedcli debug``'s full-screen app: the timeline, the step's batch (and the other
+side's), the queue with every reason, a status line. Keys move the cursor; each answer
+comes from the time machine's server (``engine/travel``) on a worker thread."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Static
+
+from ...engine.travel import ServerGone, Travel
+from ...model.errors import UsageError
+from ...model.task import show_id
+from . import panes
+from .dialogs import HelpScreen, LifeScreen, Prompt
+from .navigation import (
+    BREAKPOINT_SYNTAX,
+    Breakpoint,
+    Navigator,
+    parse_breakpoint,
+    parse_id,
+    reproduce,
+)
+
+CACHED_VIEWS = 256
+
+CSS = """
+#title { height: 1; background: $boost; }
+#timeline { height: 4; }
+#body { height: 1fr; }
+#batch { width: 40%; }
+#queue { width: 1fr; }
+#status { height: 2; }
+Prompt, HelpScreen, LifeScreen { align: center middle; }
+#question { width: 70; background: $panel; padding: 0 1; }
+#answer { width: 70; }
+#help, #life { width: 90%; height: 90%; background: $panel; }
+"""
+
+
+def _p(keys: str, action: str, label: str, show: bool = True) -> Binding:
+    return Binding(keys, action, label, show=show, priority=True)
+
+
+class DebugApp(App[None]):
+    CSS = CSS
+    TITLE = "schedcli debug"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS: ClassVar[list[BindingType]] = [
+        _p("right,l,n", "step(1)", "next"),
+        _p("left,h,p", "step(-1)", "prev", show=False),
+        _p("right_square_bracket,pagedown", "step(100)", "+100", show=False),
+        _p("left_square_bracket,pageup", "step(-100)", "-100", show=False),
+        _p("home", "edge(0)", "first", show=False),
+        _p("end", "edge(1)", "last", show=False),
+        _p("g,colon", "ask('goto')", "goto"),
+        _p("d", "divergence(1)", "div"),
+        _p("D", "divergence(-1)", "prev div", show=False),
+        _p("F", "divergence(0)", "first div", show=False),
+        _p("slash", "ask('tid')", "find tid"),
+        _p("s", "ask('sid')", "find sid", show=False),
+        Binding("enter,i", "inspect('tid')", "life"),
+        Binding("I", "inspect('sid')", "session life", show=False),
+        _p("b", "ask('break')", "break"),
+        _p("B", "clear_breakpoints", "clear bps", show=False),
+        _p("c", "go(1)", "cont", show=False),
+        _p("C", "go(-1)", "rev", show=False),
+        _p("y", "copy", "copy"),
+        _p("question_mark", "help", "keys"),
+        _p("q,ctrl+c", "quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        travel: Travel,
+        trace: str,
+        policy: str | None,
+        params: Mapping[str, object],
+    ) -> None:
+        super().__init__()
+        self.travel, self.trace, self.policy, self.params = travel, trace, policy, params
+        self.nav = Navigator(travel)
+        self.row = 0
+        self.views: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self.shown: int | None = None  # the step whose view is on screen
+        self.loading = False
+        self.breakpoints: list[Breakpoint] = []
+        self.copied: str | None = None
+        self.busy = threading.Event()  # set to stop a running search
+        self.status_text = ""
+        self.note = ""  # said with the next view shown (why the cursor moved there)
+        self.select: dict[str, Any] | None = None  # the queue row to select there (found)
+
+    # --- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield Static(id="timeline")
+        with Horizontal(id="body"):
+            yield Static(id="batch")
+            with Vertical(id="queue"):
+                yield DataTable(id="queue-table", cursor_type="row", zebra_stripes=False)
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#queue-table", DataTable)
+        for name in panes.QUEUE_COLUMNS:
+            table.add_column(name, key=name or "ran")
+        table.focus()
+        self.refresh_index()
+        if self.travel.indexed is None:
+            self.set_interval(0.25, self.refresh_index)
+        self.load_view()
+
+    @property
+    def step(self) -> int:
+        t = self.travel
+        return t.numbers[self.row] if self.row < t.steps else 0
+
+    def refresh_index(self) -> None:
+        t = self.travel
+        hello = t.hello or {}
+        policies = hello.get("policies") or ["?"]
+        other = hello.get("other")
+        versus = f" · vs {policies[1] if other == 'against' else other}" if other else ""
+        if t.indexed is None:
+            pos, size = t.position
+            state = f"indexing {100 * pos // size if size else 0}% ({t.steps:,} steps)"
+        else:
+            state = f"{t.steps:,} steps" + self._ending()
+        bps = f" · bp: {', '.join(b.text for b in self.breakpoints)}" if self.breakpoints else ""
+        name = self.trace.rsplit("/", 1)[-1]
+        self.query_one("#title", Static).update(f"{name} · {policies[0]}{versus} · {state}{bps}")
+        width = self.size.width or 80
+        self.query_one("#timeline", Static).update(panes.timeline(t, self.row, width))
+
+    def _ending(self) -> str:
+        ending = (self.travel.indexed or {}).get("ending")
+        if not ending:
+            return ""
+        if ending.get("broke"):
+            return f" · contract broken at step {ending['step']}"
+        return f" · stopped at step {ending['step']} (exit {ending['exit']})"
+
+    def say(self, text: str) -> None:
+        self.status_text = text
+        self.query_one("#status", Static).update(text)
+
+    # --- the view --------------------------------------------------------------------------
+
+    def load_view(self) -> None:
+        step = self.step
+        self.refresh_index()
+        if self.travel.steps == 0:
+            self.say("no steps" + self._ending())
+            return
+        if step in self.views:
+            self.views.move_to_end(step)
+            self.show_view(self.views[step])
+            return
+        if not self.loading:
+            self.loading = True
+            self.fetch(step)
+
+    @work(thread=True, group="view")
+    def fetch(self, step: int) -> None:
+        try:
+            view = self.travel.view(step)
+        except ServerGone as e:
+            self.call_from_thread(self.say, f"the replay's process ended: {e}")
+            return
+        self.call_from_thread(self.arrived, step, view)
+
+    def arrived(self, step: int, view: dict[str, Any]) -> None:
+        self.loading = False
+        self.views[step] = view
+        if len(self.views) > CACHED_VIEWS:
+            self.views.popitem(last=False)
+        if step == self.step:
+            self.show_view(view)
+        else:
+            self.load_view()  # the cursor moved on while this one was asked for
+
+    def show_view(self, view: dict[str, Any]) -> None:
+        if "ended" in view:
+            self.say(f"step {self.step}: the replay stopped before it{self._ending()}")
+            return
+        hello = self.travel.hello or {}
+        label = (hello.get("policies") or ["?"])[0]
+        self.query_one("#batch", Static).update(
+            panes.batch_table(view, hello.get("budget"), label, hello.get("other"))
+        )
+        table = self.query_one("#queue-table", DataTable)
+        table.clear()
+        for row in panes.queue_rows(view):
+            table.add_row(*row)
+        if self.select is not None:
+            key, value = next(iter(self.select.items()))
+            rows = [i for i, e in enumerate(view["queues"][0] or []) if e[key] == value]
+            if rows:
+                table.move_cursor(row=rows[0])
+            self.select = None
+        self.shown = view["step"]
+        marks = self.nav.marks_at(view["step"])
+        said = [f"step {view['step']}: {len(view['queues'][0] or [])} queued"]
+        said += [f"{kind}: {text}" for kind, text in marks]
+        if self.note:
+            said.insert(0, self.note)
+            self.note = ""
+        self.say(" · ".join(said))
+
+    # --- moving ------------------------------------------------------------------------------
+
+    def move_to_row(self, row: int) -> None:
+        last = max(self.travel.steps - 1, 0)
+        self.row = min(max(row, 0), last)
+        self.load_view()
+
+    def move_to_step(self, step: int) -> None:
+        self.move_to_row(self.travel.row_of(step))
+
+    def action_step(self, delta: int) -> None:
+        self.move_to_row(self.row + delta)
+
+    def action_edge(self, end: int) -> None:
+        self.move_to_row(self.travel.steps - 1 if end else 0)
+
+    def action_divergence(self, direction: int) -> None:
+        if (self.travel.hello or {}).get("other") is None:
+            self.say("nothing to diverge from: start with --check, --golden G or --against P")
+            return
+        at = self.nav.divergence(self.step, direction)
+        if at is None:
+            where = {1: "after", -1: "before", 0: "in"}[direction]
+            span = f"step {self.step}" if direction else "the steps indexed"
+            self.say(f"no divergence {where} {span}")
+            return
+        self.move_to_step(at)
+
+    def action_ask(self, what: str) -> None:
+        questions = {
+            "goto": "go to step:",
+            "tid": "find the task with tid:",
+            "sid": "find the session with sid:",
+            "break": f"breakpoint ({BREAKPOINT_SYNTAX}):",
+        }
+        self.push_screen(Prompt(questions[what]), lambda answer: self.answered(what, answer))
+
+    def answered(self, what: str, answer: str | None) -> None:
+        if not answer:
+            return
+        try:
+            if what == "goto":
+                step = parse_id(answer)
+                if not isinstance(step, int):
+                    raise UsageError(f"a step is a number, not {answer!r}")
+                self.move_to_step(step)
+            elif what == "break":
+                self.breakpoints.append(parse_breakpoint(answer))
+                self.refresh_index()
+                self.say(f"breakpoint {self.breakpoints[-1].text} set: c continues, C goes back")
+            else:
+                self.find({what: parse_id(answer)})
+        except UsageError as e:
+            self.say(str(e))
+
+    def action_clear_breakpoints(self) -> None:
+        self.breakpoints.clear()
+        self.refresh_index()
+        self.say("breakpoints cleared")
+
+    def action_go(self, direction: int) -> None:
+        if not self.breakpoints:
+            self.say("no breakpoints: b sets one")
+            return
+        self.say("continuing…" if direction > 0 else "going back…")
+        self.search(lambda stop: self.nav.hit(self.breakpoints, self.step, direction > 0, stop))
+
+    def find(self, key: dict[str, Any]) -> None:
+        what = f"{'task' if 'tid' in key else 'session'} {show_id(next(iter(key.values())))}"
+        self.say(f"finding {what}…")
+
+        def found(stop: threading.Event) -> tuple[int, str] | None:
+            at = self.nav.find(key, self.step, stop)
+            if at is None:
+                return None
+            self.select = key
+            return at, f"{what} found"
+
+        self.search(found, f"{what}: not in any step's queue or batch")
+
+    def search(
+        self, how: Callable[[threading.Event], tuple[int, str] | None], none: str = ""
+    ) -> None:
+        self.busy.set()  # a search still running stops at its next segment
+        self.busy = threading.Event()
+        self._search(how, none, self.busy)
+
+    @work(thread=True, group="search")
+    def _search(
+        self, how: Callable[[threading.Event], Any], none: str, stop: threading.Event
+    ) -> None:
+        try:
+            hit = how(stop)
+        except ServerGone as e:
+            self.call_from_thread(self.say, f"the replay's process ended: {e}")
+            return
+        if stop.is_set():
+            return
+        self.call_from_thread(self._hit, hit, none)
+
+    def _hit(self, hit: tuple[int, str] | None, none: str) -> None:
+        if hit is None:
+            self.say(none or "no breakpoint holds that way")
+            return
+        step, why = hit
+        self.note = why
+        self.move_to_step(step)
+
+    # --- lives, copying, help ------------------------------------------------------------
+
+    def action_inspect(self, by: str) -> None:
+        view = self.views.get(self.shown) if self.shown is not None else None
+        table = self.query_one("#queue-table", DataTable)
+        if view is None or not (view["queues"][0] or []):
+            self.say("no queued task here to follow: / finds one by tid")
+            return
+        entry = view["queues"][0][min(table.cursor_row, len(view["queues"][0]) - 1)]
+        key = {by: entry[by]}
+        screen = LifeScreen()
+        self.push_screen(screen)
+        self._life(
+            screen,
+            key,
+            entry["since"],
+            f"{'task' if by == 'tid' else 'session'} {show_id(entry[by])}",
+        )
+
+    @work(thread=True, group="life")
+    def _life(self, screen: LifeScreen, key: dict[str, Any], since: int, what: str) -> None:
+        try:
+            events = self.travel.life(key, since)
+        except ServerGone as e:
+            self.call_from_thread(self.say, f"the replay's process ended: {e}")
+            return
+        self.call_from_thread(screen.show, panes.life_table(what, events, True))
+
+    def action_copy(self) -> None:
+        command = reproduce(self.trace, self.step, self.policy, self.params)
+        self.copied = command
+        self.copy_to_clipboard(command)
+        self.say(f"copied: {command}")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(BREAKPOINT_SYNTAX))

@@ -1,0 +1,387 @@
+"""``schedcli debug`` as a person drives it: every key and breakpoint kind through Textual's
+pilot, against traces whose answers the one-shot commands give (the second path), and SVG
+snapshots of the main screens at 80x24."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from schedcli.app.commands.debug import DebugRequest, Said, open_debug
+from schedcli.app.commands.explain import explain_lives
+from schedcli.app.debug.dialogs import HelpScreen, LifeScreen
+from schedcli.app.debug.screen import DebugApp
+from schedcli.engine.explain import explain_step
+from schedcli.engine.travel import Compare
+from tests.conftest import Cli
+from tests.helpers import write_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+ROTATION = ROOT / "traces/rotation-fairness.jsonl"
+LONG = ROOT / "traces/long-prompts-and-chat.jsonl"
+
+
+def in_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """An async test run in its own event loop (no asyncio plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def app_for(
+    path: Path, compare: Compare | None = None, policy: str | None = None, every: int = 2
+) -> DebugApp:
+    req = DebugRequest(str(path), policy=policy, compare=compare or Compare(), every=every)
+    return DebugApp(
+        open_debug(req),
+        str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name),
+        policy,
+        {},
+    )
+
+
+async def settle(pilot: Pilot[Any]) -> None:
+    """Until the step on screen is the cursor's and no search or life is running."""
+    app = pilot.app
+    assert isinstance(app, DebugApp)
+    for _ in range(200):
+        await pilot.pause(0.02)
+        busy = any(w.is_running for w in app.workers)
+        if not busy and app.shown == app.step and not app.loading:
+            return
+    raise AssertionError(f"never settled at step {app.step}: {app.status_text}")
+
+
+@asynccontextmanager
+async def driving(app: DebugApp) -> AsyncIterator[Pilot[Any]]:
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            yield pilot
+    finally:
+        app.travel.close()
+
+
+async def keys(pilot: Pilot[Any], *pressed: str) -> None:
+    for key in pressed:
+        await pilot.press(key)
+    await settle(pilot)
+
+
+async def typed(pilot: Pilot[Any], key: str, text: str) -> None:
+    await pilot.press(key)
+    await pilot.pause(0.05)
+    for ch in text:
+        await pilot.press(ch)
+    await keys(pilot, "enter")
+
+
+def edited_expect(tmp_path: Path, nth: int) -> tuple[Path, int]:
+    """rotation-fairness with its nth expect wrong: the trace and the step it is at."""
+    lines = [json.loads(x) for x in ROTATION.read_text().splitlines()]
+    gets = [i for i, x in enumerate(lines) if x.get("op") == "get_work"]
+    lines[gets[nth]]["expect"] = [999]
+    return write_lines(tmp_path / "planted.jsonl", lines), nth
+
+
+@in_loop
+async def test_arrows_page_keys_home_end_and_goto_move_the_cursor() -> None:
+    async with driving(app_for(LONG)) as pilot:
+        app = pilot.app
+        last = app.travel.numbers[-1]
+        await keys(pilot, "right")
+        assert app.step == 1
+        await keys(pilot, "l", "n")
+        assert app.step == 3
+        await keys(pilot, "left")
+        assert app.step == 2
+        await keys(pilot, "end")
+        assert app.step == last
+        await keys(pilot, "home")
+        assert app.step == 0
+        await keys(pilot, "right_square_bracket")
+        assert app.step == last  # +100 stops at the last step
+        await keys(pilot, "left_square_bracket")
+        assert app.step == 0
+        await typed(pilot, "g", "2")
+        assert app.step == 2
+        assert app.status_text.startswith("step 2:")
+
+
+@in_loop
+async def test_the_queue_pane_shows_what_explain_step_shows() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await keys(pilot, "right", "right")
+        table = app.query_one("#queue-table")
+        want = explain_step(str(ROTATION), 2).to_json()
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        assert [r[1] for r in rows] == [json.dumps(q["tid"]) for q in want["queue"]]
+        reasons = {json.dumps(e["tid"]): e["reason"] for e in want["left"]}
+        for r in rows:
+            assert (r[6].split(":")[0] if r[6] else None) == reasons.get(r[1])
+
+
+@in_loop
+async def test_next_divergence_lands_where_replay_check_stops(cli: Cli, tmp_path: Path) -> None:
+    trace, _nth = edited_expect(tmp_path, 3)
+    assert cli("replay", trace, "--check", "-f", "jsonl").code == 1
+    said = cli("replay", trace, "--check", "-f", "jsonl").stderr
+    step = int(said.split(": step ")[1].split()[0])
+    async with driving(app_for(trace, Compare(check=True))) as pilot:
+        app = pilot.app
+        await keys(pilot, "d")
+        assert app.step == step
+        assert "div:" in app.status_text
+        await keys(pilot, "right", "D")
+        assert app.step == step
+        await keys(pilot, "home", "F")
+        assert app.step == step
+        await keys(pilot, "d")
+        assert app.step == step and "no divergence after" in app.status_text
+
+
+@in_loop
+async def test_divergence_keys_say_there_is_nothing_to_compare_without_a_comparison() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        await keys(pilot, "d")
+        assert "--check, --golden G or --against P" in pilot.app.status_text
+
+
+@in_loop
+async def test_against_a_second_policy_both_batches_show_and_differences_are_marked() -> None:
+    async with driving(app_for(LONG, Compare(against="fcfs"))) as pilot:
+        app = pilot.app
+        await keys(pilot, "d")
+        view = app.views[app.step]
+        assert view["records"][1] is not None
+        batch = app.query_one("#batch").render()
+        assert "against:" in str(batch) or app.step in app.nav.mark_steps("div")
+
+
+@in_loop
+async def test_find_by_tid_then_its_life_shows_explain_task_s_reasons() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await typed(pilot, "slash", "9")
+        (life,) = explain_lives(str(ROTATION), tid=9)
+        assert app.step == life.step
+        table = app.query_one("#queue-table")
+        rows = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        table.move_cursor(row=rows.index("9"))
+        await pilot.press("i")
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if isinstance(app.screen, LifeScreen) and not any(w.is_running for w in app.workers):
+                break
+        text = app.screen.life_text
+        for _step, code, _ in life.passed_over:
+            assert code in text
+        await keys(pilot, "escape")
+        assert not isinstance(app.screen, LifeScreen)
+
+
+@in_loop
+async def test_find_by_sid_and_a_missing_id_says_so() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await typed(pilot, "s", "30")
+        assert "session 30 found" in app.status_text
+        await typed(pilot, "slash", "12345")
+        assert "not in any step's queue or batch" in app.status_text
+
+
+@in_loop
+async def test_a_wait_breakpoint_continues_forward_and_back_where_a_brute_force_finds(
+    tmp_path: Path,
+) -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        steps = list(app.travel.numbers)
+        ages = {
+            s: [s - e["since"] for e in app.travel.view(s)["queues"][0] if not e["ran"]]
+            for s in steps
+        }
+        hits = [s for s in steps if any(a > 1 for a in ages[s])]
+        await typed(pilot, "b", "wait>1")
+        await keys(pilot, "c")
+        assert app.step == hits[0] and "wait>1" in app.status_text
+        await keys(pilot, "end", "C")
+        assert app.step == (hits[-2] if hits[-1] == steps[-1] else hits[-1])
+        await keys(pilot, "B")
+        await keys(pilot, "c")
+        assert "no breakpoints" in app.status_text
+
+
+@pytest.mark.parametrize(
+    ("breakpoint", "expected"),
+    [
+        (
+            "session=20",
+            lambda recs: next(r["step"] for r in recs if any(e["sid"] == 20 for e in r["batch"])),
+        ),
+        ("reason=no_room", lambda recs: 0),
+        (
+            "under=90%",
+            lambda recs: next(r["step"] for r in recs if r["tokens"] < 9 and r["queued"] > 0),
+        ),
+    ],
+)
+@in_loop
+async def test_each_breakpoint_kind_stops_at_its_first_step(
+    cli: Cli, breakpoint: str, expected: Any
+) -> None:
+    dump = [json.loads(x) for x in cli("replay", ROTATION, "-f", "jsonl").lines]
+    records = [r for r in dump if "batch" in r]
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await typed(pilot, "b", breakpoint)
+        await keys(pilot, "home", "c")
+        first = expected(records)
+        if first == 0:  # the cursor starts on it: continue finds the next
+            assert app.step > 0 or "no breakpoint" in app.status_text
+        else:
+            assert app.step == first, app.status_text
+
+
+@in_loop
+async def test_a_break_breakpoint_stops_where_the_policy_broke_the_contract() -> None:
+    app = app_for(LONG, policy="tests.plugin_policies:LosesTasks")
+    async with driving(app) as pilot:
+        broke = app.travel.indexed["ending"]["step"]
+        await typed(pilot, "b", "break")
+        await keys(pilot, "c")
+        assert app.step == min(broke, app.travel.numbers[-1]) or "no breakpoint" in app.status_text
+        assert "contract broken" in str(app.query_one("#title").render())
+
+
+@in_loop
+async def test_a_bad_breakpoint_is_said_not_raised() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        await typed(pilot, "b", "sometimes")
+        assert "not a breakpoint" in pilot.app.status_text
+        await typed(pilot, "b", "under=200%")
+        assert "percentage" in pilot.app.status_text
+        assert pilot.app.breakpoints == []
+
+
+@in_loop
+async def test_the_copy_key_gives_the_command_that_shows_this_step(cli: Cli) -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await keys(pilot, "right", "right", "y")
+        assert app.copied == "schedcli explain traces/rotation-fairness.jsonl --step 2"
+        shown = cli(*app.copied.split()[1:], "--format", "json")
+        assert shown.code == 0
+        assert json.loads(shown.stdout)["step"] == 2
+
+
+@in_loop
+async def test_question_mark_shows_the_keys_and_escape_closes_them() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.05)
+        assert isinstance(pilot.app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause(0.05)
+        assert not isinstance(pilot.app.screen, HelpScreen)
+
+
+@in_loop
+async def test_q_quits() -> None:
+    app = app_for(ROTATION)
+    async with driving(app) as pilot:
+        await pilot.press("q")
+        await pilot.pause(0.05)
+        assert app.return_code is not None or not app.is_running
+
+
+def test_a_bad_trace_is_replay_s_exit_2_message_before_any_screen(cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"op":"submit","tid":1,"sid":1,"kind":"prefill","size":3}\n{"op":"get_work"}\n{"op": 7}\n'
+    )
+    replayed = cli("replay", bad, "-f", "jsonl")
+    debugged = cli("debug", bad)
+    assert replayed.code == debugged.code == 2
+    assert debugged.stderr.strip().splitlines()[-1] == replayed.stderr.strip().splitlines()[-1]
+    assert debugged.stdout == b""
+
+
+def test_stdin_and_two_comparisons_are_usage_errors(cli: Cli) -> None:
+    assert cli("debug", "-").code == 2
+    both = cli("debug", ROTATION, "--check", "--against", "fcfs")
+    assert both.code == 2 and "one thing" in both.stderr
+    missing = cli("debug", ROTATION, "--golden", "nope.dump.jsonl")
+    assert missing.code == 2 and "nope.dump.jsonl" in missing.stderr
+
+
+def test_an_unknown_policy_is_the_same_usage_error_as_replay_s(cli: Cli) -> None:
+    replayed = cli("replay", ROTATION, "-p", "no-such-policy")
+    with pytest.raises(Said) as said:
+        open_debug(DebugRequest(str(ROTATION), policy="no-such-policy"))
+    assert said.value.exit_code == replayed.code == 2
+    assert str(said.value) in replayed.stderr
+
+
+# --- snapshots: the main screens at 80x24 ----------------------------------------------
+
+
+def _snap_app(path: Path, compare: Compare | None = None) -> DebugApp:
+    return app_for(path, compare)
+
+
+def test_snapshot_of_a_step_with_its_queue_and_reasons(snap_compare: Any) -> None:
+    app = _snap_app(ROTATION)
+    try:
+        assert snap_compare(app, run_before=lambda p: _go(p, "right", "right"))
+    finally:
+        app.travel.close()
+
+
+def test_snapshot_of_a_divergence_against_the_expect(snap_compare: Any, tmp_path: Path) -> None:
+    trace, _ = edited_expect(tmp_path, 3)
+    app = app_for(trace, Compare(check=True))
+    try:
+        assert snap_compare(app, run_before=lambda p: _go(p, "d"))
+    finally:
+        app.travel.close()
+
+
+def test_snapshot_of_the_keys(snap_compare: Any) -> None:
+    app = _snap_app(ROTATION)
+    try:
+        assert snap_compare(app, run_before=lambda p: _go(p, "question_mark"))
+    finally:
+        app.travel.close()
+
+
+def test_snapshot_without_colour(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = _snap_app(ROTATION)
+    assert app.no_color
+    try:
+        assert snap_compare(app, run_before=lambda p: _go(p, "right"))
+    finally:
+        app.travel.close()
+
+
+async def _go(pilot: Pilot[Any], *pressed: str) -> None:
+    await settle(pilot)
+    for key in pressed:
+        await pilot.press(key)
+    if isinstance(pilot.app.screen, HelpScreen):
+        await pilot.pause(0.1)
+        return
+    await settle(pilot)

@@ -1,0 +1,131 @@
+"""The real program in a real terminal, driven as a person would: tmux send-keys, then
+capture-pane. A trace with a planted divergence: reach it with the "next divergence" key,
+step back and forth across it, find a task by tid and read its reasons, quit cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from schedcli.app.commands.explain import explain_lives
+from tests.helpers import write_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+TMUX = shutil.which("tmux")
+pytestmark = pytest.mark.skipif(
+    TMUX is None and not os.environ.get("SCHEDCLI_REQUIRE_TMUX"), reason="tmux is not installed"
+)
+
+
+class Terminal:
+    def __init__(self, name: str, cwd: Path) -> None:
+        self.name = name
+        assert TMUX is not None, "SCHEDCLI_REQUIRE_TMUX is set but tmux is missing"
+        env = f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}"
+        subprocess.run(
+            [
+                TMUX,
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "80",
+                "-y",
+                "24",
+                "-c",
+                str(cwd),
+                "env",
+                "-i",
+                env,
+                "HOME=/tmp",
+                "TERM=xterm-256color",
+                "bash",
+                "--norc",
+                "--noprofile",
+            ],
+            check=True,
+        )
+
+    def keys(self, *keys: str) -> None:
+        for key in keys:
+            subprocess.run([TMUX, "send-keys", "-t", self.name, key], check=True)
+            time.sleep(0.05)
+
+    def screen(self) -> str:
+        done = subprocess.run(
+            [TMUX, "capture-pane", "-p", "-t", self.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout
+
+    def until(self, text: str, seconds: float = 20) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            shown = self.screen()
+            if text in shown:
+                return shown
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run([TMUX, "kill-session", "-t", self.name], check=False)
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
+    term = Terminal(f"schedcli-{os.getpid()}-{time.monotonic_ns()}", tmp_path)
+    yield term
+    term.close()
+
+
+def test_a_person_finds_the_planted_divergence_steps_across_it_finds_a_task_and_quits(
+    terminal: Terminal, tmp_path: Path
+) -> None:
+    lines = [
+        json.loads(x) for x in (ROOT / "traces/rotation-fairness.jsonl").read_text().splitlines()
+    ]
+    gets = [i for i, x in enumerate(lines) if x.get("op") == "get_work"]
+    lines[gets[4]]["expect"] = [8, 9]  # step 4 really runs tid 9 alone
+    write_lines(tmp_path / "planted.jsonl", lines)
+    terminal.keys("schedcli debug planted.jsonl --check; echo EXIT=$?", "Enter")
+    terminal.until("planted.jsonl · decode-first · vs expect · 6 steps")
+    terminal.keys("d")
+    shown = terminal.until("div: differs from the trace's expect")
+    assert "step 4:" in shown and "expect:" in shown
+    terminal.keys("Left")
+    shown = terminal.until("step 3:")
+    assert "div:" not in shown
+    terminal.keys("Right")
+    terminal.until("step 4: ")
+    terminal.keys("Right")
+    terminal.until("step 5: ")
+    terminal.keys("Left")
+    terminal.until("div: differs")
+
+    terminal.keys("Home", "/")
+    terminal.until("find the task with tid")
+    terminal.keys("9", "Enter")
+    shown = terminal.until("task 9 found")
+    (life,) = explain_lives(str(tmp_path / "planted.jsonl"), tid=9)
+    assert f"step {life.step}:" in shown  # the cursor on its row: i shows its life
+    terminal.keys("i")
+    shown = terminal.until("life of task 9")
+    for _, code, _ in life.passed_over:
+        assert code in shown
+    terminal.keys("Escape")
+    terminal.until("task 9 found")
+    terminal.keys("q")
+    shown = terminal.until("EXIT=1")  # --check found a difference: exit 1, as replay --check
+    assert "tokens" not in shown and "decode-first" not in shown  # the screen restored
+    assert "1 steps differ from the expect, the first at step 4" in shown

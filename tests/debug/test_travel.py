@@ -1,0 +1,273 @@
+"""The debugger's time machine answers as the one-shot commands do: every view is
+``explain --step``'s, every life ``explain --task``'s, every divergence where ``replay
+--check``, ``replay --golden`` or ``diff`` finds one; from any checkpoint, compiled or pure."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedcli.app.commands.explain import explain_lives
+from schedcli.engine.diff import Config, diff_trace
+from schedcli.engine.explain import explain_step
+from schedcli.engine.travel import Compare, Travel
+from tests.conftest import Cli
+from tests.helpers import write_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK_TRACES = sorted((ROOT / "traces").glob("*.jsonl"))
+
+
+def views_agree(path: Path, every: int, policy: str | None = None) -> int:
+    """Every step's view against explain --step's; the steps compared."""
+    with Travel(str(path), policy=policy, every=every) as travel:
+        assert travel.wait("indexed", 60)
+        assert travel.failed is None and travel.indexed["ending"] is None
+        for step in travel.numbers:
+            view = travel.view(step)
+            want = explain_step(str(path), step, policy).to_json()
+            queue = view["queues"][0]
+            assert [(e["tid"], e["line"], e["step"]) for e in want["queue"]] == [
+                (e["tid"], e["line"], e["since"]) for e in queue
+            ], step
+            assert sorted(
+                (json.dumps(e["tid"]), e["reason"], e["detail"]) for e in want["left"] or []
+            ) == sorted(
+                (json.dumps(e["tid"]), e["reason"], e["detail"]) for e in queue if e["reason"]
+            ), step
+            ran = [e["sid"] for e in view["records"][0]["batch"]]
+            assert ran == [e["sid"] for e in want["batch"]], step
+        return travel.steps
+
+
+@pytest.mark.parametrize("every", [1, 2, 5])
+@pytest.mark.parametrize("trace", TASK_TRACES, ids=lambda p: p.stem)
+def test_each_step_shows_the_queue_and_reasons_explain_gives(trace: Path, every: int) -> None:
+    assert views_agree(trace, every) > 0
+
+
+@pytest.fixture(scope="module")
+def request_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A simulated request-level trace: 175 steps of tests.doubles:ToyRequests."""
+    from schedcli.app.entry import main
+
+    out = tmp_path_factory.mktemp("r") / "toy.jsonl"
+    workload = ROOT / "docs/examples/vllm-kv-deadlock.workload.jsonl"
+    with pytest.raises(SystemExit) as done:
+        main(
+            [
+                "simulate",
+                str(workload),
+                "-p",
+                "tests.doubles:ToyRequests",
+                "-o",
+                str(out),
+                "-f",
+                "json",
+            ]
+        )
+    assert done.value.code in (0, None)
+    return out
+
+
+def test_a_request_level_step_shows_the_requests_held_and_why_each_waits(
+    request_trace: Path,
+) -> None:
+    assert views_agree(request_trace, 7) > 100
+
+
+def _trace_lines(draw: st.DrawFn) -> list[dict[str, object]]:
+    lines: list[dict[str, object]] = [
+        {
+            "schedcli": 1,
+            "policy": "decode-first",
+            "params": {
+                "max_batch_tokens": 8,
+                "max_decode_sequences": 2,
+                "max_prefill_chunk_size": 4,
+            },
+        }
+    ]
+    tid = 0
+    for _ in range(draw(st.integers(1, 40))):
+        op = draw(st.sampled_from(["submit", "submit", "get_work", "get_work", "cancel", "clear"]))
+        if op == "submit":
+            tid += 1
+            kind = draw(st.sampled_from(["prefill", "decode"]))
+            size = 1 if kind == "decode" else draw(st.integers(1, 4))
+            lines.append(
+                {
+                    "op": "submit",
+                    "tid": tid,
+                    "sid": draw(st.integers(1, 4)),
+                    "kind": kind,
+                    "size": size,
+                }
+            )
+        elif op == "cancel":
+            lines.append({"op": "cancel", "sid": draw(st.integers(1, 4))})
+        elif op == "clear":
+            if draw(st.booleans()):
+                lines.append({"op": "clear"})
+        else:
+            lines.append({"op": "get_work"})
+    lines.append({"op": "get_work"})
+    return lines
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> list[dict[str, object]]:
+    return _trace_lines(draw)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=traces(), every=st.integers(1, 4))
+def test_any_trace_any_checkpoint_spacing_answers_as_explain(
+    tmp_path: Path, lines: list[dict[str, object]], every: int
+) -> None:
+    views_agree(write_lines(tmp_path / "t.jsonl", lines), every)
+
+
+def test_a_task_s_life_is_what_explain_task_says(tmp_path: Path) -> None:
+    trace = ROOT / "traces/rotation-fairness.jsonl"
+    with Travel(str(trace), every=1) as travel:
+        travel.wait("indexed", 60)
+        for tid in (3, 4, 9):
+            (life,) = explain_lives(str(trace), tid=tid)
+            events = travel.life({"tid": tid}, life.step)
+            passed = [
+                (s, what, d.split(":")[0]) for s, what, _, d in events if what == "passed over"
+            ]
+            assert passed == [(s, "passed over", code) for s, code, _ in life.passed_over]
+            assert [e[0] for e in events if e[1] == "dispatched"] == [life.outcome_step]
+            assert events[0][:2] == [life.step, "submitted"]
+
+
+def test_a_cancelled_task_s_life_ends_cancelled(tmp_path: Path) -> None:
+    trace = ROOT / "traces/cancel-and-rejoin.jsonl"
+    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    sessions = {x["sid"] for x in lines if x.get("op") == "submit"}
+    with Travel(str(trace), every=1) as travel:
+        travel.wait("indexed", 60)
+        for sid in sessions:
+            want = explain_lives(str(trace), sid=sid)
+            events = travel.life({"sid": sid}, 0)
+            cancelled = sorted(
+                json.dumps(life.task.tid) for life in want if life.outcome == "cancelled"
+            )
+            assert sorted(json.dumps(e[2]) for e in events if e[1] == "cancelled") == cancelled
+
+
+def _divergences(path: Path, compare: Compare) -> list[int]:
+    with Travel(str(path), compare=compare, every=2) as travel:
+        assert travel.wait("indexed", 60)
+        return sorted({s for s, kind, _ in travel.marks if kind == "div"})
+
+
+def test_under_check_the_first_divergence_is_where_replay_check_stops(
+    cli: Cli, tmp_path: Path
+) -> None:
+    lines = [
+        json.loads(x) for x in (ROOT / "traces/rotation-fairness.jsonl").read_text().splitlines()
+    ]
+    gets = [i for i, x in enumerate(lines) if x.get("op") == "get_work" and "expect" in x]
+    edited = lines[gets[2]]
+    edited["expect"] = [*list(reversed(edited["expect"])), 999]
+    path = write_lines(tmp_path / "edited.jsonl", lines)
+    replayed = cli("replay", path, "--check", "-f", "jsonl")
+    assert replayed.code == 1
+    said = replayed.stderr.split(f"{path}:{gets[2] + 1}: step ")[1].split()[0]
+    assert _divergences(path, Compare(check=True)) == [int(said)]
+    assert _divergences(ROOT / "traces/rotation-fairness.jsonl", Compare(check=True)) == []
+
+
+def test_against_a_second_policy_every_step_diff_finds_is_marked(tmp_path: Path) -> None:
+    trace = ROOT / "traces/long-prompts-and-chat.jsonl"
+    result = diff_trace(str(trace), Config(None, {}), Config("fcfs", {}))
+    marked = _divergences(trace, Compare(against="fcfs"))
+    assert len(marked) == result.steps_differing > 0
+    assert result.first is not None and marked[0] == result.first.step
+
+
+def test_against_a_golden_the_steps_it_differs_at_are_marked(cli: Cli, tmp_path: Path) -> None:
+    trace = ROOT / "traces/rotation-fairness.jsonl"
+    golden = ROOT / "traces/golden/rotation-fairness.dump.jsonl"
+    assert _divergences(trace, Compare(golden=str(golden))) == []
+    records = [json.loads(x) for x in golden.read_text().splitlines()]
+    steps = [r for r in records if "batch" in r]
+    steps[3]["queued"] += 1
+    edited = write_lines(tmp_path / "g.dump.jsonl", records)
+    assert cli("replay", trace, "--golden", edited, "-f", "jsonl").code == 1
+    assert _divergences(trace, Compare(golden=str(edited))) == [steps[3]["step"]]
+
+
+def test_a_broken_contract_ends_the_index_where_replay_says(cli: Cli, tmp_path: Path) -> None:
+    trace = ROOT / "traces/long-prompts-and-chat.jsonl"
+    replayed = cli("replay", trace, "-p", "tests.plugin_policies:LosesTasks", "-f", "jsonl")
+    assert replayed.code == 3
+    with Travel(str(trace), policy="tests.plugin_policies:LosesTasks") as travel:
+        travel.wait("indexed", 60)
+        ending = travel.indexed["ending"]
+    assert ending["broke"] and ending["exit"] == 3
+    assert ending["message"] in replayed.stderr
+
+
+def test_a_trace_deleted_while_debugged_still_travels(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes((ROOT / "traces/rotation-fairness.jsonl").read_bytes())
+    with Travel(str(trace), every=1) as travel:
+        travel.wait("indexed", 60)
+        before = [travel.view(s) for s in travel.numbers]
+        trace.unlink()
+        assert [travel.view(s) for s in reversed(travel.numbers)] == list(reversed(before))
+
+
+def test_checkpoints_thin_out_past_the_cap_and_answers_stay_exact(tmp_path: Path) -> None:
+    lines: list[dict[str, object]] = [{"schedcli": 1, "policy": "fcfs"}]
+    for i in range(300):
+        lines.append({"op": "submit", "tid": i, "sid": i % 5, "kind": "prefill", "size": 1 + i % 7})
+        lines.append({"op": "get_work"})
+    path = write_lines(tmp_path / "long.jsonl", lines)
+    with Travel(str(path), every=1) as travel:
+        travel.wait("indexed", 60)
+        assert len(travel.checkpoints) <= 32
+    views_agree(path, 1)
+
+
+def test_a_breakpoint_scan_finds_the_first_and_the_last_step_a_brute_force_finds(
+    tmp_path: Path,
+) -> None:
+    trace = ROOT / "traces/rotation-fairness.jsonl"
+    with Travel(str(trace), every=1) as travel:
+        travel.wait("indexed", 60)
+        steps = list(travel.numbers)
+        queues = {s: travel.view(s)["queues"][0] for s in steps}
+        for k in (0, 1, 2, 3):
+            waited = [
+                s for s in steps if any(not e["ran"] and s - e["since"] > k for e in queues[s])
+            ]
+            first = travel.scan([{"kind": "wait", "k": k}], 0, True)
+            assert (first or {}).get("step") == (waited[0] if waited else None), k
+            last = travel.scan([{"kind": "wait", "k": k}], steps[-1], False)
+            assert (last or {}).get("step") == (waited[-1] if waited else None), k
+        for code in ("no_room", "behind_own_chunk", "never_given"):
+            given_at = [s for s in steps if any(e["reason"] == code for e in queues[s])]
+            found = travel.scan([{"kind": "reason", "code": code}], 0, True)
+            assert (found or {}).get("step") == (given_at[0] if given_at else None), code
+
+
+def test_closing_the_client_ends_the_server_its_checkpoints_and_workers() -> None:
+    travel = Travel(str(ROOT / "traces/rotation-fairness.jsonl"), every=1)
+    travel.wait("indexed", 60)
+    travel.view(3)
+    group = travel._process.pid
+    travel.close()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)  # nobody left in the group, not even a zombie
