@@ -259,3 +259,11 @@ class OpaqueWaits(WaitsForCompany):
 
     def fingerprint(self) -> object | None:
         return None
+
+
+class StaysHome(OnePerBatch):
+    """A policy that says it cannot be copied by forking (its state, in real life, would
+    be a connection): the debugger replays from the start for each answer."""
+
+    name = "stays-home"
+    forkable = False

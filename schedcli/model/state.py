@@ -84,7 +84,7 @@ def _walk(value: object, out: list[object], seen: dict[int, int]) -> None:
             _walk(k, out, seen)
             _walk(v, out, seen)
         return
-    names = _attributes(value)
+    names = attributes(value)
     if names is None:
         raise Opaque(kind.__qualname__)
     for name in names:
@@ -112,7 +112,7 @@ class _Unset:
 _UNSET = _Unset()
 
 
-def _attributes(value: object) -> list[str] | None:
+def attributes(value: object) -> list[str] | None:
     """The names of ``value``'s own state, in a fixed order; None for a kind the walk
     cannot see into (a function, a generator, an iterator, a C object)."""
     kind = type(value)

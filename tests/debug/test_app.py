@@ -260,10 +260,12 @@ async def test_a_break_breakpoint_stops_where_the_policy_broke_the_contract() ->
     app = app_for(LONG, policy="tests.plugin_policies:LosesTasks")
     async with driving(app) as pilot:
         broke = app.travel.indexed["ending"]["step"]
+        assert broke > app.travel.numbers[-1]  # it lost a task: found after the last batch
         await typed(pilot, "b", "break")
         await keys(pilot, "c")
-        assert app.step == min(broke, app.travel.numbers[-1]) or "no breakpoint" in app.status_text
-        assert "contract broken" in str(app.query_one("#title").render())
+        assert app.step == app.travel.numbers[-1]
+        assert "break" in app.status_text
+        assert f"contract broken at step {broke}" in str(app.query_one("#title").render())
 
 
 @in_loop
@@ -385,3 +387,50 @@ async def _go(pilot: Pilot[Any], *pressed: str) -> None:
         await pilot.pause(0.1)
         return
     await settle(pilot)
+
+
+def thrashing_trace(tmp_path: Path) -> Path:
+    """A request-level trace whose policy preempts one request for the other every step."""
+    return write_lines(
+        tmp_path / "thrash.jsonl",
+        [
+            {"schedcli": 1, "level": "request", "policy": "tests.doubles:Thrashes"},
+            {"op": "arrive", "rid": "a", "prompt_tokens": 20, "max_tokens": 4},
+            {"op": "arrive", "rid": "b", "prompt_tokens": 20, "max_tokens": 4},
+            *[{"op": "step"} for _ in range(6)],
+        ],
+    )
+
+
+@in_loop
+async def test_a_request_level_trace_shows_held_requests_and_stops_at_a_preemption(
+    cli: Cli, tmp_path: Path
+) -> None:
+    trace = thrashing_trace(tmp_path)
+    dump = [json.loads(x) for x in cli("replay", trace, "-f", "jsonl").lines]
+    preempted = [r["step"] for r in dump if r.get("preempted")]
+    assert preempted
+    async with driving(app_for(trace)) as pilot:
+        app = pilot.app
+        table = app.query_one("#queue-table")
+        assert [table.get_row_at(i)[1] for i in range(table.row_count)] == ['"a"', '"b"']
+        await typed(pilot, "b", "preempt")
+        await keys(pilot, "c")
+        assert app.step == preempted[0]
+        assert "preempt" in app.status_text
+        await keys(pilot, "c")
+        assert app.step == preempted[1]
+        await keys(pilot, "C")
+        assert app.step == preempted[0]
+
+
+@in_loop
+async def test_t_shows_decode_first_s_own_structures_at_the_step() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await keys(pilot, "right", "t")
+        assert app.query_one("#state").display and not app.query_one("#queue-table").display
+        names = [name for name, _ in app.views[app.step]["states"][0]]
+        assert {"_decodes", "_chunks", "_rotation", "_turn"} <= set(names)
+        await keys(pilot, "t")
+        assert app.query_one("#queue-table").display

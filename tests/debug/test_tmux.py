@@ -128,4 +128,4 @@ def test_a_person_finds_the_planted_divergence_steps_across_it_finds_a_task_and_
     terminal.keys("q")
     shown = terminal.until("EXIT=1")  # --check found a difference: exit 1, as replay --check
     assert "tokens" not in shown and "decode-first" not in shown  # the screen restored
-    assert "1 steps differ from the expect, the first at step 4" in shown
+    assert "debug: 1 step differs from the expect, the first at step 4" in shown

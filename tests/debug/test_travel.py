@@ -271,3 +271,13 @@ def test_closing_the_client_ends_the_server_its_checkpoints_and_workers() -> Non
     travel.close()
     with pytest.raises(ProcessLookupError):
         os.killpg(group, 0)  # nobody left in the group, not even a zombie
+
+
+def test_a_policy_that_cannot_be_forked_is_answered_by_replays_from_the_start() -> None:
+    trace = ROOT / "traces/long-prompts-and-chat.jsonl"
+    policy = "tests.plugin_policies:StaysHome"
+    with Travel(str(trace), policy=policy, every=1) as travel:
+        travel.wait("indexed", 60)
+        assert travel.hello is not None and travel.hello["checkpoints"] is False
+        assert travel.checkpoints == [-1]
+    assert views_agree(trace, 1, policy) > 0

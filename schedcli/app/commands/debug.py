@@ -112,9 +112,10 @@ def verdict(travel: Travel, compare: Compare) -> int:
         return int(ending["exit"])
     divergences = sorted({s for s, kind, _ in travel.marks if kind == "div"})
     if compare.label is not None and divergences:
+        n = len(divergences)
         print(
-            f"debug: {len(divergences)} steps differ from the {compare.label}, "
-            f"the first at step {divergences[0]}",
+            f"debug: {n} {'step differs' if n == 1 else 'steps differ'} from the "
+            f"{compare.label}, the first at step {divergences[0]}",
             file=sys.stderr,
         )
         return 1

@@ -24,6 +24,7 @@ KEYS = (
     ("b / B", "add a breakpoint / clear them all"),
     ("c / C", "continue / reverse-continue to a breakpoint"),
     ("y", "copy the command that shows this step (explain --step)"),
+    ("t", "the policy's own state (decode queue, chunks, rotation) / the queue"),
     ("?", "these keys"),
     ("q / Ctrl+C", "quit"),
 )

@@ -16,7 +16,7 @@ from ...model.task import show_id
 BARS = " ▁▂▃▄▅▆▇█"
 # One character per mark kind, strongest first where several share a column; readable
 # without colour.
-MARK_CHARS = {"break": "!", "div": "x", "preempt": "p", "reject": "r", "cancel": "c", "clear": "c"}
+MARK_CHARS = {"break": "!", "div": "x", "preempt": "p", "reject": "r", "cancel": "c", "clear": "C"}
 MARK_STYLES = {"break": "bold red", "div": "bold magenta", "preempt": "yellow"}
 
 
@@ -65,7 +65,11 @@ def _bar(value: int, top: int) -> str:
 
 
 def batch_table(
-    view: dict[str, Any], budget: int | None, label: str, other_label: str | None
+    view: dict[str, Any],
+    budget: int | None,
+    label: str,
+    other_label: str | None,
+    other_name: str | None = None,
 ) -> Table:
     """The step's batch, and what it is compared with below it, differences marked:
     ``-`` ours only, ``+`` theirs only, ``~`` a different size."""
@@ -102,7 +106,7 @@ def batch_table(
     if theirs is not None:
         table.add_section()
         other = view["records"][1] if len(view["records"]) > 1 else None
-        table.add_row("", Text(f"{other_label}:", style="bold"), "", "", "")
+        table.add_row("", Text(f"{other_name or other_label}:", style="bold"), "", "", "")
         my_keys = {k: e["size"] for k, e in mine}
         for key, size in theirs:
             mark = "+" if key not in my_keys else ("~" if size not in (None, my_keys[key]) else "")
@@ -192,4 +196,19 @@ def life_table(what: str, events: list[list[Any]], done: bool) -> Table:
         table.add_row(str(step), kind, show_id(tid), detail)
     if done and not events:
         table.add_row("", "nothing", "", "no such task or session from this step on")
+    return table
+
+
+def state_table(view: dict[str, Any], side: int = 0) -> Table:
+    """The policy's state after the step: each attribute and what it holds."""
+    table = Table(
+        title=f"policy state after step {view['step']}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        expand=True,
+    )
+    table.add_column("attribute", no_wrap=True)
+    table.add_column("holds")
+    for name, value in (view.get("states") or [[]])[side]:
+        table.add_row(name, value)
     return table

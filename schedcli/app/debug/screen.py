@@ -37,6 +37,7 @@ CSS = """
 #body { height: 1fr; }
 #batch { width: 40%; }
 #queue { width: 1fr; }
+#state { display: none; }
 #status { height: 2; }
 Prompt, HelpScreen, LifeScreen { align: center middle; }
 #question { width: 70; background: $panel; padding: 0 1; }
@@ -73,6 +74,7 @@ class DebugApp(App[None]):
         _p("c", "go(1)", "cont", show=False),
         _p("C", "go(-1)", "rev", show=False),
         _p("y", "copy", "copy"),
+        _p("t", "state", "state", show=False),
         _p("question_mark", "help", "keys"),
         _p("q,ctrl+c", "quit", "quit"),
     ]
@@ -107,6 +109,7 @@ class DebugApp(App[None]):
             yield Static(id="batch")
             with Vertical(id="queue"):
                 yield DataTable(id="queue-table", cursor_type="row", zebra_stripes=False)
+                yield Static(id="state")
         yield Static(id="status")
         yield Footer()
 
@@ -130,17 +133,26 @@ class DebugApp(App[None]):
         hello = t.hello or {}
         policies = hello.get("policies") or ["?"]
         other = hello.get("other")
-        versus = f" · vs {policies[1] if other == 'against' else other}" if other else ""
+        versus = f" · vs {self._versus()}" if other else ""
         if t.indexed is None:
             pos, size = t.position
             state = f"indexing {100 * pos // size if size else 0}% ({t.steps:,} steps)"
         else:
             state = f"{t.steps:,} steps" + self._ending()
         bps = f" · bp: {', '.join(b.text for b in self.breakpoints)}" if self.breakpoints else ""
+        if hello.get("checkpoints") is False:
+            state += " · no checkpoints: each answer replays from the start"
         name = self.trace.rsplit("/", 1)[-1]
         self.query_one("#title", Static).update(f"{name} · {policies[0]}{versus} · {state}{bps}")
         width = self.size.width or 80
         self.query_one("#timeline", Static).update(panes.timeline(t, self.row, width))
+
+    def _versus(self) -> str | None:
+        """What the other side is called on screen: the expect, the golden, a policy."""
+        hello = self.travel.hello or {}
+        other = hello.get("other")
+        policies = hello.get("policies") or []
+        return policies[1] if other == "against" and len(policies) > 1 else other
 
     def _ending(self) -> str:
         ending = (self.travel.indexed or {}).get("ending")
@@ -196,7 +208,7 @@ class DebugApp(App[None]):
         hello = self.travel.hello or {}
         label = (hello.get("policies") or ["?"])[0]
         self.query_one("#batch", Static).update(
-            panes.batch_table(view, hello.get("budget"), label, hello.get("other"))
+            panes.batch_table(view, hello.get("budget"), label, hello.get("other"), self._versus())
         )
         table = self.query_one("#queue-table", DataTable)
         table.clear()
@@ -208,6 +220,7 @@ class DebugApp(App[None]):
             if rows:
                 table.move_cursor(row=rows[0])
             self.select = None
+        self.query_one("#state", Static).update(panes.state_table(view))
         self.shown = view["step"]
         marks = self.nav.marks_at(view["step"])
         said = [f"step {view['step']}: {len(view['queues'][0] or [])} queued"]
@@ -358,6 +371,14 @@ class DebugApp(App[None]):
         self.copied = command
         self.copy_to_clipboard(command)
         self.say(f"copied: {command}")
+
+    def action_state(self) -> None:
+        """The right pane: the queue with its reasons, or the policy's own structures."""
+        table = self.query_one("#queue-table", DataTable)
+        state = self.query_one("#state", Static)
+        table.display, state.display = state.display, table.display
+        if table.display:
+            table.focus()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(BREAKPOINT_SYNTAX))

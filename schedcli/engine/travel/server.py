@@ -121,8 +121,8 @@ class Server:
             session = self.session = Session(opened, Compare(**spec["compare"]), self)
             self.position = opened.reader.position
             self.size = _size(spec["path"])
-            self._hello(opened.level, opened.policy_name, opened.token_budget)
             self.forkable = self.forkable and type(opened.policy).forkable
+            self._hello(opened.level, opened.policy_name, opened.token_budget)
             if self.forkable:
                 self.checkpoint(-1)
             try:
@@ -152,6 +152,7 @@ class Server:
                     "other": session.compare.label,
                     "budget": budget,
                     "every": self.every,
+                    "checkpoints": self.forkable,
                 }
             },
         )

@@ -16,6 +16,7 @@ from ...model.task import Id, Task, id_key, same_id
 from ..replay import Replayer
 from ..requests.replay import OpenRequestTrace, RequestReplayer
 from ..run import OpenReplay, OpenTrace
+from .state import policy_state, shown
 
 Entry = dict[str, Any]  # one queued task (or held request) as the debugger shows it
 Follow = Callable[[list[tuple[Id, Id]], int, int], None]  # (tid, sid)s, line, step
@@ -50,6 +51,8 @@ class Side(Protocol):
     def reasons(self) -> list[tuple[Id, Id, str, str]]: ...  # (tid, sid, code, detail) now
 
     def queued_now(self) -> list[tuple[Id, Id, int, int]]: ...  # (tid, sid, line, since)
+
+    def state(self) -> list[tuple[str, str]]: ...  # the policy's own structures, shown
 
     follow: Follow | None  # told of each accepted task (or arrival): who, line, step
 
@@ -182,6 +185,9 @@ class TaskSide:
 
     def queued_now(self) -> list[tuple[Id, Id, int, int]]:
         return [(t.tid, t.sid, line, since) for t, line, since in self.queue.queued.values()]
+
+    def state(self) -> list[tuple[str, str]]:
+        return policy_state(self.policy)
 
     @property
     def follow(self) -> Follow | None:
@@ -316,6 +322,12 @@ class RequestSide:
 
     def queued_now(self) -> list[tuple[Id, Id, int, int]]:
         return [(key[1], key[1], line, since) for key, (line, since) in self.arrived.items()]
+
+    def state(self) -> list[tuple[str, str]]:
+        """Request states: how many run and wait, and every request held."""
+        running, waiting = self.policy.counts()
+        held = self.policy.held()
+        return [("running", str(running)), ("waiting", str(waiting)), ("held", shown(held, 1))]
 
 
 def _expected(event: Any) -> dict[str, Any] | None:

@@ -88,6 +88,7 @@ class _View(_Worker):
                     "step": step,
                     "records": records,
                     "queues": [side.view if side.last_step >= step else None for side in sides],
+                    "states": [side.state() for side in sides],
                     "other": other,
                 }
             }
