@@ -1,9 +1,10 @@
 """``schedcli debug``'s time travel at scale, as ratios against ``replay`` of the same trace.
 
-    python bench/debug_bench.py [--steps N] [--every N] [--keep PATH]
+    python bench/debug_bench.py [--steps N] [--every N] [--keep DIR]
 
-Generates a runner's call log of N steps (default 1,000,000; two events a step, so
-2,000,000 events: one submit, one ``get_work``), then, through the debugger's own client
+Two generated traces of 2,000,000 events each: *long*, N steps (default 1,000,000; one
+submit and one ``get_work`` a step), and *wide*, replay_bench.py's runner log (prompts in
+chunk groups, decodes, cancels: about 74,000 steps). For each, through the debugger's own client
 (``schedcli.engine.travel.Travel``, the server process the app talks to):
 - first screen: from start to the first step's view, as the app opens with it; against
   replay's CPU for the whole trace (``schedcli replay -f jsonl -o /dev/null``). Target <= 2 s.
@@ -74,53 +75,65 @@ def pss_of_group(pgid: int) -> float:
     return total / 1024
 
 
+def measure(path: Path, every: int) -> None:
+    from schedcli.engine.travel import Travel
+
+    replay = schedcli("replay", str(path), "-f", "jsonl", "-o", "/dev/null")
+    print(f"replay: {replay.cpu:.2f} s CPU, peak RSS {replay.peak_mb:.0f} MB")
+    t0 = time.perf_counter()
+    with Travel(str(path), every=every) as travel:
+        travel.wait("hello")
+        travel.view(0)
+        first = time.perf_counter() - t0
+        travel.wait("indexed")
+        index = time.perf_counter() - t0
+        steps = travel.steps
+        last = travel.numbers[-1]
+        backs = []
+        for i in range(50):
+            t = time.perf_counter()
+            travel.view(travel.numbers[steps - 2 - i])
+            backs.append(time.perf_counter() - t)
+        rng = random.Random(1)
+        jumps = []
+        for _ in range(50):
+            t = time.perf_counter()
+            travel.view(travel.numbers[rng.randrange(steps)])
+            jumps.append(time.perf_counter() - t)
+        pss = pss_of_group(travel._process.pid)
+        kept = len(travel.checkpoints)
+    print(f"steps: {steps:,} (the last {last:,}); checkpoints kept: {kept}")
+    print(f"first screen: {first:.2f} s = {first / replay.cpu:.2f}x replay (target <= 2 s)")
+    print(f"index (background): {index:.2f} s = {index / replay.cpu:.2f}x replay")
+    for label, times in (("step back from the end", backs), ("jump anywhere", jumps)):
+        print(
+            f"{label}: median {statistics.median(times):.3f} s, worst {max(times):.3f} s"
+            f" = {max(times) / replay.cpu:.3f}x replay (target <= 0.3 s)"
+        )
+    print(f"memory: {pss:.0f} MB PSS = {pss / replay.peak_mb:.2f}x replay's peak RSS")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--every", type=int, default=1000)
-    ap.add_argument("--keep", type=Path)
+    ap.add_argument("--keep", type=Path, help="a folder to keep the traces in, and reuse")
     args = ap.parse_args()
+    from bench.replay_bench import generate as generate_wide
     from schedcli._compiled import CORE
-    from schedcli.engine.travel import Travel
 
     print(f"core: {CORE}")
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.keep or Path(tmp) / "debug.jsonl"
-        if not path.exists():
-            generate(path, args.steps)
-        replay = schedcli("replay", str(path), "-f", "jsonl", "-o", "/dev/null")
-        print(f"replay: {replay.cpu:.2f} s CPU, peak RSS {replay.peak_mb:.0f} MB")
-        t0 = time.perf_counter()
-        with Travel(str(path), every=args.every) as travel:
-            travel.wait("hello")
-            travel.view(0)
-            first = time.perf_counter() - t0
-            travel.wait("indexed")
-            index = time.perf_counter() - t0
-            steps = travel.steps
-            last = travel.numbers[-1]
-            backs = []
-            for i in range(50):
-                t = time.perf_counter()
-                travel.view(last - 1 - i)
-                backs.append(time.perf_counter() - t)
-            rng = random.Random(1)
-            jumps = []
-            for _ in range(50):
-                t = time.perf_counter()
-                travel.view(travel.numbers[rng.randrange(steps)])
-                jumps.append(time.perf_counter() - t)
-            pss = pss_of_group(travel._process.pid)
-            kept = len(travel.checkpoints)
-        print(f"steps: {steps:,}; checkpoints kept: {kept}")
-        print(f"first screen: {first:.2f} s = {first / replay.cpu:.2f}x replay (target <= 2 s)")
-        print(f"index (background): {index:.2f} s = {index / replay.cpu:.2f}x replay")
-        for label, times in (("step back at the end", backs), ("jump anywhere", jumps)):
-            print(
-                f"{label}: median {statistics.median(times):.3f} s, worst {max(times):.3f} s"
-                f" = {max(times) / replay.cpu:.3f}x replay (target <= 0.3 s)"
-            )
-        print(f"memory: {pss:.0f} MB PSS = {pss / replay.peak_mb:.2f}x replay's peak RSS")
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        long, wide = folder / f"long-{args.steps}.jsonl", folder / "wide-2000000.jsonl"
+        if not long.exists():
+            generate(long, args.steps)
+        if not wide.exists():
+            generate_wide(wide, 2_000_000)
+        for label, path in (("long", long), ("wide", wide)):
+            print(f"--- {label}: {path.name}")
+            measure(path, args.every)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import orjson
 
-from .wire import receive, send
 from .session import Compare
+from .wire import receive, send
 
 END: Final = 1 << 62  # "to the end of the replay", as a step
 

@@ -6,8 +6,9 @@ batch size) and its marks as it goes. Every ``every`` steps it forks a *checkpoi
 copy of the whole replay, stopped there, whatever the policy (compiled, C++ or vLLM's,
 all are process state). A question about step t goes to the checkpoint nearest before t,
 which forks a *worker* that replays on from there and answers (``worker.py``), so an answer
-costs at most ``every`` steps of replay. Checkpoints are capped at ``CAP``; past it, every
-other one is dropped and ``every`` doubles, so memory follows the cap, not the trace.
+costs at most the steps between two checkpoints. Checkpoints are capped at ``CAP``; past
+it, the one whose neighbours are nearest is dropped for each new one, and new ones come
+further apart, so memory follows the cap, not the trace, and the gaps stay even.
 
 Invariant: a checkpoint at ``bound`` has run every side's steps up to ``bound`` and none
 past it, so it answers questions about steps after ``bound`` only.
@@ -31,8 +32,8 @@ import orjson
 from ...model.errors import InvariantError, SchedcliError
 from ...model.records import Record
 from ..run import open_replay
-from .wire import receive, send
 from .session import Compare, Session
+from .wire import receive, send
 from .worker import Done, worker_for
 
 CAP: Final = 32
@@ -200,7 +201,7 @@ class Server:
         assert self.session is not None
         bound = max([step, *(side.last_step for side in self.session.sides)])
         if len(self.checkpoints) >= CAP:
-            self._thin()
+            self._thin(bound)
         requests_r, requests_w = os.pipe()
         replies_r, replies_w = os.pipe()
         offsets = _offsets()
@@ -243,18 +244,23 @@ class Server:
             os.dup2(devnull, fd)
         os.close(devnull)
 
-    def _thin(self) -> None:
-        """Every other checkpoint after the first dropped (if idle); the spacing doubles."""
-        kept = self.checkpoints[:1]
-        for i, c in enumerate(self.checkpoints[1:], 1):
-            if i % 2 == 1 and c.pending == 0:
-                os.kill(c.pid, signal.SIGKILL)
-                os.close(c.requests)
-                os.close(c.replies)
-            else:
-                kept.append(c)
-        self.checkpoints = kept
-        self.every *= 2
+    def _thin(self, bound: int) -> None:
+        """One checkpoint dropped, the one whose neighbours are nearest each other (never
+        the first, nor one answering), so the gaps stay even; new ones come further apart
+        as the trace goes on (``every``: at least bound / CAP)."""
+        kept = self.checkpoints
+        gaps = [
+            (kept[i + 1].bound - kept[i - 1].bound, i)
+            for i in range(1, len(kept) - 1)
+            if kept[i].pending == 0
+        ]
+        if gaps:
+            _, i = min(gaps)
+            dropped = kept.pop(i)
+            os.kill(dropped.pid, signal.SIGKILL)
+            os.close(dropped.requests)
+            os.close(dropped.replies)
+        self.every = max(self.every, bound // CAP)
 
     # --- questions -----------------------------------------------------------------------
 

@@ -99,12 +99,16 @@ class Session:
         self._pending: list[dict[int, Record]] = [{} for _ in self.sides]
         self._expects: dict[int, Any] = {}
         self.steps = 0  # steps aligned so far
+        self._plain = compare.label is None and opened.level == "task"
 
     def run(self) -> None:
         sides = self.sides
-        for line, item in inputs(self.opened):
-            for side in sides:
-                side.feed(line, item)
+        if len(sides) == 1:
+            sides[0].feed_all(self.opened)
+        else:
+            for line, item in inputs(self.opened):
+                for side in sides:
+                    side.feed(line, item)
         self.opened.check_complete()
         for side in sides:
             side.close()
@@ -115,6 +119,10 @@ class Session:
     def stepped(self, side: int, record: Record) -> None:
         step = record["step"]
         self.hooks.side_step(side, step, record)
+        if self._plain:  # one side, compared with nothing: the index's common case
+            self.steps = step + 1
+            self.hooks.aligned(step, [record], None)
+            return
         if side == 0:
             expect = self.sides[0].expect
             if expect is not None:

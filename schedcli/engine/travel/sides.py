@@ -13,7 +13,7 @@ from ...formats.requests.schema import Arrive, Schedule, Step
 from ...formats.trace import Event
 from ...model.records import Record
 from ...model.task import Id, Task, id_key, same_id
-from ..replay import Replayer
+from ..replay import Replayer, few_collections
 from ..requests.replay import OpenRequestTrace, RequestReplayer
 from ..run import OpenReplay, OpenTrace
 from .state import policy_state, shown
@@ -41,6 +41,8 @@ class Side(Protocol):
     def explaining(self) -> None: ...
 
     def feed(self, line: int, item: Any) -> None: ...
+
+    def feed_all(self, opened: OpenReplay) -> None: ...  # every input, this side alone
 
     def close(self) -> None: ...
 
@@ -136,6 +138,20 @@ class TaskSide:
                 self.expect = None
         else:
             self.engine.apply(item, line)
+
+    def feed_all(self, opened: OpenReplay) -> None:
+        """``feed`` of every input, in the tight loop of a replay (the index's pace)."""
+        assert isinstance(opened, OpenTrace)
+        if self.check:
+            for line, item in inputs(opened):
+                self.feed(line, item)
+            return
+        apply = self.engine.apply
+        with few_collections():
+            for line, items in opened.reader.runs():
+                for item in items:
+                    apply(item, line)
+                    line += 1
 
     def close(self) -> None:
         self.engine.close()
@@ -259,6 +275,10 @@ class RequestSide:
             self.engine.feed(line, event)
         finally:
             self.expect = None
+
+    def feed_all(self, opened: OpenReplay) -> None:
+        for line, event in inputs(opened):
+            self.feed(line, event)
 
     def close(self) -> None:
         self.engine.close()
