@@ -203,8 +203,10 @@ class _Reached(Exception):
 class _Follow:
     """What the replay did, step by step, to the requests followed."""
 
-    def __init__(self, step: int | None, rid: Id | None) -> None:
+    def __init__(self, step: int | None, rid: Id | None, policy: Any = None) -> None:
         self.step = step
+        self.policy = policy
+        self.draining = False  # in the drain after the last event: each step's held kept
         self.key = id_key(rid) if rid is not None else None
         self.arrived: dict[tuple[type, Id], tuple[int, int]] = {}  # rid -> (line, step)
         self.record: Record | None = None
@@ -215,6 +217,8 @@ class _Follow:
     def emit(self, record: Record) -> None:
         if "batch" in record:
             self.record = record
+            if self.draining and record["step"] + 1 == self.step:
+                self.held = self.policy.held()  # as the next step begins
             life = self.life
             if life is not None:
                 mine = [e for e in record["batch"] if id_key(e["sid"]) == self.key]
@@ -232,6 +236,8 @@ class _Follow:
             for t, code, detail in left or ():
                 if id_key(t.sid) == self.key:
                     self.life.passed_over.append((step, code, detail))
+        if self.draining and step == self.step:
+            raise _Reached
 
 
 def _follow(opened: OpenRequestTrace, follow: _Follow) -> None:
@@ -255,12 +261,20 @@ def _follow(opened: OpenRequestTrace, follow: _Follow) -> None:
                 follow.life.outcome_step = engine.totals.steps
             engine.feed(line, event)
     except _Reached:
-        pass
+        return
+    if follow.step is not None and engine.step_events == 0:
+        # Every step is in the drain after the last event: held as each begins.
+        follow.held = opened.policy.held()
+        follow.draining = True
+        try:
+            engine.close()
+        except _Reached:
+            pass
 
 
 def _request_step(opened: OpenRequestTrace, step: int) -> StepView:
     """The requests held when ``step`` began, what it ran of them, why it left the rest."""
-    follow = _Follow(step, None)
+    follow = _Follow(step, None, opened.policy)
     _follow(opened, follow)
     record = follow.record
     if record is None or record["step"] != step:

@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import Cli
 from tests.helpers import TRACES, run_cli
 
 CHAT = TRACES / "long-prompts-and-chat.jsonl"
@@ -295,3 +296,28 @@ def test_sh1_an_invalid_expect_is_located_not_an_internal_error(tmp_path: Path) 
     r = run_cli("shrink", str(trace), "--until", "check")
     assert r.returncode == 2
     assert r.stderr.decode().startswith(f"{trace}:2: ")
+
+
+def test_explain_step_of_a_request_trace_drained_at_its_end(cli: Cli, tmp_path: Path) -> None:
+    """Regression: a request-level trace of arrivals only runs every step in its drain;
+    explain --step said there was no such step."""
+    from tests.helpers import write_lines
+
+    trace = write_lines(
+        tmp_path / "drained.jsonl",
+        [
+            {
+                "schedcli": 1,
+                "level": "request",
+                "policy": "tests.doubles:ToyRequests",
+                "params": {"max_num_batched_tokens": 16, "max_num_seqs": 2},
+            },
+            {"op": "arrive", "rid": "a", "prompt_tokens": 20, "max_tokens": 2},
+            {"op": "arrive", "rid": "b", "prompt_tokens": 20, "max_tokens": 2},
+        ],
+    )
+    shown = cli("explain", trace, "--step", "1", "--format", "json")
+    assert shown.code == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert [q["sid"] for q in view["queue"]] == ["a", "b"]
+    assert view["step"] == 1 and view["batch"]

@@ -434,3 +434,30 @@ async def test_t_shows_decode_first_s_own_structures_at_the_step() -> None:
         assert {"_decodes", "_chunks", "_rotation", "_turn"} <= set(names)
         await keys(pilot, "t")
         assert app.query_one("#queue-table").display
+
+
+@in_loop
+async def test_a_long_trace_opens_at_once_and_indexes_behind_the_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import schedcli.app.commands.debug as command
+    from bench.debug_bench import generate
+
+    monkeypatch.setattr(command, "SETTLE_SECONDS", 0.0)
+    trace = tmp_path / "long.jsonl"
+    generate(trace, 150_000)
+    app = app_for(trace, every=5000)
+    async with driving(app) as pilot:
+        seen = [str(app.query_one("#title").render())]
+        for _ in range(500):
+            if app.travel.indexed is not None:
+                break
+            await pilot.pause(0.02)
+            seen.append(str(app.query_one("#title").render()))
+        await pilot.pause(0.3)
+        assert any("indexing" in title for title in seen)
+        assert "150,000 steps" in str(app.query_one("#title").render())
+        await keys(pilot, "end")
+        assert app.step == 149_999
+        await keys(pilot, "left")
+        assert app.step == 149_998 and app.status_text.startswith("step 149998:")

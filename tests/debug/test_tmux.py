@@ -129,3 +129,31 @@ def test_a_person_finds_the_planted_divergence_steps_across_it_finds_a_task_and_
     shown = terminal.until("EXIT=1")  # --check found a difference: exit 1, as replay --check
     assert "tokens" not in shown and "decode-first" not in shown  # the screen restored
     assert "debug: 1 step differs from the expect, the first at step 4" in shown
+
+
+def test_sigterm_ends_it_with_143_the_terminal_restored_and_no_replay_process_left(
+    terminal: Terminal, tmp_path: Path
+) -> None:
+    trace = ROOT / "traces/rotation-fairness.jsonl"
+    pidfile = tmp_path / "pid"
+    terminal.keys(
+        f"bash -c 'echo $$ > {pidfile}; exec schedcli debug {trace}'; echo EXIT=$?", "Enter"
+    )
+    terminal.until("rotation-fairness.jsonl · decode-first · 6 steps")
+    pid = int(pidfile.read_text())
+    servers = subprocess.run(
+        ["pgrep", "-f", "schedcli.engine.travel.server"], capture_output=True, text=True
+    )
+    mine = [p for p in servers.stdout.split() if Path(f"/proc/{p}/stat").exists()]
+    os.kill(pid, 15)
+    shown = terminal.until("EXIT=143")
+    assert "schedcli: terminated" in shown and "tokens" not in shown
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in mine):
+        time.sleep(0.05)
+    left = [
+        p
+        for p in mine
+        if Path(f"/proc/{p}").exists() and str(trace) in Path(f"/proc/{p}/cmdline").read_text()
+    ]
+    assert left == []

@@ -281,3 +281,25 @@ def test_a_policy_that_cannot_be_forked_is_answered_by_replays_from_the_start() 
         assert travel.hello is not None and travel.hello["checkpoints"] is False
         assert travel.checkpoints == [-1]
     assert views_agree(trace, 1, policy) > 0
+
+
+def test_a_request_trace_drained_at_its_end_shows_each_step_s_held_requests(
+    tmp_path: Path,
+) -> None:
+    """Regression: a trace of arrivals only (its steps all in the drain) showed empty
+    queues, the held requests being taken at step events only."""
+    lines: list[dict[str, object]] = [
+        {
+            "schedcli": 1,
+            "level": "request",
+            "policy": "tests.doubles:ToyRequests",
+            "params": {"max_num_batched_tokens": 16, "max_num_seqs": 2},
+        },
+    ]
+    for i in range(5):
+        lines.append({"op": "arrive", "rid": f"r{i}", "prompt_tokens": 10 + 7 * i, "max_tokens": 3})
+    path = write_lines(tmp_path / "drained.jsonl", lines)
+    assert views_agree(path, 2) > 5
+    with Travel(str(path), every=2) as travel:
+        travel.wait("indexed", 60)
+        assert all(travel.view(s)["queues"][0] for s in travel.numbers[:3])

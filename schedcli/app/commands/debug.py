@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...engine.travel import Compare, Travel
+from ...formats.interrupt import Stopped
 from ...model.errors import SchedcliError, UsageError
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 # How long the first screen waits for the whole trace to be indexed, so that a bad trace
 # is the same exit 2 as replay's before the screen opens. A longer trace opens at once and
@@ -90,10 +96,31 @@ def debug_command(req: DebugRequest) -> int:
                 "schedcli debug draws with Textual, an extra: pip install 'schedcli[debug]'"
             ) from None
 
-        DebugApp(travel, req.trace, req.policy, req.params).run()
+        app = DebugApp(travel, req.trace, req.policy, req.params)
+        stopped = _run_until_stopped(app)
+        if stopped is not None:
+            raise Stopped(stopped)
         return verdict(travel, req.compare)
     finally:
         travel.close()
+
+
+def _run_until_stopped(app: App[None]) -> int | None:
+    """The app run; SIGINT or SIGTERM make it exit as ``q`` does (the terminal restored),
+    and the signal is returned, for the caller's exit code (130, 143)."""
+    stopped: list[int] = []
+
+    def on_signal(signum: int, _: object) -> None:
+        stopped.append(signum)
+        app.exit()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        app.run()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return stopped[0] if stopped else None
 
 
 def verdict(travel: Travel, compare: Compare) -> int:

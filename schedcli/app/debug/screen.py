@@ -119,9 +119,17 @@ class DebugApp(App[None]):
             table.add_column(name, key=name or "ran")
         table.focus()
         self.refresh_index()
-        if self.travel.indexed is None:
-            self.set_interval(0.25, self.refresh_index)
+        self.ticking = self.set_interval(0.25, self.tick) if self.travel.indexed is None else None
         self.load_view()
+
+    def tick(self) -> None:
+        """While indexing: the title's progress, the timeline, and the first view once
+        the first step is in."""
+        self.refresh_index()
+        if self.shown is None and self.travel.steps and not self.loading:
+            self.load_view()
+        if self.travel.indexed is not None and self.ticking is not None:
+            self.ticking.stop()  # the index is whole: nothing more to follow
 
     @property
     def step(self) -> int:

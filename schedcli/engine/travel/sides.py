@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from ...formats.requests.schema import Arrive, Schedule, Step
 from ...formats.trace import Event
 from ...model.records import Record
+from ...model.requests import StepPlan
 from ...model.task import Id, Task, id_key, same_id
 from ..replay import Replayer, few_collections
 from ..requests.replay import OpenRequestTrace, RequestReplayer
@@ -215,9 +216,20 @@ class TaskSide:
 
 
 class _Lenient(RequestReplayer):
-    """Under ``--check``, a step that differs from its expect is marked, not fatal."""
+    """Under ``--check``, a step that differs from its expect is marked, not fatal; and at
+    the step the side wants, the requests held are kept as the step begins (a step event's
+    or a drain's alike)."""
 
     side: RequestSide
+
+    def _step(
+        self, stop: frozenset[Id], sampled: dict[Id, int] | None = None, split: bool = False
+    ) -> StepPlan:
+        side = self.side
+        if self.totals.steps == side._want:
+            held = self.policy.held()
+            side.seen = [(r, *side.arrived.get(id_key(r), (0, 0))) for r in held]
+        return super()._step(stop, sampled, split)
 
     def _compare(self, line: int, got: dict[str, Any], want: dict[str, Any]) -> None:
         before = self.checked
@@ -266,9 +278,6 @@ class RequestSide:
             if self.follow is not None:
                 self.follow([(event.rid, event.rid)], line, steps)
         elif kind is Step or kind is Schedule:
-            if steps == self._want:
-                held = self.policy.held()
-                self.seen = [(r, *self.arrived.get(id_key(r), (0, 0))) for r in held]
             self.expect = _expected(event)
         self.engine.current_line = line
         try:

@@ -1,0 +1,37 @@
+"""The debugger over vLLM's own scheduler, forked at checkpoints with vLLM (and torch)
+loaded: the KV deadlock example shows its stuck request and vLLM's reason, and the index
+ends where replay says the contract broke. Skipped without the extra, except under CI."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from schedcli.engine.explain import explain_step
+from schedcli.engine.travel import Travel
+from tests.conftest import Cli
+from tests.helpers import ROOT
+
+if not os.environ.get("SCHEDCLI_REQUIRE_VLLM"):
+    pytest.importorskip("vllm", reason="the vllm extra is not installed")
+
+DEADLOCK = ROOT / "docs/examples/vllm-kv-deadlock/deadlock.jsonl"
+
+
+def test_the_kv_deadlock_shows_the_stuck_request_and_vllm_s_reason(cli: Cli) -> None:
+    replayed = cli("replay", DEADLOCK, "-f", "jsonl")
+    assert replayed.code == 3
+    with Travel(str(DEADLOCK), every=1) as travel:
+        assert travel.wait("indexed", 600)
+        ending = travel.indexed["ending"]
+        assert ending["broke"] and ending["message"] in replayed.stderr
+        for step in travel.numbers:
+            (held,) = travel.view(step)["queues"][0]
+            want = explain_step(str(DEADLOCK), step).to_json()
+            assert [q["tid"] for q in want["queue"]] == [held["tid"]] == ["r4"]
+            assert (held["reason"], held["detail"]) == (
+                want["left"][0]["reason"],
+                want["left"][0]["detail"],
+            )
+            assert held["reason"] == "kv_blocks"
