@@ -9,6 +9,7 @@ policy's codes); replays are deterministic, so the reasons are the ones of any r
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -266,10 +267,8 @@ def _follow(opened: OpenRequestTrace, follow: _Follow) -> None:
         # Every step is in the drain after the last event: held as each begins.
         follow.held = opened.policy.held()
         follow.draining = True
-        try:
+        with contextlib.suppress(_Reached):
             engine.close()
-        except _Reached:
-            pass
 
 
 def _request_step(opened: OpenRequestTrace, step: int) -> StepView:

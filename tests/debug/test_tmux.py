@@ -70,13 +70,20 @@ class Terminal:
         return done.stdout
 
     def until(self, text: str, seconds: float = 20) -> str:
+        return self.until_status(None, text, seconds)
+
+    def until_status(self, status: str | None, text: str = "", seconds: float = 20) -> str:
+        """The screen once ``text`` is on it and (if given) the status line, the one
+        above the key bar, starts with ``status``."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             shown = self.screen()
-            if text in shown:
+            lines = [ln for ln in shown.splitlines() if ln.strip()]
+            line = lines[-2] if len(lines) > 1 else ""
+            if text in shown and (status is None or line.startswith(status)):
                 return shown
             time.sleep(0.05)
-        raise AssertionError(f"{text!r} never appeared; the screen:\n{self.screen()}")
+        raise AssertionError(f"{status!r}/{text!r} never shown; the screen:\n{self.screen()}")
 
     def close(self) -> None:
         subprocess.run([TMUX, "kill-session", "-t", self.name], check=False)
@@ -101,22 +108,22 @@ def test_a_person_finds_the_planted_divergence_steps_across_it_finds_a_task_and_
     terminal.keys("schedcli debug planted.jsonl --check; echo EXIT=$?", "Enter")
     terminal.until("planted.jsonl · decode-first · vs expect · 6 steps")
     terminal.keys("d")
-    shown = terminal.until("div: differs from the trace's expect")
-    assert "step 4:" in shown and "expect:" in shown
+    shown = terminal.until_status("step 4: ", "div: differs from the trace's expect")
+    assert "expect:" in shown
     terminal.keys("Left")
-    shown = terminal.until("step 3:")
+    shown = terminal.until_status("step 3: ")
     assert "div:" not in shown
     terminal.keys("Right")
-    terminal.until("step 4: ")
+    terminal.until_status("step 4: ", "div: differs")
     terminal.keys("Right")
-    terminal.until("step 5: ")
+    terminal.until_status("step 5: ")
     terminal.keys("Left")
-    terminal.until("div: differs")
+    terminal.until_status("step 4: ", "div: differs")
 
     terminal.keys("Home", "/")
     terminal.until("find the task with tid")
     terminal.keys("9", "Enter")
-    shown = terminal.until("task 9 found")
+    shown = terminal.until_status("task 9 found")
     (life,) = explain_lives(str(tmp_path / "planted.jsonl"), tid=9)
     assert f"step {life.step}:" in shown  # the cursor on its row: i shows its life
     terminal.keys("i")
