@@ -205,25 +205,9 @@ class Navigator:
         return None if found is None else int(found["step"])
 
 
-def reproduce(
-    trace: str,
-    step: int,
-    policy: str | None,
-    params: Mapping[str, object],
-    compare: str | None = None,
-) -> str:
+def reproduce(trace: str, step: int, policy: str | None, params: Mapping[str, object]) -> str:
     """The command that shows this step outside the debugger: ``explain --step``."""
     words = ["schedcli", "explain", trace, "--step", str(step)]
-    if policy is not None:
-        words += ["-p", policy]
-    for k, v in params.items():
-        words += ["-P", f"{k}={_param(v)}"]
-    return " ".join(shlex.quote(w) for w in words)
-
-
-def reproduce_batch(trace: str, step: int, policy: str | None, params: Mapping[str, object]) -> str:
-    """``replay --steps N:N+1``: the step's batch as replay prints it."""
-    words = ["schedcli", "replay", trace, "--steps", f"{step}:{step + 1}"]
     if policy is not None:
         words += ["-p", policy]
     for k, v in params.items():
@@ -245,5 +229,4 @@ __all__ = [
     "parse_breakpoint",
     "parse_id",
     "reproduce",
-    "reproduce_batch",
 ]
