@@ -303,3 +303,72 @@ def test_a_request_trace_drained_at_its_end_shows_each_step_s_held_requests(
     with Travel(str(path), every=2) as travel:
         travel.wait("indexed", 60)
         assert all(travel.view(s)["queues"][0] for s in travel.numbers[:3])
+
+
+def _request_trace(tmp_path: Path, policy: str = "tests.doubles:ToyRequests") -> Path:
+    lines: list[dict[str, object]] = [
+        {
+            "schedcli": 1,
+            "level": "request",
+            "policy": policy,
+            "params": {"max_num_batched_tokens": 16, "max_num_seqs": 2},
+        }
+    ]
+    for i in range(4):
+        lines.append({"op": "arrive", "rid": f"r{i}", "prompt_tokens": 9 + 5 * i, "max_tokens": 2})
+        lines += [{"op": "step"}, {"op": "step"}]
+    lines += [{"op": "step"} for _ in range(8)]
+    return write_lines(tmp_path / "r.jsonl", lines)
+
+
+def test_at_the_request_level_check_marks_where_replay_check_stops(
+    cli: Cli, tmp_path: Path
+) -> None:
+    trace = _request_trace(tmp_path)
+    dump = [json.loads(x) for x in cli("replay", trace, "-f", "jsonl").lines]
+    steps = [r for r in dump if "batch" in r]
+    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    step_lines = [i for i, x in enumerate(lines) if x.get("op") == "step"]
+    for record, i in zip(steps, step_lines, strict=False):
+        lines[i]["expect"] = {
+            "batch": [[e["sid"], e["size"]] for e in record["batch"]],
+            "preempted": record["preempted"],
+            "finished": record["finished"],
+        }
+    good = write_lines(tmp_path / "expected.jsonl", lines)
+    assert cli("replay", good, "--check", "-f", "jsonl").code == 0
+    assert _divergences(good, Compare(check=True)) == []
+    lines[step_lines[5]]["expect"]["batch"] = [["r9", 1]]
+    bad = write_lines(tmp_path / "planted.jsonl", lines)
+    replayed = cli("replay", bad, "--check", "-f", "jsonl")
+    assert replayed.code == 1
+    said = int(replayed.stderr.split(": step ")[1].split()[0])
+    assert _divergences(bad, Compare(check=True)) == [said]
+
+
+def test_at_the_request_level_against_a_second_policy_diff_s_steps_are_marked(
+    tmp_path: Path,
+) -> None:
+    trace = _request_trace(tmp_path)
+    b = ("tests.doubles:Thrashes", {"max_num_batched_tokens": 8, "max_num_seqs": 1})
+    result = diff_trace(str(trace), Config(None, {}), Config(*b))
+    with Travel(str(trace), compare=Compare(against=b[0], against_params=b[1]), every=3) as t:
+        t.wait("indexed", 60)
+        marked = sorted({s for s, kind, _ in t.marks if kind == "div"})
+    assert len(marked) == result.steps_differing > 0
+    assert result.first is not None and marked[0] == result.first.step
+
+
+def test_a_request_s_life_is_what_explain_session_says(tmp_path: Path) -> None:
+    trace = _request_trace(tmp_path)
+    with Travel(str(trace), every=2) as travel:
+        travel.wait("indexed", 60)
+        for rid in ("r1", "r3"):
+            (life,) = explain_lives(str(trace), sid=rid)
+            events = travel.life({"sid": rid}, 0)
+            passed = [(s, d.split(":")[0]) for s, what, _, d in events if what == "passed over"]
+            assert passed == [(s, code) for s, code, _ in life.passed_over]
+            assert events[0][:2] == [life.step, "submitted"]
+            assert any(what == "finished" for _, what, _, _ in events) == (
+                life.outcome == "finished"
+            )
