@@ -461,3 +461,45 @@ async def test_a_long_trace_opens_at_once_and_indexes_behind_the_screen(
         assert app.step == 149_999
         await keys(pilot, "left")
         assert app.step == 149_998 and app.status_text.startswith("step 149998:")
+
+
+@in_loop
+async def test_o_shows_the_second_policy_s_queue_at_the_same_step() -> None:
+    async with driving(app_for(LONG, Compare(against="fcfs"))) as pilot:
+        app = pilot.app
+        await keys(pilot, "right", "o")
+        view = app.views[app.step]
+        table = app.query_one("#queue-table")
+        shown = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        assert shown == [json.dumps(e["tid"]) for e in view["queues"][1]]
+        assert "(fcfs's queue)" in app.status_text
+        await keys(pilot, "o")
+        shown = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        assert shown == [json.dumps(e["tid"]) for e in view["queues"][0]]
+        await keys(pilot, "o")
+        await pilot.press("o")
+
+
+@in_loop
+async def test_a_bad_line_found_behind_the_screen_is_in_the_title_and_the_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import schedcli.app.commands.debug as command
+
+    from bench.debug_bench import generate
+
+    monkeypatch.setattr(command, "SETTLE_SECONDS", 0.0)
+    trace = tmp_path / "bad.jsonl"
+    generate(trace, 60_000)  # long enough that the screen opens before its end is read
+    with trace.open("a") as f:
+        f.write('{"op": "get_work", "expect": 5}\n')
+    app = app_for(trace, every=5000)
+    async with driving(app) as pilot:
+        for _ in range(500):
+            if app.travel.indexed is not None:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.3)
+        assert "(exit 2)" in str(app.query_one("#title").render())
+        assert str(trace) in app.travel.indexed["ending"]["message"]
+        assert command.verdict(app.travel, Compare()) == 2

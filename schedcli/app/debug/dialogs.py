@@ -25,6 +25,7 @@ KEYS = (
     ("c / C", "continue / reverse-continue to a breakpoint"),
     ("y", "copy the command that shows this step (explain --step)"),
     ("t", "the policy's own state (decode queue, chunks, rotation) / the queue"),
+    ("o", "with --against: the other policy's queue and state / the replay's"),
     ("?", "these keys"),
     ("q / Ctrl+C", "quit"),
 )

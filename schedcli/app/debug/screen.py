@@ -75,6 +75,7 @@ class DebugApp(App[None]):
         _p("C", "go(-1)", "rev", show=False),
         _p("y", "copy", "copy"),
         _p("t", "state", "state", show=False),
+        _p("o", "other_side", "other side", show=False),
         _p("question_mark", "help", "keys"),
         _p("q,ctrl+c", "quit", "quit"),
     ]
@@ -99,6 +100,7 @@ class DebugApp(App[None]):
         self.status_text = ""
         self.note = ""  # said with the next view shown (why the cursor moved there)
         self.select: dict[str, Any] | None = None  # the queue row to select there (found)
+        self.side = 0  # whose queue and state the right pane shows (1: --against's policy)
 
     # --- layout ----------------------------------------------------------------------------
 
@@ -218,20 +220,22 @@ class DebugApp(App[None]):
         self.query_one("#batch", Static).update(
             panes.batch_table(view, hello.get("budget"), label, hello.get("other"), self._versus())
         )
+        side = self.side if len(view["queues"]) > self.side else 0
         table = self.query_one("#queue-table", DataTable)
         table.clear()
-        for row in panes.queue_rows(view):
+        for row in panes.queue_rows(view, side):
             table.add_row(*row)
         if self.select is not None:
             key, value = next(iter(self.select.items()))
-            rows = [i for i, e in enumerate(view["queues"][0] or []) if e[key] == value]
+            rows = [i for i, e in enumerate(view["queues"][side] or []) if e[key] == value]
             if rows:
                 table.move_cursor(row=rows[0])
             self.select = None
-        self.query_one("#state", Static).update(panes.state_table(view))
+        self.query_one("#state", Static).update(panes.state_table(view, side))
         self.shown = view["step"]
         marks = self.nav.marks_at(view["step"])
-        said = [f"step {view['step']}: {len(view['queues'][0] or [])} queued"]
+        whose = f" ({self._versus()}'s queue)" if side else ""
+        said = [f"step {view['step']}: {len(view['queues'][side] or [])} queued{whose}"]
         said += [f"{kind}: {text}" for kind, text in marks]
         if self.note:
             said.insert(0, self.note)
@@ -354,6 +358,9 @@ class DebugApp(App[None]):
         if view is None or not (view["queues"][0] or []):
             self.say("no queued task here to follow: / finds one by tid")
             return
+        if self.side:
+            self.say("a life follows the replay's own policy: o shows its queue again")
+            return
         entry = view["queues"][0][min(table.cursor_row, len(view["queues"][0]) - 1)]
         key = {by: entry[by]}
         screen = LifeScreen()
@@ -387,6 +394,15 @@ class DebugApp(App[None]):
         table.display, state.display = state.display, table.display
         if table.display:
             table.focus()
+
+    def action_other_side(self) -> None:
+        """With --against: the right pane shows the other policy's queue and state."""
+        if (self.travel.hello or {}).get("other") != "against":
+            self.say("one policy here: --against POLICY replays a second one beside it")
+            return
+        self.side = 1 - self.side
+        if self.shown is not None and self.shown in self.views:
+            self.show_view(self.views[self.shown])
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(BREAKPOINT_SYNTAX))
