@@ -55,7 +55,7 @@ async def settle(pilot: Pilot[Any]) -> None:
     """Until the step on screen is the cursor's and no search or life is running."""
     app = pilot.app
     assert isinstance(app, DebugApp)
-    for _ in range(200):
+    for _ in range(750):  # 15 s at most: pure Python on a loaded machine
         await pilot.pause(0.02)
         busy = any(w.is_running for w in app.workers)
         if not busy and app.shown == app.step and not app.loading:
@@ -449,12 +449,12 @@ async def test_a_long_trace_opens_at_once_and_indexes_behind_the_screen(
     app = app_for(trace, every=5000)
     async with driving(app) as pilot:
         seen = [str(app.query_one("#title").render())]
-        for _ in range(500):
+        for _ in range(3000):  # a minute, for pure Python on a loaded machine
             if app.travel.indexed is not None:
                 break
             await pilot.pause(0.02)
             seen.append(str(app.query_one("#title").render()))
-        await pilot.pause(0.3)
+        await pilot.pause(0.5)
         assert any("indexing" in title for title in seen)
         assert "150,000 steps" in str(app.query_one("#title").render())
         await keys(pilot, "end")
@@ -485,7 +485,6 @@ async def test_a_bad_line_found_behind_the_screen_is_in_the_title_and_the_exit_c
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import schedcli.app.commands.debug as command
-
     from bench.debug_bench import generate
 
     monkeypatch.setattr(command, "SETTLE_SECONDS", 0.0)
@@ -495,11 +494,11 @@ async def test_a_bad_line_found_behind_the_screen_is_in_the_title_and_the_exit_c
         f.write('{"op": "get_work", "expect": 5}\n')
     app = app_for(trace, every=5000)
     async with driving(app) as pilot:
-        for _ in range(500):
+        for _ in range(3000):
             if app.travel.indexed is not None:
                 break
             await pilot.pause(0.02)
-        await pilot.pause(0.3)
+        await pilot.pause(0.5)
         assert "(exit 2)" in str(app.query_one("#title").render())
         assert str(trace) in app.travel.indexed["ending"]["message"]
         assert command.verdict(app.travel, Compare()) == 2
