@@ -372,3 +372,14 @@ def test_a_request_s_life_is_what_explain_session_says(tmp_path: Path) -> None:
             assert any(what == "finished" for _, what, _, _ in events) == (
                 life.outcome == "finished"
             )
+
+
+def test_a_gzipped_trace_travels_as_the_plain_one(tmp_path: Path) -> None:
+    """A checkpoint holds the decompressor's state in its memory and the file's offset
+    in its own descriptor: both go on from there."""
+    import gzip
+
+    plain = ROOT / "traces/long-prompts-and-chat.jsonl"
+    packed = tmp_path / "t.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert views_agree(packed, 1) == views_agree(plain, 1)
