@@ -63,6 +63,21 @@ async def settle(pilot: Pilot[Any]) -> None:
     raise AssertionError(f"never settled at step {app.step}: {app.status_text}")
 
 
+async def indexed(pilot: Pilot[Any]) -> list[str]:
+    """Until the index has reached the trace's end (a minute at most, for pure Python on
+    a loaded machine), and the title has caught up; every title seen on the way."""
+    app = pilot.app
+    assert isinstance(app, DebugApp)
+    seen = [str(app.query_one("#title").render())]
+    for _ in range(3000):
+        if app.travel.indexed is not None:
+            break
+        await pilot.pause(0.02)
+        seen.append(str(app.query_one("#title").render()))
+    await pilot.pause(0.5)
+    return seen
+
+
 @asynccontextmanager
 async def driving(app: DebugApp) -> AsyncIterator[Pilot[Any]]:
     try:
@@ -448,13 +463,7 @@ async def test_a_long_trace_opens_at_once_and_indexes_behind_the_screen(
     generate(trace, 150_000)
     app = app_for(trace, every=5000)
     async with driving(app) as pilot:
-        seen = [str(app.query_one("#title").render())]
-        for _ in range(3000):  # a minute, for pure Python on a loaded machine
-            if app.travel.indexed is not None:
-                break
-            await pilot.pause(0.02)
-            seen.append(str(app.query_one("#title").render()))
-        await pilot.pause(0.5)
+        seen = await indexed(pilot)
         assert any("indexing" in title for title in seen)
         assert "150,000 steps" in str(app.query_one("#title").render())
         await keys(pilot, "end")
@@ -494,11 +503,7 @@ async def test_a_bad_line_found_behind_the_screen_is_in_the_title_and_the_exit_c
         f.write('{"op": "get_work", "expect": 5}\n')
     app = app_for(trace, every=5000)
     async with driving(app) as pilot:
-        for _ in range(3000):
-            if app.travel.indexed is not None:
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.5)
+        await indexed(pilot)
         assert "(exit 2)" in str(app.query_one("#title").render())
         assert str(trace) in app.travel.indexed["ending"]["message"]
         assert command.verdict(app.travel, Compare()) == 2
