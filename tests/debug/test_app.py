@@ -451,17 +451,26 @@ async def test_t_shows_decode_first_s_own_structures_at_the_step() -> None:
         assert app.query_one("#queue-table").display
 
 
-@in_loop
-async def test_a_long_trace_opens_at_once_and_indexes_behind_the_screen(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def opened_at_once(
+    trace: Path, steps: int, monkeypatch: pytest.MonkeyPatch, tail: bytes = b""
+) -> DebugApp:
+    """The app over a generated trace of ``steps`` (and ``tail``), opened without waiting
+    for its index: long enough that the screen opens before its end is read."""
     import schedcli.app.commands.debug as command
     from bench.debug_bench import generate
 
     monkeypatch.setattr(command, "SETTLE_SECONDS", 0.0)
-    trace = tmp_path / "long.jsonl"
-    generate(trace, 150_000)
-    app = app_for(trace, every=5000)
+    generate(trace, steps)
+    with trace.open("ab") as f:
+        f.write(tail)
+    return app_for(trace, every=5000)
+
+
+@in_loop
+async def test_a_long_trace_opens_at_once_and_indexes_behind_the_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = opened_at_once(tmp_path / "long.jsonl", 150_000, monkeypatch)
     async with driving(app) as pilot:
         seen = await indexed(pilot)
         assert any("indexing" in title for title in seen)
@@ -494,14 +503,9 @@ async def test_a_bad_line_found_behind_the_screen_is_in_the_title_and_the_exit_c
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import schedcli.app.commands.debug as command
-    from bench.debug_bench import generate
 
-    monkeypatch.setattr(command, "SETTLE_SECONDS", 0.0)
     trace = tmp_path / "bad.jsonl"
-    generate(trace, 60_000)  # long enough that the screen opens before its end is read
-    with trace.open("a") as f:
-        f.write('{"op": "get_work", "expect": 5}\n')
-    app = app_for(trace, every=5000)
+    app = opened_at_once(trace, 60_000, monkeypatch, b'{"op": "get_work", "expect": 5}\n')
     async with driving(app) as pilot:
         await indexed(pilot)
         assert "(exit 2)" in str(app.query_one("#title").render())
