@@ -511,3 +511,43 @@ async def test_a_bad_line_found_behind_the_screen_is_in_the_title_and_the_exit_c
         assert "(exit 2)" in str(app.query_one("#title").render())
         assert str(trace) in app.travel.indexed["ending"]["message"]
         assert command.verdict(app.travel, Compare()) == 2
+
+
+@in_loop
+async def test_every_other_spelling_of_a_key_does_what_its_first_does() -> None:
+    async with driving(app_for(LONG)) as pilot:
+        app = pilot.app
+        await keys(pilot, "pagedown")
+        assert app.step == app.travel.numbers[-1]
+        await keys(pilot, "pageup")
+        assert app.step == 0
+        await keys(pilot, "right", "right", "h")
+        assert app.step == 1
+        await keys(pilot, "p")
+        assert app.step == 0
+        await typed(pilot, "colon", "3")
+        assert app.step == 3
+        await typed(pilot, "g", "x")
+        assert "a step is a number" in app.status_text and app.step == 3
+
+
+@in_loop
+async def test_enter_follows_the_selected_task_and_capital_i_its_session() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await keys(pilot, "right")
+        entry = app.views[app.step]["queues"][0][0]
+        for key, what in (("enter", f"task {entry['tid']}"), ("I", f"session {entry['sid']}")):
+            await pilot.press(key)
+            for _ in range(250):
+                await pilot.pause(0.02)
+                if isinstance(app.screen, LifeScreen) and app.screen.life_text:
+                    break
+            assert f"life of {what}" in app.screen.life_text
+            lives = explain_lives(
+                str(ROTATION),
+                **({"tid": entry["tid"]} if key == "enter" else {"sid": entry["sid"]}),
+            )
+            for life in lives:
+                assert f"line {life.line}" in app.screen.life_text
+            await keys(pilot, "escape")

@@ -67,7 +67,7 @@ class DebugApp(App[None]):
         _p("F", "divergence(0)", "first div", show=False),
         _p("slash", "ask('tid')", "find tid"),
         _p("s", "ask('sid')", "find sid", show=False),
-        Binding("enter,i", "inspect('tid')", "life"),
+        Binding("i", "inspect('tid')", "life"),
         Binding("I", "inspect('sid')", "session life", show=False),
         _p("b", "ask('break')", "break"),
         _p("B", "clear_breakpoints", "clear bps", show=False),
@@ -371,6 +371,10 @@ class DebugApp(App[None]):
             entry["since"],
             f"{'task' if by == 'tid' else 'session'} {show_id(entry[by])}",
         )
+
+    def on_data_table_row_selected(self, _: DataTable.RowSelected) -> None:
+        """Enter on a queued task: its life (the table takes Enter before the app)."""
+        self.action_inspect("tid")
 
     @work(thread=True, group="life")
     def _life(self, screen: LifeScreen, key: dict[str, Any], since: int, what: str) -> None:
