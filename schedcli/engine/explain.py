@@ -133,13 +133,14 @@ def _task_step(opened: OpenTrace, step: int) -> StepView:
         left = opened.policy.left_behind()  # the policy still stands at the step
         line = origins.line or None
         return StepView(step, line, origins.batch, queue, left, opened.policy_name)
-    steps = origins.steps
-    raise InputError(
-        opened.name,
-        None,
-        f"there is no step {step}: the replay has "
-        + (f"{steps} steps (0 to {steps - 1})" if steps else "no steps"),
-    )
+    steps, last = origins.steps, origins.last
+    if not steps:
+        said = "no steps"
+    elif steps == last + 1:
+        said = f"{steps} steps (0 to {last})"
+    else:  # explicit get_work events that number their steps may skip some
+        said = f"{steps} steps, numbered 0 to {last} with {last + 1 - steps} skipped"
+    raise InputError(opened.name, None, f"there is no step {step}: the replay has {said}")
 
 
 def _task_lives(opened: OpenTrace, wanted: Callable[[Task], bool]) -> list[Life]:

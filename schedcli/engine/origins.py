@@ -25,7 +25,8 @@ class Origins:
         self.queued: dict[int, tuple[Task, int, int]] = {}  # by object id, in order
         self.batch: list[Task] | None = None
         self.line = 0
-        self.steps = 0
+        self.steps = 0  # batches seen
+        self.last = -1  # the last one's step number (an explicit trace may skip some)
 
     def accepted(self, tasks: list[Task], step: int) -> None:
         line = self._line()
@@ -34,7 +35,8 @@ class Origins:
             queued[id(t)] = (t, line, step)
 
     def dispatched(self, batch: list[Task], step: int) -> None:
-        self.steps = step + 1
+        self.steps += 1
+        self.last = step
         if step == self.target_step:
             self.batch = batch
             self.line = self._line()

@@ -321,3 +321,15 @@ def test_explain_step_of_a_request_trace_drained_at_its_end(cli: Cli, tmp_path: 
     view = json.loads(shown.stdout)
     assert [q["sid"] for q in view["queue"]] == ["a", "b"]
     assert view["step"] == 1 and view["batch"]
+
+
+def test_explain_of_a_step_a_trace_skips_counts_the_steps_it_has(cli: Cli) -> None:
+    """Regression: for a trace whose get_work events number their steps 0 and 2, explain
+    --step 1 said the replay had 3 steps, where its end record says 2."""
+    trace = TRACES / "clear-shutdown.jsonl"
+    end = json.loads(cli("replay", trace, "-f", "jsonl").lines[-1])["end"]
+    shown = cli("explain", trace, "--step", "1")
+    assert shown.code == 2
+    assert shown.stderr.strip().endswith(
+        f"there is no step 1: the replay has {end['steps']} steps, numbered 0 to 2 with 1 skipped"
+    )
