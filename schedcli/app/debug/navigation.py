@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...engine.travel import END, Travel
+from ...engine.travel import Travel
 from ...model.errors import UsageError
 
 # The conditions the index answers alone, and those a worker replays to check.
@@ -223,7 +223,6 @@ def _param(value: object) -> str:
 
 __all__ = [
     "BREAKPOINT_SYNTAX",
-    "END",
     "Breakpoint",
     "Navigator",
     "parse_breakpoint",

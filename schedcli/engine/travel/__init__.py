@@ -3,6 +3,6 @@ keeps forked checkpoints (``server.py``), the questions its workers answer (``wo
 and the client that asks them (``client.py``)."""
 
 from .client import END, ServerGone, Travel
-from .session import MARKS, Compare
+from .session import Compare
 
-__all__ = ["END", "MARKS", "Compare", "ServerGone", "Travel"]
+__all__ = ["END", "Compare", "ServerGone", "Travel"]

@@ -24,6 +24,8 @@ import signal
 import stat
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
@@ -31,7 +33,7 @@ import orjson
 
 from ...model.errors import InvariantError, SchedcliError
 from ...model.records import Record
-from ..run import open_replay
+from ..run import OpenReplay, open_replay
 from .session import Compare, Session
 from .wire import receive, send
 from .worker import Done, worker_for
@@ -112,13 +114,7 @@ class Server:
     def _run(self) -> None:
         spec = self.spec
         ending: dict[str, Any] | None = None
-        with open_replay(
-            spec["path"],
-            policy=spec.get("policy"),
-            params=spec.get("params") or {},
-            note=lambda m: print(m, file=sys.stderr),
-            allow_incomplete=spec.get("allow_incomplete", False),
-        ) as opened:
+        with self._open(lambda m: print(m, file=sys.stderr)) as opened:
             session = self.session = Session(opened, Compare(**spec["compare"]), self)
             self.position = opened.reader.position
             self.size = _size(spec["path"])
@@ -139,6 +135,17 @@ class Server:
             self._flush()
             send(self.out, {"indexed": {"steps": session.steps, "ending": ending}})
             self._serve()
+
+    def _open(self, note: Callable[[str], None]) -> AbstractContextManager[OpenReplay]:
+        """The trace opened for one pass, as the spec says (the index's, or a re-run's)."""
+        spec = self.spec
+        return open_replay(
+            spec["path"],
+            policy=spec.get("policy"),
+            params=spec.get("params") or {},
+            note=note,
+            allow_incomplete=spec.get("allow_incomplete", False),
+        )
 
     def _hello(self, level: str, policy: str, budget: int | None) -> None:
         session = self.session
@@ -307,13 +314,7 @@ class Server:
     def _inline(self, task: dict[str, Any]) -> None:
         """No checkpoint to fork (a policy that cannot be forked): a replay from the start."""
         spec = self.spec
-        with open_replay(
-            spec["path"],
-            policy=spec.get("policy"),
-            params=spec.get("params") or {},
-            note=lambda _: None,
-            allow_incomplete=spec.get("allow_incomplete", False),
-        ) as opened:
+        with self._open(lambda _: None) as opened:
             session = Session(opened, Compare(**spec["compare"]), self)
             hooks = worker_for(task, session, -1, lambda m: send(self.out, m))
             try:

@@ -16,8 +16,6 @@ from ..diff import same
 from ..run import OpenReplay
 from .sides import Side, inputs, side_for
 
-MARKS = ("div", "reject", "cancel", "clear", "preempt", "break")
-
 
 @dataclass
 class Compare:
@@ -55,7 +53,6 @@ class Golden:
         self._records: Iterator[Record] = read_dump(path, allow_incomplete=True, golden=True)
         self._next: Record | None = None
         self._ended = False
-        self.left = 0  # step records after the replay's last step
 
     def at(self, step: int) -> Record | None:
         """The golden's record of ``step``, or None if it has none."""
@@ -186,8 +183,7 @@ class Session:
         if self.golden is not None:
             left = self.golden.rest()
             if left:
-                self.golden.left = left
                 self.hooks.mark(max(self.steps - 1, 0), "div", f"the golden has {left} more steps")
 
 
-__all__ = ["MARKS", "Compare", "Golden", "Hooks", "Session"]
+__all__ = ["Compare", "Golden", "Hooks", "Session"]

@@ -49,8 +49,6 @@ class Side(Protocol):
 
     def oldest(self) -> int | None: ...  # the step the oldest waiting task arrived at
 
-    def holds(self, key: tuple[type, Id]) -> bool: ...  # a task or request by id, queued
-
     def reasons(self) -> list[tuple[Id, Id, str, str]]: ...  # (tid, sid, code, detail) now
 
     def queued_now(self) -> list[tuple[Id, Id, int, int]]: ...  # (tid, sid, line, since)
@@ -193,9 +191,6 @@ class TaskSide:
         for _, _, since in self.queue.queued.values():
             return since
         return None
-
-    def holds(self, key: tuple[type, Id]) -> bool:
-        return any(id_key(t.tid) == key for t, _, _ in self.queue.queued.values())
 
     def reasons(self) -> list[tuple[Id, Id, str, str]]:
         return [(t.tid, t.sid, code, detail) for t, code, detail in self.policy.left_behind() or ()]
@@ -342,9 +337,6 @@ class RequestSide:
         for since in self.unstarted.values():
             return since
         return None
-
-    def holds(self, key: tuple[type, Id]) -> bool:
-        return key in self.arrived
 
     def reasons(self) -> list[tuple[Id, Id, str, str]]:
         return [(rid, rid, code, detail) for rid, code, detail in self.policy.reasons()]

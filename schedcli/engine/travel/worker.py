@@ -39,6 +39,7 @@ def worker_for(task: dict[str, Any], session: Session, bound: int, reply: Reply)
 class _Worker:
     def __init__(self, task: dict[str, Any], session: Session, bound: int, reply: Reply) -> None:
         self.task, self.session, self.reply = task, session, reply
+        self._explain_at: int | None = None  # the step after which reasons are wanted
         session.hooks = self
 
     def explain_from(self, step: int, bound: int) -> None:
@@ -49,7 +50,7 @@ class _Worker:
                 side.explaining()
 
     def side_step(self, side: int, step: int, record: Record) -> None:
-        if step == getattr(self, "_explain_at", None):
+        if step == self._explain_at:
             self.session.sides[side].explaining()
 
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None:
