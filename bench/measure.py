@@ -24,19 +24,24 @@ class Usage:
 # this (possibly large) process would count this one's pages in its peak until it execs.
 _STARTER = """
 import os, subprocess, sys
-proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+err = open(sys.argv[1], "wb") if sys.argv[1] else subprocess.DEVNULL
+proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=err)
 _, status, usage = os.wait4(proc.pid, 0)
 print(usage.ru_utime + usage.ru_stime, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
 """
 
 
-def measured(args: Sequence[str]) -> Usage:
-    """Run ``args`` to the end, output discarded; its CPU time, peak RSS and exit code.
+def measured(args: Sequence[str], stderr: str | os.PathLike[str] = "") -> Usage:
+    """Run ``args`` to the end, output discarded (its stderr written to ``stderr``, if
+    given); its CPU time, peak RSS and exit code.
     It may cache compiled bytecode, as a user's runs do (even where this process has
     PYTHONDONTWRITEBYTECODE): otherwise every run would recompile every module."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     out = subprocess.run(
-        [sys.executable, "-c", _STARTER, *args], env=env, capture_output=True, check=True
+        [sys.executable, "-c", _STARTER, os.fspath(stderr), *args],
+        env=env,
+        capture_output=True,
+        check=True,
     ).stdout.split()
     return Usage(float(out[0]), int(out[1]) / 1024, int(out[2]))
 

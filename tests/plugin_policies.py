@@ -267,3 +267,17 @@ class StaysHome(OnePerBatch):
 
     name = "stays-home"
     forkable = False
+
+
+class DoublesTheOdd(OnePerBatch):
+    """A broken policy: hands a task of session "odd" out twice in one batch."""
+
+    name = "doubles-the-odd"
+
+    def get_work(self) -> list[Task]:
+        with self._lock:
+            for t in self._queue:
+                if t.sid == "odd":
+                    self._queue.remove(t)
+                    return [t, t]
+            return [self._queue.pop(0)] if self._queue else []

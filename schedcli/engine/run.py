@@ -239,13 +239,14 @@ def open_replay(
     on_wait: Callable[[], None] | None = None,
     follow: bool = False,
     allow_incomplete: bool = False,
+    data: bytes | None = None,
 ) -> Iterator[OpenReplay]:
     """The trace opened for one pass, its policy built, at the level its header says.
     ``on_wait`` runs before reading from a pipe (or a ``follow``ed file) would wait: flush
-    outputs there."""
+    outputs there. ``data``: the trace's bytes, held in memory (``path`` names it)."""
     name = display_name(path)
     with open_trace(
-        path, name=name, max_line_bytes=max_line_bytes, on_wait=on_wait, follow=follow
+        path, name=name, max_line_bytes=max_line_bytes, on_wait=on_wait, follow=follow, data=data
     ) as reader:
         header = reader.header
         if header is not None and header.level == LEVEL:

@@ -78,7 +78,8 @@ def test_a_candidate_is_written_as_its_lines_with_their_edits(
 ) -> None:
     """Whatever ranges, dropped expects and cut groups: the written trace is the kept lines
     in order, each as the candidate has it (the reader seeks by marks every few lines, and
-    copies runs past marks by their offsets, in reads of ``read`` bytes)."""
+    copies runs past marks by their offsets, in reads of ``read`` bytes), and the trace held
+    in memory is the same bytes."""
     import io
     import tempfile
 
@@ -109,7 +110,12 @@ def test_a_candidate_is_written_as_its_lines_with_their_edits(
             lines = Lines(str(path))
             try:
                 out = io.BytesIO()
-                Candidate(kept, stripped, tasks).write(lines, out)
+                candidate = Candidate(kept, stripped, tasks)
+                candidate.write(lines, out)
+                # A small candidate is replayed from memory: the same bytes, twice over
+                # (the second time from the lines it holds).
+                assert candidate.data(lines) == out.getvalue()
+                assert candidate.data(lines) == out.getvalue()
             finally:
                 lines.close()
     finally:

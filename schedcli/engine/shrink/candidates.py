@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import IO, Any
@@ -33,13 +33,17 @@ _CHUNK = 1 << 20
 # A candidate's reads: a few marks' worth of lines, so one seek and read finds a span's
 # start and no span rereads a megabyte.
 _READ = 1 << 14
+# A candidate of at most SMALL lines is replayed from memory, its lines held once read.
+SMALL = 4096
 # Every MARK-th line's byte offset is kept (8 bytes each 64 lines: 250 KB for two million),
 # so a candidate is read from near each span's first line, not from the top of the trace.
 MARK = 64
 
 
 def has_expect(e: Event) -> bool:
-    return e.get("op") in ("get_work", "step") and "expect" in e
+    """A call the recording checks: a get_work's batch, a request-level step's (or a split
+    step's schedule or update)."""
+    return e.get("op") in ("get_work", "step", "schedule", "update") and "expect" in e
 
 
 class Ranges:
@@ -52,8 +56,24 @@ class Ranges:
         self.spans = tuple(spans)
         self._len = sum(b - a for a, b in self.spans)
 
+    @classmethod
+    def of(cls, lines: Iterable[int]) -> Ranges:
+        """The spans of ascending, distinct line numbers."""
+        spans: list[tuple[int, int]] = []
+        for i in lines:
+            if spans and spans[-1][1] == i:
+                spans[-1] = (spans[-1][0], i + 1)
+            else:
+                spans.append((i, i + 1))
+        return cls(spans)
+
     def __len__(self) -> int:
         return self._len
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ranges) and self.spans == other.spans
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __iter__(self) -> Iterator[int]:
         for a, b in self.spans:
@@ -102,6 +122,7 @@ class Lines:
         self.expects = array("q")  # the lines that are get_work events with an expect
         self.marks = array("q")  # the byte offset of line k * MARK
         self.path = os.path.join(self.folder, "trace.jsonl")
+        self.held: dict[int, bytes] = {}  # lines of small candidates, read once
         self._offset = 0  # the copy's length so far
         with open(raw, "rb") as stream, open(self.path, "wb", buffering=_CHUNK) as out:
             for first_line, body, complete, _ in numbered_chunks(stream, self.name):
@@ -129,14 +150,21 @@ class Lines:
     def _copy_whole(self, body: bytes, out: IO[bytes]) -> bool:
         """A read of plain lines copied as it is, its marks found from the lines' lengths;
         False, having copied nothing, if any line needs a look of its own: the first, a
-        blank one, one with spaces around it, an expect, a partial marker."""
-        if (not self.count and self.header is None) or b'"expect"' in body or b'"partial"' in body:
+        blank one, one with spaces around it, a partial marker."""
+        if (not self.count and self.header is None) or b'"partial"' in body:
             return False
         lines = body.split(b"\n")
         lines.pop()  # after the last newline: nothing
         # strip gives back the very line when it has nothing to strip: an identity compare.
         if b"" in lines or list(map(bytes.strip, lines)) != lines:
             return False
+        if b'"expect"' in body:
+            loads = orjson.loads
+            self.expects.extend(
+                self.count + k
+                for k, line in enumerate(lines)
+                if b'"expect"' in line and has_expect(loads(line))
+            )
         out.write(body)
         before = list(accumulate(map(len, lines), initial=0))  # line k: before[k] + k bytes in
         for k in range(-self.count % MARK, len(lines), MARK):
@@ -277,6 +305,23 @@ class Candidate:
                 cursor.skip_to(a)
                 for i in range(a, b):
                     yield i, cursor.take()
+
+    def data(self, lines: Lines) -> bytes:
+        """A small candidate as a trace, in memory: its lines read once for every later
+        candidate that keeps them (at most ``4 * SMALL`` lines are held)."""
+        held = lines.held
+        missing = [i for i in self.kept if i not in held]
+        if missing:
+            if len(held) + len(missing) > 4 * SMALL:
+                held.clear()
+                missing = list(self.kept)
+            held.update(Candidate(Ranges.of(missing)).lines(lines))
+        edits = {*self.stripped, *self.tasks}
+        dumps = orjson.dumps
+        out = [] if lines.header is None else [lines.header]
+        out.extend(dumps(self.event(held[i], i)) if i in edits else held[i] for i in self.kept)
+        out.append(b"")
+        return b"\n".join(out)
 
     def write(self, lines: Lines, out: IO[bytes], *, canonical: bool = False) -> None:
         """The candidate as a trace: runs of lines copied as they are, edited lines

@@ -25,13 +25,20 @@ Event = dict[str, Any]
 
 @dataclass(frozen=True)
 class Failure:
-    """How a candidate failed: the line to cut after (0: none) and what identifies it."""
+    """How a candidate failed: the line to cut after (0: none), what identifies it, and
+    the step it failed at (-1: none known)."""
 
     line: int
     signature: tuple[Any, ...]
+    step: int = -1
+    # What any trace failing this way submits (by id_key): the tids the failing batch
+    # expects, the requests the failing step expects.
+    needs: frozenset[Any] = frozenset()
 
 
-Test = Callable[[str], Failure | None]
+# A candidate's test: its path, and its bytes where it is held in memory (a test that
+# needs a file writes them there).
+Test = Callable[[str, bytes | None], Failure | None]
 
 
 def failure_test(
@@ -46,18 +53,23 @@ def failure_test(
     ``--drain``."""
     if b_params and not until.startswith("diff:"):
         raise UsageError("--b-param is for --until diff:POLICY (the other policy's parameters)")
-    if until == "check":
-        return lambda path: _replay_fails(path, policy, params, check=True, drain=drain)
-    if until == "contract":
-        return lambda path: _replay_fails(path, policy, params, check=False, drain=drain)
+    if until in ("check", "contract"):
+        check = until == "check"
+        return lambda path, data: _replay_fails(path, data, policy, params, check, drain)
     if until.startswith("diff:") and until[5:]:
-        other = until[5:]
-        b = Config(other, dict(b_params or {}))
-        return lambda path: _parts_ways(path, Config(policy, dict(params)), b)
+        a, b = Config(policy, dict(params)), Config(until[5:], dict(b_params or {}))
+        return lambda path, data: _parts_ways(_on_disk(path, data), a, b)
     if until.startswith("cmd:") and until[4:].strip():
         command = until[4:]
-        return lambda path: _command_fails(command, path)
+        return lambda path, data: _command_fails(command, _on_disk(path, data))
     raise UsageError(f"--until {until!r}: one of check, contract, diff:POLICY, cmd:'SHELL COMMAND'")
+
+
+def _on_disk(path: str, data: bytes | None) -> str:
+    if data is not None:
+        with open(path, "wb") as f:
+            f.write(data)
+    return path
 
 
 def _parts_ways(path: str, a: Config, b: Config) -> Failure | None:
@@ -69,7 +81,7 @@ def _parts_ways(path: str, a: Config, b: Config) -> Failure | None:
     if first is None:
         return None if result.identical else Failure(0, ("diff", "events"))
     only_a, only_b = first.moved()
-    return Failure(0, ("diff", _keys(only_a), _keys(only_b), first.fields is not None))
+    return Failure(0, ("diff", _keys(only_a), _keys(only_b), first.fields is not None), first.step)
 
 
 def _command_fails(command: str, path: str) -> Failure | None:
@@ -92,15 +104,25 @@ _COUNT = re.compile(r"(?<!task )(?<!tid )(?<!chunk )(?<!session )(?<!cancel\()\b
 # The tasks a contract message lists as examples (the lost ones, say): a smaller trace
 # loses others, the same way.
 _TASKS = re.compile(r" \(tasks: [^)]*\)")
-_CONTRACT = re.compile(r"broke the Scheduler contract at step \d+ \(([^)]*)\): (.*)", re.S)
+_CONTRACT = re.compile(r"broke the Scheduler contract at step (\d+) \(([^)]*)\): (.*)", re.S)
 
 
 def _replay_fails(
-    path: str, policy: str | None, params: Mapping[str, object], *, check: bool, drain: bool
+    path: str,
+    data: bytes | None,
+    policy: str | None,
+    params: Mapping[str, object],
+    check: bool,
+    drain: bool,
 ) -> Failure | None:
     try:
         with open_replay(
-            path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
+            path,
+            policy=policy,
+            params=params,
+            note=lambda _: None,
+            allow_incomplete=True,
+            data=data,
         ) as opened:
             opened.run(opened.replayer(discard, check=check, drain=drain))
     except ExpectMismatch as e:
@@ -123,9 +145,10 @@ def _batch_differs(m: Mismatch) -> Failure | None:
     if not all(id_key(tid) in queued for tid in m.expected):
         return None
     missing, extra = ids_only_in(m.expected, [t.tid for t in m.got])
+    needs = frozenset(id_key(tid) for tid in m.expected)
     if missing or extra:
-        return Failure(m.line, ("check", _keys(missing), _keys(extra)))
-    return Failure(m.line, ("order", tuple(id_key(x) for x in m.expected)))
+        return Failure(m.line, ("check", _keys(missing), _keys(extra)), m.step, needs)
+    return Failure(m.line, ("order", tuple(id_key(x) for x in m.expected)), m.step, needs)
 
 
 def _step_differs(m: RequestMismatch) -> Failure | None:
@@ -140,12 +163,13 @@ def _step_differs(m: RequestMismatch) -> Failure | None:
     missing = tuple(sorted((k for k in want if k not in got), key=repr))
     extra = tuple(sorted((k for k in got if k not in want), key=repr))
     other = tuple(sorted((k for k in want if k in got and want[k] != got[k]), key=repr))
+    needs = frozenset(want)
     if missing or extra or other:
-        return Failure(m.line, ("check", missing, extra, other))
+        return Failure(m.line, ("check", missing, extra, other), m.step, needs)
     # The same slices, another field differing: a step's preemptions, or a split step's
     # update (which records what finished, and no batch).
     fields = sorted(k for k in {*m.expected, *m.got} if m.expected.get(k) != m.got.get(k))
-    return Failure(m.line, ("steps", tuple(want), tuple(fields)))
+    return Failure(m.line, ("steps", tuple(want), tuple(fields)), m.step, needs)
 
 
 def _broke(message: str) -> Failure:
@@ -155,9 +179,10 @@ def _broke(message: str) -> Failure:
     found = _CONTRACT.search(message)
     if found is None:  # the request level's message names no line
         return Failure(0, ("contract", *_stuck(_COUNT.sub("N", message))))
-    where, said = found.groups()
+    step, where, said = found.groups()
     line = int(where[5:]) if where.startswith("line ") and where[5:].isdigit() else 0
-    return Failure(line, ("contract", *_stuck(_COUNT.sub("N", _TASKS.sub("", said)))))
+    signature = ("contract", *_stuck(_COUNT.sub("N", _TASKS.sub("", said))))
+    return Failure(line, signature, int(step))
 
 
 # What a stall names first: "Stuck: request "r4" (kv_blocks: ...", "Stuck: task 3 (...".

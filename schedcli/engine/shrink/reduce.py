@@ -14,8 +14,18 @@ from typing import IO, Any
 
 from ...formats.interrupt import Stopped
 from ...model.errors import InputError
-from .candidates import Candidate, Lines, Ranges
+from ...model.task import id_key
+from .candidates import SMALL, Candidate, Lines, Ranges
 from .failures import Failure, Test, failure_test
+from .focus import Queue, queues_at, window, window_steps
+from .units import Keeping, free, units_of
+
+# The queue at some steps of a trace (``focus.queues_at``, its policy bound).
+Observe = Callable[[str, list[int]], dict[int, Queue] | None]
+
+
+# At most this many items, delta debugging tries each alone (``_Shrinker._singles``).
+FEW = 32
 
 
 class _OutOfTime(Exception):
@@ -31,8 +41,11 @@ class _Shrinker:
         test: Test,
         deadline: float | None,
         progress: Callable[[int, int], None],
+        observe: Observe | None = None,
     ) -> None:
         self.lines = lines
+        self.observe = observe
+        self.queued_sessions: set[Any] | None = None  # at the failing step, once known
         self.test = test
         self.path = os.path.join(lines.folder, "candidate.jsonl")
         self.tests = 0
@@ -41,11 +54,16 @@ class _Shrinker:
         self.signature: tuple[Any, ...] = ()
         self.best = Candidate(Ranges(()))
 
-    def run(self, candidate: Candidate) -> Failure | None:
-        self.tests += 1
+    def write(self, candidate: Candidate) -> None:
         with open(self.path, "wb", buffering=1 << 20) as f:
             candidate.write(self.lines, f)
-        return self.test(self.path)
+
+    def run(self, candidate: Candidate) -> Failure | None:
+        self.tests += 1
+        if len(candidate) <= SMALL:
+            return self.test(self.path, candidate.data(self.lines))
+        self.write(candidate)
+        return self.test(self.path, None)
 
     def fails(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` fails the same way; the smallest such is kept as ``best``."""
@@ -60,7 +78,11 @@ class _Shrinker:
 
     def ddmin(self, items: Any, rebuild: Callable[[Any], Candidate]) -> Any:
         """Remove chunks while what is left still fails; halve the chunks when none can go.
-        ``items``: anything sliced and added like a list (a list, an array, ``Ranges``)."""
+        ``items``: anything sliced and added like a list (a list, an array, ``Ranges``).
+        A few items are tried one at a time instead: what is left of a trace by then is
+        mostly needed, and chunks would fail in turn."""
+        if len(items) <= FEW:
+            return self._singles(items, rebuild)
         n = 2
         while len(items) >= 2:
             size = math.ceil(len(items) / n)
@@ -76,23 +98,120 @@ class _Shrinker:
                 n = min(n * 2, len(items))
         return items
 
-    def reduce(self, candidate: Candidate, keep_expects: bool) -> Candidate:
-        """Unless ``keep_expects``, the checks of batches other than the failing one
-        dropped (while the failure stays the same), then events, then tasks of groups."""
+    def _singles(self, items: Any, rebuild: Callable[[Any], Candidate]) -> Any:
+        """Each item dropped alone, last first, while what is left fails; again until a
+        round drops none (then no single item can go)."""
+        dropped = True
+        while dropped and len(items) >= 2:
+            dropped = False
+            for k in range(len(items) - 1, -1, -1):
+                rest = items[:k] + items[k + 1 :]
+                if rest and self.fails(rebuild(rest)):
+                    items, dropped = rest, True
+        return items
+
+    def reduce(self, candidate: Candidate, failure: Failure, keep_expects: bool) -> None:
+        """From the failing step back (``focus``), then by what the trace is made of:
+        the checks of other batches, sessions, whole steps, get_works, clears; then lines,
+        and the tasks of groups (lines once more if that let any go)."""
+        candidate = self.focus(candidate, failure, keep_expects)
         if not keep_expects:
-            stop = candidate.kept.spans[-1][1] if candidate.kept.spans else 0
-            expects = self.lines.expects
-            checked = expects[: bisect.bisect_left(expects, stop)]
-            whole = candidate
+            candidate = self._strip_expects(candidate)
+        # What the failing check expects is needed while it is the only check: with
+        # another, a candidate could fail the same way there instead.
+        needs = failure.needs if len(self._checks(candidate)) == 1 else frozenset()
+        found = units_of(candidate, self.lines, needs)
+        candidate = self._units(candidate, free(found.sessions, found.pinned), self.queued_sessions)
+        found = units_of(candidate, self.lines, needs)
+        candidate = self._units(candidate, free(found.windows, found.pinned))
+        found = units_of(candidate, self.lines, needs)
+        candidate = self._units(candidate, {i: (i,) for i in found.steps})
+        candidate = self._units(candidate, {i: (i,) for i in found.clears})
+        candidate = self._lines(candidate, units_of(candidate, self.lines, needs).pinned)
+        fewer = self._drop_tasks(candidate)
+        if fewer != candidate:
+            self._lines(fewer, units_of(fewer, self.lines, needs).pinned)
 
-            def keeping(kept_checks: Sequence[int]) -> Candidate:
-                chosen = set(kept_checks)
-                return replace(whole, stripped=array("q", (i for i in checked if i not in chosen)))
+    def focus(self, candidate: Candidate, failure: Failure, keep_expects: bool) -> Candidate:
+        """The smallest window before the failing step that fails the same way, trying
+        the nearest first (``focus.py``); ``candidate`` if none does or none can be made.
+        The observed replay counts as a test."""
+        if failure.step < 0 or self.observe is None:
+            return candidate
+        self.write(candidate)
+        self.tests += 1
+        steps = window_steps(failure.step)
+        seen = self.observe(self.path, steps)
+        if seen is None:
+            return candidate
+        header = 1 + (self.lines.header is not None)
+        if failure.step in seen:
+            self.queued_sessions = {id_key(sid) for _, _, sid in seen[failure.step].tasks}
+        if failure.line > 0:
+            end = failure.line - header
+        elif failure.step in seen:
+            end = seen[failure.step].line - header
+        else:
+            return candidate
+        for step in steps:
+            if step in seen:
+                smaller = window(self.lines, seen[step], end, keep_expects)
+                if smaller is None:
+                    return candidate
+                if len(smaller) < len(candidate) and self.fails(smaller):
+                    return smaller
+        return candidate
 
-            candidate = keeping(self.ddmin(checked, keeping))
-        with_expects = candidate
-        kept = self.ddmin(candidate.kept, lambda ix: replace(with_expects, kept=ix))
-        return self._drop_tasks(replace(candidate, kept=kept))
+    def _checks(self, candidate: Candidate) -> list[int]:
+        """The lines of ``candidate`` whose expect it keeps."""
+        expects, gone = self.lines.expects, set(candidate.stripped)
+        return [
+            i
+            for a, b in candidate.kept.spans
+            for i in expects[bisect.bisect_left(expects, a) : bisect.bisect_left(expects, b)]
+            if i not in gone
+        ]
+
+    def _strip_expects(self, candidate: Candidate) -> Candidate:
+        """The checks of batches other than the failing one dropped, while the failure
+        stays the same: all at once first."""
+        checked = self._checks(candidate)
+        whole, every = candidate, tuple(checked)
+
+        def keeping(kept_checks: Sequence[int]) -> Candidate:
+            chosen = set(kept_checks)
+            dropped = sorted({*whole.stripped, *(i for i in every if i not in chosen)})
+            return replace(whole, stripped=array("q", dropped))
+
+        if len(checked) > 1 and self.fails(keeping(checked[-1:])):
+            checked = checked[-1:]
+        return keeping(self.ddmin(checked, keeping))
+
+    def _units(
+        self,
+        candidate: Candidate,
+        units: Mapping[Any, Sequence[int]],
+        first: set[Any] | None = None,
+    ) -> Candidate:
+        """Units of the candidate dropped while it fails the same way: those not in
+        ``first`` all at once first, then by delta debugging."""
+        if not units:
+            return candidate
+        keeping = Keeping(candidate, self.lines, units)
+        keys = list(units)
+        if first is not None:
+            few = [k for k in keys if k in first]
+            if len(few) < len(keys) and self.fails(keeping(few)):
+                keys = few
+        return keeping(self.ddmin(keys, keeping))
+
+    def _lines(self, candidate: Candidate, pinned: set[int]) -> Candidate:
+        """Lines dropped by delta debugging; the ``pinned`` ones (of a small candidate)
+        are not tried."""
+        if pinned and len(candidate) <= SMALL:
+            return self._units(candidate, {i: (i,) for i in candidate.kept if i not in pinned})
+        kept = self.ddmin(candidate.kept, lambda ix: replace(candidate, kept=ix))
+        return replace(candidate, kept=kept)
 
     def _drop_tasks(self, candidate: Candidate) -> Candidate:
         groups = [
@@ -154,7 +273,13 @@ def shrink(
         lines.close()
         raise
     try:
-        return _shrink(lines, until, test, max_time, keep_expects, progress)
+        observe: Observe | None = None
+        if not until.startswith("cmd:"):
+
+            def observe(path: str, steps: list[int]) -> dict[int, Queue] | None:
+                return queues_at(path, policy, params, steps, drain)
+
+        return _shrink(lines, until, test, max_time, keep_expects, progress, observe)
     except BaseException:
         lines.close()
         raise
@@ -167,9 +292,10 @@ def _shrink(
     max_time: float | None,
     keep_expects: bool,
     progress: Callable[[int, int], None],
+    observe: Observe | None,
 ) -> Shrunk:
     deadline = None if max_time is None else time.monotonic() + max_time
-    shrinker = _Shrinker(lines, test, deadline, progress)
+    shrinker = _Shrinker(lines, test, deadline, progress, observe)
     candidate = Candidate(Ranges([(0, lines.count)] if lines.count else []))
     failure = shrinker.run(candidate)
     if failure is None:
@@ -186,7 +312,7 @@ def _shrink(
     before = lines.count + (lines.header is not None)
     result = Shrunk(lines, candidate, before, 0, failure.signature)
     try:
-        shrinker.reduce(candidate, keep_expects)
+        shrinker.reduce(candidate, failure, keep_expects)
     except _OutOfTime:
         result.out_of_time = True
     except Stopped as e:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, BinaryIO
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, BinaryIO, cast
 
 from ...model.errors import InputError
 from ..kinds import check_kind
@@ -194,9 +195,17 @@ def open_trace(
     on_error: Callable[[InputError], None] | None = None,
     on_wait: Callable[[], None] | None = None,
     follow: bool = False,
+    data: bytes | None = None,
 ) -> Iterator[TraceReader]:
+    """The trace at ``path`` opened for one pass; ``data``: its bytes, held in memory
+    (``path`` then only names it)."""
     name = name or display_name(path)
-    with open_binary(path, name, on_wait=on_wait, follow=follow) as stream:
+    opened: AbstractContextManager[BinaryIO] = (
+        nullcontext(cast(BinaryIO, io.BytesIO(data)))
+        if data is not None
+        else open_binary(path, name, on_wait=on_wait, follow=follow)
+    )
+    with opened as stream:
         reader = TraceReader(stream, name, max_line_bytes=max_line_bytes, on_error=on_error)
         raw = getattr(stream, "fileobj", stream)
         reader.position = raw.tell

@@ -1,0 +1,303 @@
+"""Shrinking by what a trace is made of: from the failing step back (windows), then
+sessions, steps and clears, then lines and the tasks of groups."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from schedcli.engine.shrink import failure_test, shrink
+from schedcli.engine.shrink.candidates import Candidate, Lines, Ranges
+from schedcli.engine.shrink.units import Keeping, units_of
+from tests.helpers import REQUEST_HEADER, run_in_process, write_lines
+
+Event = dict[str, Any]
+PARAMS = {
+    "fair": {"max_batch_tokens": 300},
+    "decode-first": {"max_batch_tokens": 300, "max_prefill_chunk_size": 256},
+    "fcfs": {"max_batch_tokens": 300, "max_num_seqs": 6},
+}
+
+
+def traffic(rng: random.Random, steps: int, cancels: bool = True) -> list[Event]:
+    """A runner's explicit call log: prompts as chunk groups (a group may hold two
+    sessions' prompts), a decode a step for each live session, the odd cancel."""
+    events: list[Event] = []
+    tid = sid = 0
+    live: dict[int, int] = {}
+    for _ in range(steps):
+        for _ in range(rng.randint(0, 2)):
+            chunks = []
+            for _ in range(rng.choice([1, 1, 1, 2])):
+                sid += 1
+                for pos in range(0, rng.randint(10, 400), 256):
+                    tid += 1
+                    size = rng.randint(1, 256)
+                    chunks.append({"tid": tid, "sid": sid, "kind": "prefill", "size": size,
+                                   "position": pos})  # fmt: skip
+                live[sid] = rng.randint(1, 8)
+            events.append({"op": "submit", "tasks": chunks})
+        for s in sorted(live):
+            tid += 1
+            events.append({"op": "submit", "tid": tid, "sid": s, "kind": "decode", "size": 1})
+            live[s] -= 1
+            if not live[s]:
+                del live[s]
+        if cancels and live and rng.random() < 0.1:
+            victim = rng.choice(sorted(live))
+            events.append({"op": "cancel", "sid": victim})
+            del live[victim]
+        events.append({"op": "get_work"})
+    return events
+
+
+def recorded(folder: Path, policy: str, events: list[Event]) -> tuple[list[Event], list[list[Any]]]:
+    """The events with every get_work's expect what ``policy`` dispatched (a recording),
+    and the batches."""
+    header = {"schedcli": 1, "policy": policy, "params": PARAMS[policy]}
+    path = write_lines(folder / "plain.jsonl", [header, *events])
+    dump = run_in_process("replay", str(path), "-f", "jsonl")
+    assert dump.returncode == 0, dump.stderr
+    batches = [
+        [e["tid"] for e in r["batch"]]
+        for r in map(orjson.loads, dump.stdout.splitlines())
+        if "batch" in r
+    ]
+    steps = iter(batches)
+    out = [{**e, "expect": next(steps)} if e["op"] == "get_work" else e for e in events]
+    return [header, *out], batches
+
+
+def planted(folder: Path, policy: str, events: list[Event], at: float) -> Path | None:
+    """A recording whose expect at fraction ``at`` of its steps leaves out the last task
+    of the batch (None where no batch from there on holds two)."""
+    lines, batches = recorded(folder, policy, events)
+    get_works = [i for i, e in enumerate(lines) if e.get("op") == "get_work"]
+    step = int(len(get_works) * at)
+    while step < len(batches) and len(batches[step]) < 2:
+        step += 1
+    if step >= len(batches):
+        return None
+    lines[get_works[step]] = {"op": "get_work", "expect": batches[step][:-1]}
+    return write_lines(folder / "trace.jsonl", lines)
+
+
+def events_of(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines()
+
+
+def fails_like(path: Path, signature: tuple[Any, ...], until: str = "check") -> bool:
+    failure = failure_test(until, None, {})(str(path), None)
+    return failure is not None and failure.signature == signature
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(sorted(PARAMS)),
+    st.integers(0, 2**32 - 1),
+    st.integers(4, 40),
+    st.floats(0.1, 0.95),
+)
+def test_a_shrunk_trace_fails_the_same_way_and_no_single_event_can_go(
+    policy: str, seed: int, steps: int, at: float
+) -> None:
+    """Over generated recordings with one wrong expect: the result reproduces the
+    signature, through shrink's test and through ``replay --check`` (a second path),
+    and dropping any one of its events (a group, a decode, a cancel, a get_work) loses it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        trace = planted(folder, policy, traffic(random.Random(seed), steps), at)
+        assume(trace is not None)
+        assert trace is not None
+        shrunk = shrink(str(trace), "check", None, {})
+        out = folder / "small.jsonl"
+        try:
+            with out.open("wb") as f:
+                shrunk.write(f)
+        finally:
+            shrunk.lines.close()
+        assert fails_like(out, shrunk.signature)
+        assert run_in_process("replay", str(out), "--check").returncode == 1
+        header, *events = events_of(out)
+        for k in range(len(events)):
+            fewer = folder / "fewer.jsonl"
+            fewer.write_bytes(b"\n".join([header, *events[:k], *events[k + 1 :]]) + b"\n")
+            assert not fails_like(fewer, shrunk.signature), f"event {k + 2} could go"
+
+
+def test_a_cause_in_the_middle_of_a_fair_recording_takes_tens_of_replays(
+    tmp_path: Path,
+) -> None:
+    """Regression (#44): a fair recording with an expect on every batch and one wrong at
+    its middle took thousands of replays (every candidate a cut of the history, every
+    cut changing fair's counters). The window at the failing step, and those doubling
+    back from it, find it in tens."""
+    trace = planted(tmp_path, "fair", traffic(random.Random(44), 600, cancels=False), 0.5)
+    assert trace is not None
+    shrunk = shrink(str(trace), "check", None, {})
+    shrunk.lines.close()
+    assert shrunk.count <= 30
+    assert shrunk.tests <= 150, shrunk.tests
+
+
+def test_a_failing_step_that_needs_history_is_found_from_a_window_further_back(
+    tmp_path: Path,
+) -> None:
+    """fair serves the session with the lowest counter: which of two chunks a batch takes
+    depends on what each session was served before. The window at the failing step
+    alone (counters reset) takes the other chunk, so the shrunk trace keeps the step
+    that charged the other session's counter."""
+    params = {"max_batch_tokens": 201, "max_prefill_chunk_size": 200}
+    header = {"schedcli": 1, "policy": "fair", "params": params}
+    chunk = {"kind": "prefill", "size": 100}
+    lines: list[Event] = [header]
+    for i in range(8):  # history that plays no part: sessions served and gone
+        lines += [{"op": "submit", "tid": 100 + i, "sid": f"z{i}", **chunk}, {"op": "get_work"}]
+    lines += [
+        {"op": "submit", "tasks": [{"tid": 1, "sid": "a", **chunk},
+                                   {"tid": 2, "sid": "a", **chunk}]},
+        {"op": "submit", "tasks": [{"tid": 3, "sid": "b", **chunk},
+                                   {"tid": 4, "sid": "b", **chunk}]},
+        {"op": "submit", "tid": 5, "sid": "c", "kind": "prefill", "size": 100},
+        {"op": "get_work", "expect": [1, 3]},  # c sits out: 200 of 201 tokens spent
+        {"op": "submit", "tid": 6, "sid": "d", "kind": "decode", "size": 1},
+        {"op": "get_work", "expect": [5, 6]},  # c's counter is lowest; a's chunk 2 fits too
+    ]  # fmt: skip
+    trace = write_lines(tmp_path / "t.jsonl", lines)
+    assert run_in_process("replay", str(trace), "--check").returncode == 1
+    shrunk = shrink(str(trace), "check", None, {})
+    out = tmp_path / "small.jsonl"
+    with out.open("wb") as f:
+        shrunk.write(f)
+    shrunk.lines.close()
+    assert fails_like(out, shrunk.signature)
+    kept = [orjson.loads(x) for x in events_of(out)]
+    assert {"op": "get_work"} in kept, "the earlier step is needed, its expect dropped"
+    assert not any(str(e.get("sid", "")).startswith("z") for e in kept)
+
+
+def test_a_group_partly_dispatched_before_the_window_is_cut_to_its_queued_tasks(
+    tmp_path: Path,
+) -> None:
+    """A prompt's first chunk ran before the failing step and its second is queued there:
+    the window keeps the group with the second chunk only."""
+    header = {"schedcli": 1, "policy": "fcfs", "params": {"max_batch_tokens": 256}}
+    big = {"kind": "prefill", "size": 200}
+    lines: list[Event] = [header]
+    for i in range(30):  # history that plays no part
+        lines += [{"op": "submit", "tid": 100 + i, "sid": 100 + i, "kind": "decode", "size": 1},
+                  {"op": "get_work"}]  # fmt: skip
+    lines += [
+        {"op": "submit", "tasks": [{"tid": 1, "sid": 1, **big}, {"tid": 2, "sid": 1, **big}]},
+        {"op": "get_work"},  # [1]: 2 does not fit
+        {"op": "submit", "tid": 3, "sid": 2, "kind": "decode", "size": 1},
+        {"op": "get_work", "expect": [2]},  # [2, 3]
+    ]
+    trace = write_lines(tmp_path / "t.jsonl", lines)
+    shrunk = shrink(str(trace), "check", None, {})
+    out = tmp_path / "small.jsonl"
+    with out.open("wb") as f:
+        shrunk.write(f)
+    shrunk.lines.close()
+    kept = [orjson.loads(x) for x in events_of(out)[1:]]
+    assert kept[0] == {"op": "submit", "tasks": [{"tid": 2, "sid": 1, **big}]}
+    assert fails_like(out, shrunk.signature)
+    assert shrunk.tests <= 15, shrunk.tests
+
+
+def test_a_request_level_trace_loses_the_requests_that_play_no_part(tmp_path: Path) -> None:
+    """Requests are units as sessions are: fifty that finish before the failing step go
+    while the step still differs from its recording."""
+    lines: list[Event] = [REQUEST_HEADER]
+    for i in range(50):
+        lines.append({"op": "arrive", "rid": f"r{i}", "prompt_tokens": 4, "max_tokens": 1})
+        lines.append({"op": "step"})
+        lines.append({"op": "step"})
+    lines.append({"op": "arrive", "rid": "x", "prompt_tokens": 4, "max_tokens": 3})
+    lines.append({"op": "step", "expect": {"batch": [["x", 5]]}})
+    trace = write_lines(tmp_path / "r.jsonl", lines)
+    assert run_in_process("replay", str(trace), "--check").returncode == 1
+    shrunk = shrink(str(trace), "check", None, {})
+    out = tmp_path / "small.jsonl"
+    with out.open("wb") as f:
+        shrunk.write(f)
+    shrunk.lines.close()
+    kept = [orjson.loads(x) for x in events_of(out)[1:]]
+    assert [e.get("rid") for e in kept if e["op"] == "arrive"] == ["x"]
+    assert fails_like(out, shrunk.signature)
+
+
+@given(st.data())
+def test_keeping_units_keeps_every_line_outside_them_and_the_chosen_units(
+    data: st.DataObject,
+) -> None:
+    """Whatever the candidate and the units: a candidate built from chosen units holds
+    exactly the kept lines outside every unit, and the chosen units' lines."""
+    events = data.draw(
+        st.lists(
+            st.one_of(
+                st.builds(
+                    lambda s: {"op": "submit", "tid": 1, "sid": s, "kind": "decode", "size": 1},
+                    st.integers(0, 4),
+                ),
+                st.builds(lambda s: {"op": "cancel", "sid": s}, st.integers(0, 4)),
+                st.just({"op": "get_work"}),
+                st.just({"op": "clear"}),
+            ),
+            min_size=1,
+            max_size=30,
+        )
+    )
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(events)), max_size=8))))
+    kept = Ranges([(a, b) for a, b in zip(cuts[::2], cuts[1::2], strict=False) if a < b])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_lines(Path(tmp) / "t.jsonl", events)
+        lines = Lines(str(path))
+        try:
+            found = units_of(Candidate(kept), lines)
+            sessions = dict(found.sessions)
+            keys = sorted(sessions, key=repr)
+            chosen = data.draw(st.sets(st.sampled_from(keys))) if keys else set()
+            built = Keeping(Candidate(kept), lines, sessions)(chosen)
+        finally:
+            lines.close()
+    in_units = {i for unit in sessions.values() for i in unit}
+    want = [i for i in kept if i not in in_units or any(i in sessions[k] for k in chosen)]
+    assert list(built.kept) == want
+    for i in kept:
+        e = events[i]
+        assert (i in in_units) == (e["op"] in ("submit", "cancel"))
+        assert (i in found.steps) == (e["op"] == "get_work")
+        assert (i in found.clears) == (e["op"] == "clear")
+
+
+def test_a_contract_break_late_in_a_long_call_log_is_shrunk_from_its_step(
+    tmp_path: Path,
+) -> None:
+    """The step a contract message names is where shrinking starts: the window before it
+    holds the one task that breaks the policy, whatever came before."""
+    lines: list[Event] = []
+    for i in range(400):
+        lines.append({"op": "submit", "tid": i, "sid": i % 7, "kind": "decode", "size": 1})
+        if i == 300:
+            lines.append({"op": "submit", "tid": "x", "sid": "odd", "kind": "decode", "size": 1})
+        lines.append({"op": "get_work"})
+    trace = write_lines(tmp_path / "t.jsonl", lines)
+    plugin = "tests.plugin_policies:DoublesTheOdd"
+    assert run_in_process("replay", str(trace), "-p", plugin).returncode == 3
+    shrunk = shrink(str(trace), "contract", plugin, {})
+    out = tmp_path / "small.jsonl"
+    with out.open("wb") as f:
+        shrunk.write(f)
+    shrunk.lines.close()
+    # Without a get_work the trace is plain: drained at its end, where the policy breaks.
+    assert [orjson.loads(x) for x in events_of(out)] == [
+        {"op": "submit", "tid": "x", "sid": "odd", "kind": "decode", "size": 1},
+    ]
+    assert shrunk.tests <= 12, shrunk.tests
