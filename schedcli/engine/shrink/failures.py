@@ -34,6 +34,8 @@ class Failure:
     # What any trace failing this way submits (by id_key): the tids the failing batch
     # expects, the requests the failing step expects.
     needs: frozenset[Any] = frozenset()
+    # The sessions (at the request level, requests) queued at the failing step, if known.
+    present: frozenset[Any] = frozenset()
 
 
 # A candidate's test: its path, and its bytes where it is held in memory (a test that
@@ -146,9 +148,12 @@ def _batch_differs(m: Mismatch) -> Failure | None:
         return None
     missing, extra = ids_only_in(m.expected, [t.tid for t in m.got])
     needs = frozenset(id_key(tid) for tid in m.expected)
+    present = frozenset(id_key(t.sid) for t in (*m.queued.values(), *m.got))
     if missing or extra:
-        return Failure(m.line, ("check", _keys(missing), _keys(extra)), m.step, needs)
-    return Failure(m.line, ("order", tuple(id_key(x) for x in m.expected)), m.step, needs)
+        signature: tuple[Any, ...] = ("check", _keys(missing), _keys(extra))
+    else:
+        signature = ("order", tuple(id_key(x) for x in m.expected))
+    return Failure(m.line, signature, m.step, needs, present)
 
 
 def _step_differs(m: RequestMismatch) -> Failure | None:
@@ -163,13 +168,13 @@ def _step_differs(m: RequestMismatch) -> Failure | None:
     missing = tuple(sorted((k for k in want if k not in got), key=repr))
     extra = tuple(sorted((k for k in got if k not in want), key=repr))
     other = tuple(sorted((k for k in want if k in got and want[k] != got[k]), key=repr))
-    needs = frozenset(want)
+    needs, present = frozenset(want), frozenset(held)
     if missing or extra or other:
-        return Failure(m.line, ("check", missing, extra, other), m.step, needs)
+        return Failure(m.line, ("check", missing, extra, other), m.step, needs, present)
     # The same slices, another field differing: a step's preemptions, or a split step's
     # update (which records what finished, and no batch).
     fields = sorted(k for k in {*m.expected, *m.got} if m.expected.get(k) != m.got.get(k))
-    return Failure(m.line, ("steps", tuple(want), tuple(fields)), m.step, needs)
+    return Failure(m.line, ("steps", tuple(want), tuple(fields)), m.step, needs, present)
 
 
 def _broke(message: str) -> Failure:

@@ -26,6 +26,9 @@ Observe = Callable[[str, list[int]], dict[int, Queue] | None]
 
 # At most this many items, delta debugging tries each alone (``_Shrinker._singles``).
 FEW = 32
+# Lines, once sessions and steps are cut, are tried one at a time up to this many: few of
+# those left can go, and they go one by one (a stateful policy's schedule shifts with each).
+FEW_LINES = 512
 
 
 class _OutOfTime(Exception):
@@ -76,12 +79,12 @@ class _Shrinker:
         self.progress(self.tests, len(self.best))
         return same
 
-    def ddmin(self, items: Any, rebuild: Callable[[Any], Candidate]) -> Any:
+    def ddmin(self, items: Any, rebuild: Callable[[Any], Candidate], few: int = 0) -> Any:
         """Remove chunks while what is left still fails; halve the chunks when none can go.
         ``items``: anything sliced and added like a list (a list, an array, ``Ranges``).
-        A few items are tried one at a time instead: what is left of a trace by then is
-        mostly needed, and chunks would fail in turn."""
-        if len(items) <= FEW:
+        At most ``few`` items (``FEW`` unless given) are tried one at a time instead: what
+        is left of a trace by then is mostly needed, and chunks would fail in turn."""
+        if len(items) <= (few or FEW):
             return self._singles(items, rebuild)
         n = 2
         while len(items) >= 2:
@@ -99,21 +102,24 @@ class _Shrinker:
         return items
 
     def _singles(self, items: Any, rebuild: Callable[[Any], Candidate]) -> Any:
-        """Each item dropped alone, last first, while what is left fails; again until a
-        round drops none (then no single item can go)."""
+        """Each item dropped alone, first to last, while what is left fails; again until
+        a round drops none (then no single item can go)."""
         dropped = True
         while dropped and len(items) >= 2:
-            dropped = False
-            for k in range(len(items) - 1, -1, -1):
+            dropped, k = False, 0
+            while k < len(items):
                 rest = items[:k] + items[k + 1 :]
                 if rest and self.fails(rebuild(rest)):
                     items, dropped = rest, True
+                else:
+                    k += 1
         return items
 
     def reduce(self, candidate: Candidate, failure: Failure, keep_expects: bool) -> None:
         """From the failing step back (``focus``), then by what the trace is made of:
         the checks of other batches, sessions, whole steps, get_works, clears; then lines,
         and the tasks of groups (lines once more if that let any go)."""
+        self.queued_sessions = set(failure.present) or None
         candidate = self.focus(candidate, failure, keep_expects)
         if not keep_expects:
             candidate = self._strip_expects(candidate)
@@ -192,6 +198,7 @@ class _Shrinker:
         candidate: Candidate,
         units: Mapping[Any, Sequence[int]],
         first: set[Any] | None = None,
+        few: int = 0,
     ) -> Candidate:
         """Units of the candidate dropped while it fails the same way: those not in
         ``first`` all at once first, then by delta debugging."""
@@ -200,17 +207,21 @@ class _Shrinker:
         keeping = Keeping(candidate, self.lines, units)
         keys = list(units)
         if first is not None:
-            few = [k for k in keys if k in first]
-            if len(few) < len(keys) and self.fails(keeping(few)):
-                keys = few
-        return keeping(self.ddmin(keys, keeping))
+            present = [k for k in keys if k in first]
+            if len(present) < len(keys) and self.fails(keeping(present)):
+                keys = present
+        return keeping(self.ddmin(keys, keeping, few))
 
     def _lines(self, candidate: Candidate, pinned: set[int]) -> Candidate:
         """Lines dropped by delta debugging; the ``pinned`` ones (of a small candidate)
         are not tried."""
         if pinned and len(candidate) <= SMALL:
-            return self._units(candidate, {i: (i,) for i in candidate.kept if i not in pinned})
-        kept = self.ddmin(candidate.kept, lambda ix: replace(candidate, kept=ix))
+            lines = {i: (i,) for i in candidate.kept if i not in pinned}
+            candidate = self._units(candidate, lines, few=FEW_LINES)
+            lines = {i: (i,) for i in candidate.kept if i not in pinned}
+            return self._units(candidate, lines)
+        kept = self.ddmin(candidate.kept, lambda ix: replace(candidate, kept=ix), FEW_LINES)
+        kept = self.ddmin(kept, lambda ix: replace(candidate, kept=ix))
         return replace(candidate, kept=kept)
 
     def _drop_tasks(self, candidate: Candidate) -> Candidate:
