@@ -6,7 +6,7 @@ of a replay that may run two million steps to reach the one asked about.
 
 from __future__ import annotations
 
-from ..model.task import Id, Task
+from ..model.task import Task
 from .replay import Replayer
 
 
@@ -59,41 +59,17 @@ class Origins:
         return engine.current_line
 
 
-class Queues:
-    """The queue get_work saw at each of ``steps``: per step, the get_work's line and each
-    queued task's submit line, tid and sid, in submission order; ``Reached`` is raised
-    after the last of them. (Shrinking starts there: ``shrink/focus.py``.)"""
+class Queues(Origins):
+    """The queue get_work saw at each of ``wanted`` steps (per step: the get_work's line
+    and the queue as ``Origins.queued`` holds it); ``Reached`` is raised after the last of
+    them. (Shrinking starts there: ``shrink/focus.py``.)"""
 
-    def __init__(self, steps: set[int]) -> None:
-        self.steps = steps
-        self.last = max(steps)
-        self.engine: Replayer | None = None  # set once the engine is made
-        self.queued: dict[int, tuple[int, Id, Id]] = {}  # by object id: queued tasks live
-        self.seen: dict[int, tuple[int, list[tuple[int, Id, Id]]]] = {}
-
-    def accepted(self, tasks: list[Task], step: int) -> None:
-        engine = self.engine
-        assert engine is not None
-        line = engine.current_line
-        queued = self.queued
-        for t in tasks:
-            queued[id(t)] = (line, t.tid, t.sid)
+    def __init__(self, wanted: set[int]) -> None:
+        super().__init__(max(wanted))
+        self.wanted = wanted
+        self.seen: dict[int, tuple[int, list[tuple[Task, int, int]]]] = {}
 
     def dispatched(self, batch: list[Task], step: int) -> None:
-        if step in self.steps:
-            engine = self.engine
-            assert engine is not None
-            self.seen[step] = (engine.current_line, list(self.queued.values()))
-            if step == self.last:
-                raise Reached
-        queued = self.queued
-        for t in batch:
-            queued.pop(id(t), None)
-
-    def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
-        pass  # never queued
-
-    def dropped(self, tasks: list[Task], step: int) -> None:
-        queued = self.queued
-        for t in tasks:
-            queued.pop(id(t), None)
+        if step in self.wanted:
+            self.seen[step] = (self._line(), list(self.queued.values()))
+        super().dispatched(batch, step)

@@ -12,7 +12,7 @@ import orjson
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from schedcli.engine.shrink import failure_test, shrink
+from schedcli.engine.shrink import Shrunk, failure_test, shrink
 from schedcli.engine.shrink.candidates import Candidate, Lines, Ranges
 from schedcli.engine.shrink.units import Keeping, units_of
 from tests.helpers import REQUEST_HEADER, run_in_process, write_lines
@@ -103,6 +103,19 @@ def events_of(path: Path) -> list[bytes]:
     return path.read_bytes().splitlines()
 
 
+def shrunk_to(
+    trace: Path, out: Path, until: str = "check", policy: str | None = None
+) -> tuple[Shrunk, Path]:
+    """``trace`` shrunk in this process, the result written to ``out``."""
+    shrunk = shrink(str(trace), until, policy, {})
+    try:
+        with out.open("wb") as f:
+            shrunk.write(f)
+    finally:
+        shrunk.lines.close()
+    return shrunk, out
+
+
 def fails_like(path: Path, signature: tuple[Any, ...], until: str = "check") -> bool:
     failure = failure_test(until, None, {})(str(path), None)
     return failure is not None and failure.signature == signature
@@ -126,13 +139,7 @@ def test_a_shrunk_trace_fails_the_same_way_and_no_single_event_can_go(
         trace = planted(folder, policy, traffic(random.Random(seed), steps), at)
         assume(trace is not None)
         assert trace is not None
-        shrunk = shrink(str(trace), "check", None, {})
-        out = folder / "small.jsonl"
-        try:
-            with out.open("wb") as f:
-                shrunk.write(f)
-        finally:
-            shrunk.lines.close()
+        shrunk, out = shrunk_to(trace, folder / "small.jsonl")
         assert fails_like(out, shrunk.signature)
         assert run_in_process("replay", str(out), "--check").returncode == 1
         header, *events = events_of(out)
@@ -153,11 +160,7 @@ def test_a_cause_in_the_middle_of_a_fair_recording_takes_tens_of_replays(
     events = traffic(random.Random(44), 300, cancels=False, busy=True)
     trace = planted(tmp_path, "fair", events, 0.5, {"max_batch_tokens": 544})
     assert trace is not None
-    shrunk = shrink(str(trace), "check", None, {})
-    out = tmp_path / "small.jsonl"
-    with out.open("wb") as f:
-        shrunk.write(f)
-    shrunk.lines.close()
+    shrunk, out = shrunk_to(trace, tmp_path / "small.jsonl")
     expect = orjson.loads(events_of(out)[-1])["expect"]
     assert shrunk.count == len(expect) + 3  # the header, one submit more, the get_work
     assert shrunk.tests <= 100, shrunk.tests
@@ -188,11 +191,7 @@ def test_a_failing_step_that_needs_history_is_found_from_a_window_further_back(
     ]  # fmt: skip
     trace = write_lines(tmp_path / "t.jsonl", lines)
     assert run_in_process("replay", str(trace), "--check").returncode == 1
-    shrunk = shrink(str(trace), "check", None, {})
-    out = tmp_path / "small.jsonl"
-    with out.open("wb") as f:
-        shrunk.write(f)
-    shrunk.lines.close()
+    shrunk, out = shrunk_to(trace, tmp_path / "small.jsonl")
     assert fails_like(out, shrunk.signature)
     kept = [orjson.loads(x) for x in events_of(out)]
     assert {"op": "get_work"} in kept, "the earlier step is needed, its expect dropped"
@@ -217,11 +216,7 @@ def test_a_group_partly_dispatched_before_the_window_is_cut_to_its_queued_tasks(
         {"op": "get_work", "expect": [2]},  # [2, 3]
     ]
     trace = write_lines(tmp_path / "t.jsonl", lines)
-    shrunk = shrink(str(trace), "check", None, {})
-    out = tmp_path / "small.jsonl"
-    with out.open("wb") as f:
-        shrunk.write(f)
-    shrunk.lines.close()
+    shrunk, out = shrunk_to(trace, tmp_path / "small.jsonl")
     kept = [orjson.loads(x) for x in events_of(out)[1:]]
     assert kept[0] == {"op": "submit", "tasks": [{"tid": 2, "sid": 1, **big}]}
     assert fails_like(out, shrunk.signature)
@@ -241,11 +236,7 @@ def test_a_request_level_trace_loses_the_requests_that_play_no_part(tmp_path: Pa
     lines.append({"op": "step", "expect": {"batch": [["x", 5]]}})
     trace = write_lines(tmp_path / "r.jsonl", lines)
     assert run_in_process("replay", str(trace), "--check").returncode == 1
-    shrunk = shrink(str(trace), "check", None, {})
-    out = tmp_path / "small.jsonl"
-    with out.open("wb") as f:
-        shrunk.write(f)
-    shrunk.lines.close()
+    shrunk, out = shrunk_to(trace, tmp_path / "small.jsonl")
     kept = [orjson.loads(x) for x in events_of(out)[1:]]
     assert [e.get("rid") for e in kept if e["op"] == "arrive"] == ["x"]
     assert fails_like(out, shrunk.signature)
@@ -310,11 +301,7 @@ def test_a_contract_break_late_in_a_long_call_log_is_shrunk_from_its_step(
     trace = write_lines(tmp_path / "t.jsonl", lines)
     plugin = "tests.plugin_policies:DoublesTheOdd"
     assert run_in_process("replay", str(trace), "-p", plugin).returncode == 3
-    shrunk = shrink(str(trace), "contract", plugin, {})
-    out = tmp_path / "small.jsonl"
-    with out.open("wb") as f:
-        shrunk.write(f)
-    shrunk.lines.close()
+    shrunk, out = shrunk_to(trace, tmp_path / "small.jsonl", "contract", plugin)
     # Without a get_work the trace is plain: drained at its end, where the policy breaks.
     assert [orjson.loads(x) for x in events_of(out)] == [
         {"op": "submit", "tid": "x", "sid": "odd", "kind": "decode", "size": 1},

@@ -67,7 +67,10 @@ def queues_at(
             opened.run(engine)
     except (Reached, SchedcliError):
         pass
-    return {step: Queue(line, tuple(tasks)) for step, (line, tasks) in observer.seen.items()}
+    return {
+        step: Queue(line, tuple((at, t.tid, t.sid) for t, at, _ in tasks))
+        for step, (line, tasks) in observer.seen.items()
+    }
 
 
 def window(lines: Lines, queue: Queue, end: int, keep_expects: bool) -> Candidate | None:
