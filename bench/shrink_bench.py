@@ -12,6 +12,8 @@ The shapes (generated, deterministic):
 
 For each: shrink's CPU / replay's CPU (target <= 10), the replays shrink tried, the lines
 kept (target <= 30: the cause is one task), and shrink's peak RSS / replay's (target <= 4).
+Then, in this process, the CPU one small candidate costs (the fair shape's result, tried
+1,000 times), replayed from memory and written to a file first.
 Every command is a subprocess, measured on its own (``bench/measure.py``); replay is the
 best of ``--repeat`` runs of ``replay -f jsonl -o /dev/null`` (with ``--check`` where the
 recording has expects) on the trace as it was recorded, before the wrong expect.
@@ -24,6 +26,7 @@ import random
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -153,6 +156,38 @@ def bench(name: str, folder: Path, repeat: int) -> bool:
     return cpu <= 10 and kept <= 30 and memory <= 4
 
 
+def per_candidate(path: Path, small: Path) -> None:
+    """One small candidate (``small``'s lines, found in ``path``) tried again and again:
+    CPU per try, replayed from memory and written to a file first."""
+    from schedcli.engine.shrink import reduce
+    from schedcli.engine.shrink.candidates import Candidate, Lines, Ranges
+    from schedcli.engine.shrink.failures import failure_test
+
+    lines = Lines(str(path))
+    try:
+        with open(lines.path, "rb") as f:
+            index = {raw.rstrip(b"\n"): i for i, raw in enumerate(f)}
+        kept = Ranges.of(sorted(index[orjson.dumps(orjson.loads(raw))]
+                                for raw in small.read_bytes().splitlines()[1:]))  # fmt: skip
+        shrinker = reduce._Shrinker(lines, failure_test("check", None, {}), None, lambda *_: None)
+        took = {}
+        for label, limit in (("memory", reduce.SMALL), ("file", 0)):
+            saved, reduce.SMALL = reduce.SMALL, limit
+            try:
+                start = time.process_time()
+                for _ in range(1000):
+                    shrinker.run(Candidate(kept))
+                took[label] = (time.process_time() - start) / 1000
+            finally:
+                reduce.SMALL = saved
+    finally:
+        lines.close()
+    print(
+        f"a {len(kept)}-line candidate: {took['memory'] * 1e3:.3f} ms CPU from memory, "
+        f"{took['file'] * 1e3:.3f} ms through a file (ratio {took['file'] / took['memory']:.2f})"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="default: all")
@@ -166,6 +201,8 @@ def main() -> None:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         met = [bench(name, folder, args.repeat) for name in args.shape or SHAPES]
+        if "fair-100k" in (args.shape or SHAPES):
+            per_candidate(folder / "fair-100k.jsonl", folder / "fair-100k.small.jsonl")
     print(f"all targets met in this run: {'yes' if all(met) else 'NO'}")
 
 
