@@ -251,3 +251,31 @@ def test_isinstance_answers_each_policy_class_for_itself() -> None:
     assert not isinstance(toy, Scheduler) and not isinstance(toy, QueueScheduler)
     for cls in (*BUILTIN_POLICIES.values(), RecordingScheduler):
         assert issubclass(cls, Scheduler) and not issubclass(RequestScheduler, cls)
+
+
+@pytest.mark.usefixtures("compiled")
+def test_compiled_and_pure_python_shrink_to_the_same_trace_in_the_same_replays(
+    tmp_path: Path,
+) -> None:
+    """Shrinking cuts by what the replay says at each candidate: both cores say the same,
+    so they try the same candidates and write the same bytes."""
+    import random
+    import re
+
+    from tests.commands.test_shrink_structure import planted, traffic
+
+    commands = []
+    for i, policy in enumerate(["decode-first", "fair", "fcfs"]):
+        folder = tmp_path / policy
+        folder.mkdir()
+        trace = planted(folder, policy, traffic(random.Random(i), 30), 0.6)
+        assert trace is not None
+        commands.append(["shrink", str(trace), "--until", "check", "-o", "-"])
+    fast = run_everything(commands, pure=False, cwd=ROOT)
+    slow = run_everything(commands, pure=True, cwd=ROOT)
+    assert fast.pop("core") == "compiled" and str(slow.pop("core")).startswith("pure Python")
+    for argv in fast:
+        (code, out, err), (code_2, out_2, err_2) = fast[argv], slow[argv]  # type: ignore[misc]
+        assert code == code_2 == 0 and out == out_2 and out
+        replays = re.compile(r"\((\d+) replays\)")
+        assert replays.findall(err) == replays.findall(err_2) != []
