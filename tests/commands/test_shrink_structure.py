@@ -307,3 +307,23 @@ def test_a_contract_break_late_in_a_long_call_log_is_shrunk_from_its_step(
         {"op": "submit", "tid": "x", "sid": "odd", "kind": "decode", "size": 1},
     ]
     assert shrunk.tests <= 12, shrunk.tests
+
+
+def test_a_break_in_the_drain_after_the_last_event_shrinks_without_windows(
+    tmp_path: Path,
+) -> None:
+    """``--drain``: the step that breaks comes after the trace's last line, so it has no
+    get_work line to cut a window at; the passes after it still shrink the trace."""
+    lines: list[Event] = []
+    for i in range(40):
+        lines.append({"op": "submit", "tid": i, "sid": i % 5, "kind": "decode", "size": 1})
+        lines.append({"op": "get_work"})
+    lines += [{"op": "submit", "tid": 100 + i, "sid": 9, "kind": "decode", "size": 1}
+              for i in range(3)]  # fmt: skip
+    lines.append({"op": "submit", "tid": "x", "sid": "odd", "kind": "decode", "size": 1})
+    trace = write_lines(tmp_path / "t.jsonl", lines)
+    plugin = "tests.plugin_policies:DoublesTheOdd"
+    assert run_in_process("replay", str(trace), "-p", plugin, "--drain").returncode == 3
+    shrunk = shrink(str(trace), "contract", plugin, {}, drain=True)
+    shrunk.lines.close()
+    assert shrunk.count == 1

@@ -79,6 +79,8 @@ def window(lines: Lines, queue: Queue, end: int, keep_expects: bool) -> Candidat
     the step's get_work on, their expects dropped but ``end``'s (unless ``keep_expects``).
     None where that line is no get_work (a stepped trace has no windows)."""
     first = queue.line - 1 - (lines.header is not None)
+    if first < 0:  # a step of the drain after the last event: no line of its own
+        return None
     queued: dict[int, set[tuple[type, Id]]] = {}
     for line, tid, _ in queue.tasks:
         queued.setdefault(line - 1 - (lines.header is not None), set()).add(id_key(tid))
