@@ -1,5 +1,6 @@
-"""Delta debugging over a trace's events, keeping the smallest candidate that fails with
-the original's signature."""
+"""The shrinking passes (windows, checks, sessions, steps, lines, groups) and the delta
+debugging under them, keeping the smallest candidate that fails with the original's
+signature."""
 
 from __future__ import annotations
 
