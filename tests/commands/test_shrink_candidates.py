@@ -160,3 +160,36 @@ def test_a_large_trace_is_copied_line_for_line_with_its_marks(tmp_path: Path) ->
         assert list(lines.expects) == [k for k, e in enumerate(events) if b"expect" in e]
     finally:
         lines.close()
+
+
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=50), st.data())
+def test_a_candidates_byte_bound_is_never_below_its_lines(
+    widths: list[int], data: st.DataObject
+) -> None:
+    """Whether a candidate is held in memory is decided from the marks alone: the bound is
+    at least the bytes its lines take, however long each line is."""
+    import tempfile
+
+    import orjson
+
+    from schedcli.engine.shrink import candidates
+    from schedcli.engine.shrink.candidates import Lines
+
+    events = [{"op": "clear", "meta": "x" * w} for w in widths]
+    raw = [orjson.dumps(e) + b"\n" for e in events]
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(events)), max_size=8))))
+    kept = Ranges([(a, b) for a, b in zip(cuts[::2], cuts[1::2], strict=False) if a < b])
+    saved, candidates.MARK = candidates.MARK, 4
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "t.jsonl"
+            path.write_bytes(b"".join(raw))
+            lines = Lines(str(path))
+            try:
+                bound = lines.bound(kept)
+            finally:
+                lines.close()
+    finally:
+        candidates.MARK = saved
+    assert bound >= sum(len(raw[i]) for i in kept)
+    assert bound <= len(b"".join(raw))

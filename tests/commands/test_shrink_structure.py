@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -327,3 +328,52 @@ def test_a_break_in_the_drain_after_the_last_event_shrinks_without_windows(
     shrunk = shrink(str(trace), "contract", plugin, {}, drain=True)
     shrunk.lines.close()
     assert shrunk.count == 1
+
+
+@pytest.mark.parametrize("policy", sorted(PARAMS))
+def test_candidates_held_in_memory_and_written_to_files_shrink_alike(
+    policy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two paths to each candidate's verdict: replayed from the bytes held in memory, or
+    written to a file and replayed from there. They try the same candidates and end on
+    the same trace."""
+    from schedcli.engine.shrink import reduce
+
+    trace = planted(tmp_path, policy, traffic(random.Random(3), 25), 0.6)
+    assert trace is not None
+    held, out_held = shrunk_to(trace, tmp_path / "held.jsonl")
+    monkeypatch.setattr(reduce, "HELD", -1)  # no candidate is small enough: files only
+    written, out_written = shrunk_to(trace, tmp_path / "written.jsonl")
+    assert out_held.read_bytes() == out_written.read_bytes()
+    assert held.tests == written.tests
+
+
+def test_what_is_held_in_memory_follows_its_byte_cap_not_the_lines_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of a few kilobytes each (a prompt's tokens, a long meta): a candidate of few
+    lines may still be large, so what is held for candidates replayed from memory is capped
+    in bytes (held whole, this 1.5 MB trace's cut would pass twice the cap), and the result
+    is the one without a cap."""
+    from schedcli.engine.shrink import candidates, reduce
+
+    trace = planted(tmp_path, "fcfs", traffic(random.Random(5), 60), 0.6)
+    assert trace is not None
+    header, *rest = events_of(trace)
+    fat = [orjson.dumps({**orjson.loads(x), "meta": "x" * 3000}) for x in rest]
+    trace.write_bytes(b"\n".join([header, *fat]) + b"\n")
+    _, free_out = shrunk_to(trace, tmp_path / "free.jsonl")
+    cap, most = 450_000, [0]  # two blocks of 64 such lines and some; the trace takes 1.5 MB
+    monkeypatch.setattr(reduce, "HELD", cap)
+    monkeypatch.setattr(candidates, "HELD", cap)
+    data = candidates.Candidate.data
+
+    def watched(self: candidates.Candidate, lines: candidates.Lines) -> bytes:
+        out = data(self, lines)
+        most[0] = max(most[0], lines.held_bytes)
+        return out
+
+    monkeypatch.setattr(candidates.Candidate, "data", watched)
+    _, capped_out = shrunk_to(trace, tmp_path / "capped.jsonl")
+    assert 0 < most[0] <= 2 * cap
+    assert capped_out.read_bytes() == free_out.read_bytes()

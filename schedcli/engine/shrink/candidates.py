@@ -33,8 +33,10 @@ _CHUNK = 1 << 20
 # A candidate's reads: a few marks' worth of lines, so one seek and read finds a span's
 # start and no span rereads a megabyte.
 _READ = 1 << 14
-# A candidate of at most SMALL lines is replayed from memory, its lines held once read.
+# A candidate of at most SMALL lines and at most HELD bytes (bounded from the marks) is
+# replayed from memory, its lines held once read; all lines held take at most 2 * HELD.
 SMALL = 4096
+HELD = 1 << 25
 # Every MARK-th line's byte offset is kept (8 bytes each 64 lines: 250 KB for two million),
 # so a candidate is read from near each span's first line, not from the top of the trace.
 MARK = 64
@@ -123,6 +125,7 @@ class Lines:
         self.marks = array("q")  # the byte offset of line k * MARK
         self.path = os.path.join(self.folder, "trace.jsonl")
         self.held: dict[int, bytes] = {}  # lines of small candidates, read once
+        self.held_bytes = 0
         self._offset = 0  # the copy's length so far
         with open(raw, "rb") as stream, open(self.path, "wb", buffering=_CHUNK) as out:
             for first_line, body, complete, _ in numbered_chunks(stream, self.name):
@@ -172,6 +175,17 @@ class Lines:
         self._offset += len(body)
         self.count += len(lines)
         return True
+
+    def bound(self, kept: Ranges) -> int:
+        """At least the bytes of the ``kept`` lines, at most the copy's: the blocks of
+        ``MARK`` lines they are in, each counted once."""
+        marks, total, size, counted = self.marks, self._offset, 0, 0  # blocks before counted
+        for a, b in kept.spans:
+            first, end = max(a // MARK, counted), -(-b // MARK)
+            if first < end:
+                size += (marks[end] if end < len(marks) else total) - marks[first]
+                counted = end
+        return size
 
     def close(self) -> None:
         self._folder.cleanup()
@@ -308,14 +322,17 @@ class Candidate:
 
     def data(self, lines: Lines) -> bytes:
         """A small candidate as a trace, in memory: its lines read once for every later
-        candidate that keeps them (at most ``4 * SMALL`` lines are held)."""
+        candidate that keeps them (what is held is dropped when it passes ``HELD`` bytes)."""
         held = lines.held
         missing = [i for i in self.kept if i not in held]
         if missing:
-            if len(held) + len(missing) > 4 * SMALL:
+            if lines.held_bytes > HELD:
                 held.clear()
+                lines.held_bytes = 0
                 missing = list(self.kept)
-            held.update(Candidate(Ranges.of(missing)).lines(lines))
+            for i, raw in Candidate(Ranges.of(missing)).lines(lines):
+                held[i] = raw
+                lines.held_bytes += len(raw)
         edits = {*self.stripped, *self.tasks}
         dumps = orjson.dumps
         out = [] if lines.header is None else [lines.header]

@@ -16,7 +16,7 @@ from typing import IO, Any
 from ...formats.interrupt import Stopped
 from ...model.errors import InputError
 from ...model.task import id_key
-from .candidates import SMALL, Candidate, Lines, Ranges
+from .candidates import HELD, SMALL, Candidate, Lines, Ranges
 from .failures import Failure, Test, failure_test
 from .focus import Queue, queues_at, window, window_steps
 from .units import Keeping, free, units_of
@@ -64,7 +64,7 @@ class _Shrinker:
 
     def run(self, candidate: Candidate) -> Failure | None:
         self.tests += 1
-        if len(candidate) <= SMALL:
+        if len(candidate) <= SMALL and self.lines.bound(candidate.kept) <= HELD:
             return self.test(self.path, candidate.data(self.lines))
         self.write(candidate)
         return self.test(self.path, None)
