@@ -74,7 +74,12 @@ async def indexed(pilot: Pilot[Any]) -> list[str]:
             break
         await pilot.pause(0.02)
         seen.append(str(app.query_one("#title").render()))
-    await pilot.pause(0.5)
+    # The title is redrawn on the app's next refresh: polled, not a fixed pause (a loaded
+    # machine's refresh came later than half a second).
+    for _ in range(500):
+        await pilot.pause(0.02)
+        if "indexing" not in str(app.query_one("#title").render()):
+            break
     return seen
 
 
