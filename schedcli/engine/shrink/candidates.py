@@ -42,10 +42,13 @@ HELD = 1 << 25
 MARK = 64
 
 
+# The calls that make a step, and the ones a recording checks with an expect: get_work; a
+# request-level step (or a split step's schedule and update).
+STEP_OPS = frozenset({"get_work", "step", "schedule", "update"})
+
+
 def has_expect(e: Event) -> bool:
-    """A call the recording checks: a get_work's batch, a request-level step's (or a split
-    step's schedule or update)."""
-    return e.get("op") in ("get_work", "step", "schedule", "update") and "expect" in e
+    return e.get("op") in STEP_OPS and "expect" in e
 
 
 class Ranges:
@@ -175,6 +178,11 @@ class Lines:
         self._offset += len(body)
         self.count += len(lines)
         return True
+
+    def index(self, line: int) -> int:
+        """The copy's line number of ``line`` of a candidate file that keeps a prefix of
+        the copy (file lines count from 1, the header among them)."""
+        return line - 1 - (self.header is not None)
 
     def bound(self, kept: Ranges) -> int:
         """At least the bytes of the ``kept`` lines, at most the copy's: the blocks of

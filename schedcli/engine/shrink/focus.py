@@ -78,12 +78,12 @@ def window(lines: Lines, queue: Queue, end: int, keep_expects: bool) -> Candidat
     submits of what was queued, each group cut to its queued tasks, then every line from
     the step's get_work on, their expects dropped but ``end``'s (unless ``keep_expects``).
     None where that line is no get_work (a stepped trace has no windows)."""
-    first = queue.line - 1 - (lines.header is not None)
+    first = lines.index(queue.line)
     if first < 0:  # a step of the drain after the last event: no line of its own
         return None
     queued: dict[int, set[tuple[type, Id]]] = {}
     for line, tid, _ in queue.tasks:
-        queued.setdefault(line - 1 - (lines.header is not None), set()).add(id_key(tid))
+        queued.setdefault(lines.index(line), set()).add(id_key(tid))
     tasks: dict[int, list[Any]] = {}
     for i, raw in Candidate(Ranges.of([*sorted(queued), first])).lines(lines):
         e = orjson.loads(raw)

@@ -19,7 +19,7 @@ from ...model.task import id_key
 from .candidates import HELD, SMALL, Candidate, Lines, Ranges
 from .failures import Failure, Test, failure_test
 from .focus import Queue, queues_at, window, window_steps
-from .units import Keeping, free, units_of
+from .units import Keeping, Units, free, units_of
 
 # The queue at some steps of a trace (``focus.queues_at``, its policy bound).
 Observe = Callable[[str, list[int]], dict[int, Queue] | None]
@@ -50,6 +50,7 @@ class _Shrinker:
         self.lines = lines
         self.observe = observe
         self.queued_sessions: set[Any] | None = None  # at the failing step, once known
+        self._found: tuple[tuple[Candidate, frozenset[Any]], Units] | None = None
         self.test = test
         self.path = os.path.join(lines.folder, "candidate.jsonl")
         self.tests = 0
@@ -127,17 +128,24 @@ class _Shrinker:
         # What the failing check expects is needed while it is the only check: with
         # another, a candidate could fail the same way there instead.
         needs = failure.needs if len(self._checks(candidate)) == 1 else frozenset()
-        found = units_of(candidate, self.lines, needs)
+        found = self._units_of(candidate, needs)
         candidate = self._units(candidate, free(found.sessions, found.pinned), self.queued_sessions)
-        found = units_of(candidate, self.lines, needs)
+        found = self._units_of(candidate, needs)
         candidate = self._units(candidate, free(found.windows, found.pinned))
-        found = units_of(candidate, self.lines, needs)
+        found = self._units_of(candidate, needs)
         candidate = self._units(candidate, {i: (i,) for i in found.steps})
         candidate = self._units(candidate, {i: (i,) for i in found.clears})
-        candidate = self._lines(candidate, units_of(candidate, self.lines, needs).pinned)
+        candidate = self._lines(candidate, self._units_of(candidate, needs).pinned)
         fewer = self._drop_tasks(candidate)
         if fewer != candidate:
-            self._lines(fewer, units_of(fewer, self.lines, needs).pinned)
+            self._lines(fewer, self._units_of(fewer, needs).pinned)
+
+    def _units_of(self, candidate: Candidate, needs: frozenset[Any]) -> Units:
+        """``units_of``, the candidate read again only if it changed since the last time
+        (a pass that drops nothing leaves an equal one)."""
+        if self._found is None or self._found[0] != (candidate, needs):
+            self._found = ((candidate, needs), units_of(candidate, self.lines, needs))
+        return self._found[1]
 
     def focus(self, candidate: Candidate, failure: Failure, keep_expects: bool) -> Candidate:
         """The smallest window before the failing step that fails the same way, trying
@@ -151,13 +159,12 @@ class _Shrinker:
         seen = self.observe(self.path, steps)
         if seen is None:
             return candidate
-        header = 1 + (self.lines.header is not None)
         if failure.step in seen:
             self.queued_sessions = {id_key(sid) for _, _, sid in seen[failure.step].tasks}
         if failure.line > 0:
-            end = failure.line - header
+            end = self.lines.index(failure.line)
         elif failure.step in seen:
-            end = seen[failure.step].line - header
+            end = self.lines.index(seen[failure.step].line)
         else:
             return candidate
         for step in steps:
@@ -317,9 +324,7 @@ def _shrink(
     if failure.line > 0:
         # What follows the failing line goes (the header counts as a line): the replay
         # stopped there, so the cut fails the same way without being tried.
-        candidate = replace(
-            candidate, kept=candidate.kept[: failure.line - (lines.header is not None)]
-        )
+        candidate = replace(candidate, kept=candidate.kept[: lines.index(failure.line) + 1])
         shrinker.best = candidate
     before = lines.count + (lines.header is not None)
     result = Shrunk(lines, candidate, before, 0, failure.signature)

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model.task import id_key
-from .candidates import Candidate, Lines, Ranges
+from .candidates import STEP_OPS, Candidate, Lines, Ranges
 
 # Task level: what names a session; request level: what names a request.
 _SESSION_OPS = {"submit": "sid", "cancel": "sid", "arrive": "rid", "abort": "rid"}
-_STEP_OPS = {"get_work", "step", "schedule", "update"}
 
 
 @dataclass
@@ -42,7 +41,7 @@ def units_of(candidate: Candidate, lines: Lines, needs: frozenset[Any] = frozens
         e = candidate.event(raw, i)
         op = e.get("op")
         window.append(i)
-        if op in _STEP_OPS:
+        if op in STEP_OPS:
             found.steps.append(i)
             found.windows[i], window = window, []
         elif op == "clear":
