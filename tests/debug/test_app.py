@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -64,22 +65,21 @@ async def settle(pilot: Pilot[Any]) -> None:
 
 
 async def indexed(pilot: Pilot[Any]) -> list[str]:
-    """Until the index has reached the trace's end (a minute at most, for pure Python on
-    a loaded machine), and the title has caught up; every title seen on the way."""
+    """Until the index has reached the trace's end, and the title has caught up; every
+    title seen on the way. Waited for by the clock (three minutes at most: pure Python
+    beside a busy suite once took more than one), and said plainly if it never ends."""
     app = pilot.app
     assert isinstance(app, DebugApp)
     seen = [str(app.query_one("#title").render())]
-    for _ in range(3000):
-        if app.travel.indexed is not None:
-            break
+    deadline = time.monotonic() + 180
+    while app.travel.indexed is None and time.monotonic() < deadline:
         await pilot.pause(0.02)
         seen.append(str(app.query_one("#title").render()))
-    # The title is redrawn on the app's next refresh: polled, not a fixed pause (a loaded
-    # machine's refresh came later than half a second).
-    for _ in range(500):
+    assert app.travel.indexed is not None, f"the index never reached the end: {seen[-1]}"
+    # The title is redrawn on the app's next refresh: polled, not a fixed pause.
+    deadline = time.monotonic() + 10
+    while "indexing" in str(app.query_one("#title").render()) and time.monotonic() < deadline:
         await pilot.pause(0.02)
-        if "indexing" not in str(app.query_one("#title").render()):
-            break
     return seen
 
 
