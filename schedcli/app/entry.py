@@ -20,6 +20,7 @@ from .._compiled import CORE_IS_STALE, STALE
 from ..formats import interrupt
 from ..formats.interrupt import Stopped, guard
 from ..model.errors import SchedcliError, UsageError
+from ..runtimes import supervisor
 from .cli import app_for
 from .completion import init_if_completing
 from .console import PipeClosed
@@ -58,7 +59,9 @@ def run() -> NoReturn:
     the interpreter's teardown unless something may need it (another thread, or a plugin's
     objects). Every output of schedcli's own is flushed and closed by then; the teardown
     would only free memory the process is about to give back (35 ms a command, 100 ms
-    once matplotlib is loaded)."""
+    once matplotlib is loaded). Outside code that this process loads gets a supervisor
+    (``runtimes.supervisor``): a C++ scheduler cannot end the command with exit 0."""
+    supervisor.allow()
     try:
         main()
         code = 0

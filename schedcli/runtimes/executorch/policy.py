@@ -2,9 +2,11 @@
 
 The scheduler runs in this process, behind a CPython extension module built on first use
 (``build.py``, ``shim.cpp``); tasks cross as their fields, and what comes back is matched
-by tid to the very tasks handed in. The C++ answers; the engine checks every answer with
-the same ledger as any policy's. A crash inside a call is ``PolicyAborted`` (exit 3 where
-the call was); an id the interface cannot hold is ``UnfitTask`` (exit 2 at its line).
+by tid to the very tasks handed in, each field as it went in. The C++ answers; the engine
+checks every answer with the same ledger as any policy's. A crash inside a call, or an exit
+function called there, is ``PolicyAborted`` (exit 3 where the call was); an id the
+interface cannot hold is ``UnfitTask`` (exit 2 at its line). What ends the process anyway
+is answered for by ``supervisor``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ...model.errors import PolicyAborted, UnfitTask, UsageError
 from ...model.limits import INT_MAX
 from ...model.scheduler import Param, Scheduler
 from ...model.task import DECODE, Id, Task, settle_outputs
+from .. import supervisor
 from . import build as cxx_build
 from .spec import PREFIX, CxxSpec, resolve, worker_env
 
@@ -84,7 +87,8 @@ class CxxScheduler(Scheduler):
         return self._chunk_limit
 
     # The shim matches what the C++ hands back to the tasks handed in, by tid, marks
-    # dropped ones cancelled, and raises PolicyAborted for a tid that is not queued.
+    # dropped ones cancelled, and raises PolicyAborted for a tid that is not queued or a
+    # task whose fields are not as they went in.
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         group = tasks if isinstance(tasks, list) else list(tasks)
         settle_outputs(group)
@@ -179,9 +183,8 @@ def _library(spec: CxxSpec, compiler: tuple[str, ...]) -> tuple[Path, str]:
         module, (("policy.cpp", _source(spec, module)),), spec.include_dirs
     )
     label = f"the C++ policy {spec.name!r}"
-    build = cxx_build.Build(
-        base.sources, base.include_dirs, (*base.flags, *spec.flags), base.output, label
-    )
+    flags = (*base.flags, *EXITS, *spec.flags)
+    build = cxx_build.Build(base.sources, base.include_dirs, flags, base.output, label)
     try:
         return cxx_build.built(build, _note), module
     except UsageError as e:
@@ -194,11 +197,19 @@ def _hint(error: str) -> str:
     return ""
 
 
+# The scheduler's calls of the process's exit functions go to the shim's wrappers, which
+# abandon the call instead (shim.cpp).
+EXITS = tuple(f"-Wl,--wrap={name}" for name in ("exit", "_exit", "_Exit", "quick_exit"))
+
+
 @functools.lru_cache(maxsize=64)
 def _loaded(spec: CxxSpec, compiler: tuple[str, ...]) -> ModuleType:
     path, module = _library(spec, compiler)
+    shared = supervisor.watched()  # before any C++ runs in this process
     loaded = sys.modules.get(module) or cxx_build.load_extension(path, module)
     loaded.setup(PolicyAborted, UnfitTask, DECODE)
+    if shared is not None:
+        loaded.watch(shared)
     sys.modules[module] = loaded
     return loaded
 

@@ -13,21 +13,32 @@
 // - A stop signal (SIGINT, SIGTERM) inside a call is passed to Python's own handler at
 //   once; if the call has not returned GRACE_MS later it is abandoned the same way, and the
 //   stop is raised in Python as if the call had returned.
+// - A stop signal the scheduler sends itself (kill(getpid(), ...), raise) is not the user's:
+//   the call is abandoned at once and Python hears that the scheduler raised it.
+// - exit, _exit, _Exit and quick_exit, called by the scheduler's code inside a call, come
+//   back to the call's entry the same way (the build links them to the wrappers below, with
+//   -Wl,--wrap): the scheduler cannot end the process from a call. What the wrappers cannot
+//   see (a raw exit_group system call, SIGKILL) ends the process; Python's supervisor
+//   (runtimes/supervisor.py) then reads the call in progress from `g_watch`.
 // - Tasks go in with offset 0, position as the trace gives it (-1 for none) and, when the
 //   trace has tokens, the slice's own tokens; what comes back is matched by tid to the
-//   Python tasks submitted (Handle::queued), which are what Python gets.
+//   Python tasks submitted (Handle::queued), which are what Python gets, and must carry
+//   every field as it went in (Entry::sent): a scheduler passes its tasks through.
 
 #include <Python.h>
 #include <structmember.h>
 
 #include <pthread.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <csetjmp>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <type_traits>
@@ -46,6 +57,9 @@ using Sched = et::Scheduler;
 
 constexpr long GRACE_MS = 500;
 constexpr int STOPPED = 1000;  // sigsetjmp's value for a stop: STOPPED + signum
+constexpr int RAISED = 2000;   // ... for a stop signal the scheduler sent itself: RAISED + signum
+constexpr int ENDED = 3000;    // ... for an exit function called inside a call: ENDED + kExits index
+const char* const kExits[] = {"exit", "_exit", "_Exit", "quick_exit"};
 
 template <class T, class = void>
 struct HasChunkLimit : std::false_type {};
@@ -53,11 +67,30 @@ template <class T>
 struct HasChunkLimit<T, std::void_t<decltype(std::declval<const T&>().max_prefill_chunk_size())>>
     : std::true_type {};
 
-// The scheduler, and the Python task behind each tid it holds (a strong reference): what
-// it hands back is matched here by tid, so Python sees the very tasks it submitted.
+// A task the scheduler holds: the Python task (a strong reference) and the task as it
+// went in, which what comes back must equal field for field.
+struct Entry {
+  PyObject* task;
+  et::Task sent;
+};
+
+// A task handed back, remembered for a while: a tid handed back again is named with the
+// call that handed it back first.
+struct Returned {
+  et::TaskId tid;
+  const char* call;
+  std::uint64_t serial;  // which call of the scheduler's (1-based)
+};
+constexpr std::size_t kRecent = 4096;
+
+// The scheduler, and the Python task behind each tid it holds: what it hands back is
+// matched here by tid, so Python sees the very tasks it submitted.
 struct Handle {
   std::shared_ptr<Sched> s;
-  std::unordered_map<et::TaskId, PyObject*> queued;
+  std::unordered_map<et::TaskId, Entry> queued;
+  std::vector<Returned> recent;  // a ring of the last kRecent tasks handed back
+  std::size_t next = 0;
+  std::uint64_t calls = 0;  // calls that hand tasks back, so far
   bool abandoned = false;
 };
 
@@ -70,6 +103,11 @@ std::shared_ptr<Sched> own(T* p) { return std::shared_ptr<Sched>(p); }
 sigjmp_buf g_jump;
 volatile sig_atomic_t g_in_call = 0;
 volatile sig_atomic_t g_stop = 0;
+int g_status = 0;  // the status an exit function was called with
+// Shared with the supervisor process, when there is one: the call in progress (its index in
+// kCalls, 0 for none), so that a process ended from inside a call is named as such.
+unsigned char g_no_watch = 0;
+volatile unsigned char* g_watch = &g_no_watch;
 pthread_t g_thread;
 struct sigaction g_old[NSIG];
 const int kCrash[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
@@ -109,7 +147,18 @@ extern "C" void on_crash(int sig, siginfo_t* info, void* ctx) {
   }
 }
 
+// Sent by this process (kill, raise, sigqueue) while a call runs on this thread: the
+// scheduler's own doing, not a user's stop.
+bool self_sent(const siginfo_t* info) {
+  return info != nullptr && info->si_pid == getpid() &&
+         (info->si_code == SI_USER || info->si_code == SI_TKILL || info->si_code == SI_QUEUE);
+}
+
 extern "C" void on_stop(int sig, siginfo_t* info, void* ctx) {
+  if (ours() && self_sent(info)) {
+    g_in_call = 0;
+    siglongjmp(g_jump, RAISED + sig);
+  }
   chain(sig, info, ctx);
   if (ours() && g_stop == 0) {
     g_stop = sig;
@@ -155,6 +204,12 @@ void install_all() {
   }
 }
 
+[[noreturn]] void ended(int how, int status) {
+  g_status = status;
+  g_in_call = 0;
+  siglongjmp(g_jump, ENDED + how);
+}
+
 PyObject* g_aborted = nullptr;  // schedcli.model.errors.PolicyAborted
 PyObject* g_unfit = nullptr;    // schedcli.model.errors.UnfitTask
 
@@ -179,6 +234,21 @@ PyObject* abandoned(Handle* h, int code, const char* what) {
   for (int sig : kStop) sigaddset(&unblock, sig);
   sigaddset(&unblock, SIGALRM);
   sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+  *g_watch = 0;
+  if (code >= ENDED) {
+    PyErr_Format(g_aborted,
+                 "the C++ scheduler called %s(%d) in %s: a scheduler may not end the process "
+                 "(the call was abandoned)",
+                 kExits[code - ENDED], g_status, what);
+    return nullptr;
+  }
+  if (code >= RAISED) {
+    PyErr_Format(g_aborted,
+                 "the C++ scheduler raised signal %d (%s) on itself in %s: not a stop from "
+                 "outside (the call was abandoned)",
+                 code - RAISED, code - RAISED == SIGINT ? "SIGINT" : "SIGTERM", what);
+    return nullptr;
+  }
   if (code > STOPPED) {
     g_stop = 0;
     arm(0);
@@ -192,13 +262,22 @@ PyObject* abandoned(Handle* h, int code, const char* what) {
   return nullptr;
 }
 
-void enter() {
+// The calls, as the supervisor names them (g_watch holds an index; 0 is none): the same
+// names, in the same order, as CALLS in supervisor.py.
+const char* const kCalls[] = {"", "its factory", "submit", "get_work", "has_work", "cancel",
+                              "clear", "max_prefill_chunk_size"};
+
+enum Call : unsigned char { FACTORY = 1, SUBMIT, GET_WORK, HAS_WORK, CANCEL, CLEAR, CHUNK };
+
+void enter(unsigned char call) {
   g_thread = pthread_self();
+  *g_watch = call;
   g_in_call = 1;
 }
 
 void leave() {
   g_in_call = 0;
+  *g_watch = 0;
   if (g_stop != 0) {  // the call returned within the grace: Python raises the stop
     arm(0);
     g_stop = 0;
@@ -323,9 +402,111 @@ bool to_task(PyObject* obj, et::Task& t) {
   return true;
 }
 
+// The first field of `got` that differs from `sent` (the task as it went in): its name and
+// both values, written to `out`; false when every field is as it went in.
+template <class T>
+void show(char* out, std::size_t n, const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    std::snprintf(out, n, "%s", v ? "true" : "false");
+  } else if constexpr (std::is_signed_v<T>) {
+    std::snprintf(out, n, "%lld", static_cast<long long>(v));
+  } else {
+    std::snprintf(out, n, "%llu", static_cast<unsigned long long>(v));
+  }
+}
+
+// A task's token slice, its first few tokens: "none", "[1, 2, 3]", "[1, 2, 3, 4, ...]".
+void show_tokens(char* out, std::size_t n, const et::Input& in) {
+  if (!in.tokens) {
+    std::snprintf(out, n, "none");
+    return;
+  }
+  std::size_t used = static_cast<std::size_t>(std::snprintf(out, n, "["));
+  for (std::size_t i = 0; i < in.size && used < n; ++i) {
+    const std::size_t at = in.offset + i;
+    const char* sep = i ? ", " : "";
+    if (i == 4 || at >= in.tokens->size()) {
+      used += static_cast<std::size_t>(
+          std::snprintf(out + used, n - used, "%s%s", sep, i == 4 ? "..." : "out of range"));
+      break;
+    }
+    used += static_cast<std::size_t>(std::snprintf(out + used, n - used, "%s%lld", sep,
+                                                   static_cast<long long>((*in.tokens)[at])));
+  }
+  if (used < n) std::snprintf(out + used, n - used, "]");
+}
+
+bool same_tokens(const et::Input& a, const et::Input& b) {
+  if (a.tokens == b.tokens) return true;
+  if (!a.tokens || !b.tokens) return false;
+  const std::size_t end = b.offset + b.size;
+  if (a.tokens->size() < end || b.tokens->size() < end) return false;
+  for (std::size_t i = b.offset; i < end; ++i) {
+    if ((*a.tokens)[i] != (*b.tokens)[i]) return false;
+  }
+  return true;
+}
+
+bool changed(const et::Task& got, const et::Task& sent, const char*& field, char* was,
+             char* now, std::size_t n) {
+#define SCHEDCLI_FIELD(name, expr)       \
+  if (got.expr != sent.expr) {           \
+    field = name;                        \
+    show(was, n, sent.expr);             \
+    show(now, n, got.expr);              \
+    return true;                         \
+  }
+  SCHEDCLI_FIELD("sid", input.sid)
+  SCHEDCLI_FIELD("size", input.size)
+  if (got.is_decode != sent.is_decode) {
+    field = "kind";
+    std::snprintf(was, n, "%s", sent.is_decode ? "decode" : "prefill");
+    std::snprintf(now, n, "%s", got.is_decode ? "decode" : "prefill");
+    return true;
+  }
+  SCHEDCLI_FIELD("produce_output", input.produce_output)
+  SCHEDCLI_FIELD("position", input.position)
+  SCHEDCLI_FIELD("offset", input.offset)
+#undef SCHEDCLI_FIELD
+  if (!same_tokens(got.input, sent.input)) {
+    field = "tokens";
+    show_tokens(was, n, sent.input);
+    show_tokens(now, n, got.input);
+    return true;
+  }
+  return false;
+}
+
+// Why `tid`, handed back by this call (`what`), is not queued: handed back before (by which
+// call), or never held.
+PyObject* not_queued(Handle* h, et::TaskId tid, const char* what) {
+  const Returned* first = nullptr;
+  for (const Returned& r : h->recent) {
+    if (r.tid == tid && (first == nullptr || r.serial > first->serial)) first = &r;
+  }
+  const long long id = static_cast<long long>(tid);
+  if (first == nullptr) {
+    return PyErr_Format(g_aborted,
+                        "the C++ scheduler returned tid %lld, which it was never given (not "
+                        "queued)",
+                        id);
+  }
+  if (first->serial == h->calls) {
+    return PyErr_Format(g_aborted, "the C++ scheduler returned tid %lld twice in one %s", id,
+                        what);
+  }
+  const unsigned long long ago = h->calls - first->serial;
+  return PyErr_Format(g_aborted,
+                      "the C++ scheduler returned tid %lld twice: its %s had returned it "
+                      "already, %llu call%s before this one, and it was not submitted again",
+                      id, first->call, ago, ago == 1 ? "" : "s");
+}
+
 // The Python tasks behind what the scheduler handed back, taken out of `queued`;
-// `dropped` marks them cancelled. A tid that is not queued breaks the contract.
+// `dropped` marks them cancelled. A tid that is not queued, or a task that is not as it
+// went in, breaks the contract.
 PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* what, bool dropped) {
+  ++h->calls;
   PyObject* out = PyList_New(static_cast<Py_ssize_t>(tasks.size()));
   if (out == nullptr) return nullptr;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -333,11 +514,25 @@ PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* wha
     if (it == h->queued.end()) {
       // What was matched so far is out of `queued`; the run ends here anyway.
       Py_DECREF(out);
-      return PyErr_Format(g_aborted, "%s returned tid %lld, which is not queued", what,
-                          static_cast<long long>(tasks[i].tid));
+      return not_queued(h, tasks[i].tid, what);
     }
-    PyObject* task = it->second;
+    const char* field = nullptr;
+    char was[160], now[160];
+    if (changed(tasks[i], it->second.sent, field, was, now, sizeof was)) {
+      Py_DECREF(out);
+      return PyErr_Format(g_aborted,
+                          "the C++ scheduler returned task %lld with %s %s, but it was "
+                          "submitted with %s %s",
+                          static_cast<long long>(tasks[i].tid), field, now, field, was);
+    }
+    PyObject* task = it->second.task;
     h->queued.erase(it);
+    if (h->recent.size() < kRecent) {
+      h->recent.push_back({tasks[i].tid, what, h->calls});
+    } else {
+      h->recent[h->next] = {tasks[i].tid, what, h->calls};
+      h->next = (h->next + 1) % kRecent;
+    }
     if (dropped && PyObject_SetAttr(task, g_cancelled_name, Py_True) < 0) {
       Py_DECREF(task);
       Py_DECREF(out);
@@ -368,18 +563,18 @@ extern "C" void release(PyObject* capsule) {
     new std::shared_ptr<Sched>(std::move(h->s));  // never destroyed: its state is unknown
     return;  // nor the tasks it may still point into
   }
-  for (auto& entry : h->queued) Py_DECREF(entry.second);
+  for (auto& entry : h->queued) Py_DECREF(entry.second.task);
   delete h;
 }
 
 // One call into the scheduler: sigsetjmp in this frame (a crash inside comes back here,
 // and the call returns with the scheduler abandoned), then `work`.
 template <class Work>
-PyObject* guarded(Handle* h, const char* what, Work&& work) {
+PyObject* guarded(Handle* h, Call call, Work&& work) {
   if (h == nullptr) return nullptr;
   const int code = sigsetjmp(g_jump, 0);
-  if (code != 0) return abandoned(h, code, what);
-  enter();
+  if (code != 0) return abandoned(h, code, kCalls[call]);
+  enter(call);
   PyObject* out = work();
   leave();
   return out;
@@ -401,7 +596,7 @@ PyObject* create(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (code != 0) {
     return abandoned(h, code, "its factory");  // h is kept, like the scheduler
   }
-  enter();
+  enter(FACTORY);
   h->s = make(params);
   leave();
   if (!h->s) {
@@ -425,14 +620,13 @@ PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       return nullptr;
     }
   }
-  PyObject* ok = guarded(h, "submit", [&] { return PyBool_FromLong(h->s->submit(std::move(tasks))); });
+  std::vector<et::Task> sent(tasks);  // as they went in: what comes back must match
+  PyObject* ok = guarded(h, SUBMIT, [&] { return PyBool_FromLong(h->s->submit(std::move(tasks))); });
   if (ok != Py_True) return ok;  // refused, or died
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* task = PyList_GET_ITEM(args[1], i);
-    Ref tid(read(task, TID));
-    et::TaskId id;
-    if (tid.p == nullptr || !to_int(tid.p, id, "tid", "TaskId")) return nullptr;
-    if (!h->queued.emplace(id, task).second) {
+    const et::TaskId id = sent[static_cast<std::size_t>(i)].tid;
+    if (!h->queued.emplace(id, Entry{task, std::move(sent[static_cast<std::size_t>(i)])}).second) {
       Py_DECREF(ok);
       return PyErr_Format(g_aborted, "submit accepted tid %lld, which was queued",
                           static_cast<long long>(id));
@@ -444,24 +638,24 @@ PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject* get_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
-  return guarded(h, "get_work", [h] { return matched(h, h->s->get_work(), "get_work", false); });
+  return guarded(h, GET_WORK, [h] { return matched(h, h->s->get_work(), "get_work", false); });
 }
 
 PyObject* has_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
-  return guarded(h, "has_work", [h] { return PyBool_FromLong(h->s->has_work()); });
+  return guarded(h, HAS_WORK, [h] { return PyBool_FromLong(h->s->has_work()); });
 }
 
 PyObject* cancel(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 2 ? handle(args[0]) : nullptr;
   et::SessionId sid;
   if (h == nullptr || !to_int(args[1], sid, "sid", "SessionId")) return nullptr;
-  return guarded(h, "cancel", [h, sid] { return matched(h, h->s->cancel(sid), "cancel", true); });
+  return guarded(h, CANCEL, [h, sid] { return matched(h, h->s->cancel(sid), "cancel", true); });
 }
 
 PyObject* clear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
-  return guarded(h, "clear", [h] { return matched(h, h->s->clear(), "clear", true); });
+  return guarded(h, CLEAR, [h] { return matched(h, h->s->clear(), "clear", true); });
 }
 
 template <class S = Sched>
@@ -476,7 +670,7 @@ std::size_t chunk_limit(const S& s) {
 PyObject* max_prefill_chunk_size(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Handle* h = nargs == 1 ? handle(args[0]) : nullptr;
   if (h != nullptr && !HasChunkLimit<Sched>::value) Py_RETURN_NONE;
-  return guarded(h, "max_prefill_chunk_size",
+  return guarded(h, CHUNK,
                  [h] { return PyLong_FromSize_t(chunk_limit(*h->s)); });
 }
 
@@ -491,7 +685,29 @@ PyObject* setup(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// watch(buffer): the supervisor's shared byte (a writable buffer, held from then on), where
+// the call in progress is kept.
+PyObject* watch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  static Py_buffer held{};
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "watch(writable buffer)");
+    return nullptr;
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return nullptr;
+  if (view.len < 1) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "watch: an empty buffer");
+    return nullptr;
+  }
+  if (held.obj != nullptr) PyBuffer_Release(&held);
+  held = view;
+  g_watch = static_cast<volatile unsigned char*>(held.buf);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
+    {"watch", reinterpret_cast<PyCFunction>(watch), METH_FASTCALL, nullptr},
     {"create", reinterpret_cast<PyCFunction>(create), METH_FASTCALL, nullptr},
     {"submit", reinterpret_cast<PyCFunction>(submit), METH_FASTCALL, nullptr},
     {"get_work", reinterpret_cast<PyCFunction>(get_work), METH_FASTCALL, nullptr},
@@ -514,6 +730,32 @@ bool add_range(PyObject* m, const char* name) {
 }
 
 }  // namespace schedcli_shim
+
+// The process's exit functions, as the scheduler's code calls them (linked here with
+// -Wl,--wrap=NAME): inside a call they abandon it; anywhere else they are the real ones.
+extern "C" {
+[[noreturn]] void __real_exit(int status);
+[[noreturn]] void __real__exit(int status);
+[[noreturn]] void __real__Exit(int status);
+[[noreturn]] void __real_quick_exit(int status);
+
+[[noreturn]] void __wrap_exit(int status) {
+  if (schedcli_shim::ours()) schedcli_shim::ended(0, status);
+  __real_exit(status);
+}
+[[noreturn]] void __wrap__exit(int status) {
+  if (schedcli_shim::ours()) schedcli_shim::ended(1, status);
+  __real__exit(status);
+}
+[[noreturn]] void __wrap__Exit(int status) {
+  if (schedcli_shim::ours()) schedcli_shim::ended(2, status);
+  __real__Exit(status);
+}
+[[noreturn]] void __wrap_quick_exit(int status) {
+  if (schedcli_shim::ours()) schedcli_shim::ended(3, status);
+  __real_quick_exit(status);
+}
+}
 
 extern "C" PyMODINIT_FUNC SCHEDCLI_INIT() {
   using namespace schedcli_shim;

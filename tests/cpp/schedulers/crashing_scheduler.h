@@ -1,15 +1,24 @@
 // A batching::Scheduler of schedcli's own that breaks on purpose, for the tests: FIFO
 // batches of one task, until get_work call number `crash_at` (1-based), which dies the way
 // `how` says: 1 null dereference (SIGSEGV), 2 abort(), 3 a failed assert, 4 loops forever,
-// 5 hands back a task it never had.
+// 5 hands back a task it never had; it ends the process with 6 exit(0), 7 _Exit(0),
+// 8 quick_exit(0), 9 std::exit(0), 10 _exit(0), 11 the exit_group system call, 12
+// kill(getpid(), SIGKILL); it stops itself with 13 raise(SIGTERM), 14 kill(getpid(),
+// SIGINT); it hands back 15 the task it handed back last time, 16 one task twice; it hands
+// back its front task changed: 17 another sid, 18 a bigger size, 19 the other kind, 20
+// produce_output flipped, 21 another position, 22 another offset, 23 other tokens.
 #pragma once
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cassert>
+#include <csignal>
 #include <cstddef>
 #include <cstdlib>
 #include <deque>
-#include <memory>
 #include <iterator>
+#include <memory>
 #include <vector>
 
 #include <executorch/extension/llm/batching/scheduler.h>
@@ -36,10 +45,29 @@ class CrashingScheduler : public et::Scheduler {
         out.back().tid = 999999;
         return out;
       }
+      if (how_ == 15 && has_last_) {
+        out.push_back(last_);
+        return out;
+      }
+      if (how_ == 16 && !queue_.empty()) {
+        out.push_back(queue_.front());
+        out.push_back(queue_.front());
+        queue_.pop_front();
+        return out;
+      }
+      if (how_ >= 17 && how_ <= 23 && !queue_.empty()) {
+        et::Task t = queue_.front();
+        queue_.pop_front();
+        change(t);
+        out.push_back(t);
+        return out;
+      }
     }
     if (!queue_.empty()) {
       out.push_back(std::move(queue_.front()));
       queue_.pop_front();
+      last_ = out.back();
+      has_last_ = true;
     }
     return out;
   }
@@ -72,6 +100,32 @@ class CrashingScheduler : public et::Scheduler {
       case 2: std::abort();
       case 3: assert(how_ != 3 && "the crashing scheduler's assert"); break;
       case 4: for (volatile int spin = 0;; spin = spin + 1) {} break;
+      case 6: exit(0);
+      case 7: _Exit(0);
+      case 8: quick_exit(0);
+      case 9: std::exit(0);
+      case 10: _exit(0);
+      case 11: syscall(SYS_exit_group, 0); break;
+      case 12: kill(getpid(), SIGKILL); break;
+      case 13: raise(SIGTERM); break;
+      case 14: kill(getpid(), SIGINT); break;
+      default: break;
+    }
+  }
+
+  void change(et::Task& t) const {
+    switch (how_) {
+      case 17: t.input.sid += 1; break;
+      case 18: t.input.size += 174; break;
+      case 19: t.is_decode = !t.is_decode; break;
+      case 20: t.input.produce_output = !t.input.produce_output; break;
+      case 21: t.input.position += 1; break;
+      case 22: t.input.offset += 1; break;
+      case 23: {
+        auto other = std::make_shared<std::vector<et::Token>>(t.input.size, et::Token{7});
+        t.input.tokens = other;
+        break;
+      }
       default: break;
     }
   }
@@ -80,6 +134,8 @@ class CrashingScheduler : public et::Scheduler {
   std::size_t how_;
   std::size_t calls_ = 0;
   std::deque<et::Task> queue_;
+  et::Task last_{};
+  bool has_last_ = false;
 };
 
 }  // namespace schedcli_test
