@@ -7,12 +7,15 @@ tests/cpp/later), with g++ and clang++.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -20,6 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schedcli import Scheduler, Task
+from schedcli.model.scheduler import Param
+from schedcli.model.task import Id, settle_outputs
 from tests.conftest import Cli
 from tests.helpers import ROOT
 
@@ -122,6 +128,38 @@ def test_fcfs_and_its_cpp_twin_give_identical_dumps_on_random_traces(
     assert cpp == python
 
 
+def test_the_cpp_twin_diffs_and_goldens_as_fcfs_though_it_gives_no_reasons(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    """The C++ refuses the same groups as fcfs, saying only that it did: diff, diff of the
+    dumps and a golden of either compare decisions, with both sides' words beside them."""
+    ops: list[dict[str, object]] = [
+        {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4},
+        {"op": "submit", "tid": 1, "sid": 2, "kind": "decode", "size": 1},  # tid taken
+        {"op": "submit", "tid": 2, "sid": 2, "kind": "prefill", "size": 7},  # over the chunk
+        {"op": "submit", "tid": 3, "sid": 3, "kind": "decode", "size": 2},  # a wide decode
+        {"op": "get_work"},
+        {"op": "submit", "tasks": [{"tid": 4, "sid": 4, "kind": "prefill", "size": 0}]},
+        {"op": "get_work"},
+    ]
+    trace = write(tmp_path / "t.jsonl", FCFS, ops)
+    done = cli("diff", trace, "--a", "fcfs", "--b", fifo(), "-f", "json")
+    assert done.code == 0, done.stderr
+    data = orjson.loads(done.stdout)
+    assert data["identical"] and data["reasons_differing"] == 4
+    said = {r["fields"][0]["b"] for r in data["reasons_worded_differently"]}
+    assert len(said) == 1 and "C++" in said.pop()  # one wording for every refusal
+    dumps = {}
+    for name, policy in (("fcfs", "fcfs"), ("cpp", fifo())):
+        dumps[name] = tmp_path / f"{name}.dump.jsonl"
+        assert cli("replay", trace, "-p", policy, "-o", dumps[name]).code == 0
+    assert dumps["fcfs"].read_bytes() != dumps["cpp"].read_bytes()  # the words differ
+    assert cli("diff", dumps["fcfs"], dumps["cpp"]).code == 0
+    golden = cli("replay", trace, "-p", "fcfs", "--golden", dumps["cpp"])
+    assert golden.code == 0, golden.stderr
+    assert "4 rejection(s) worded differently there" in golden.stderr
+
+
 def test_a_cpp_policy_is_opaque_to_the_stall_watch(cxx: str) -> None:
     """Its state lives in C++: the watch cannot compare it, so a C++ policy that returns
     empty batches is given the bound (docs/policies.md), never a stall it cannot see."""
@@ -166,7 +204,7 @@ def test_a_crash_in_the_cpp_is_exit_3_at_its_step_and_line_with_the_dump_kept_pa
     if signal_name is not None:
         assert signal_name in done.stderr
     else:
-        assert "returned tid 999999, which is not queued" in done.stderr
+        assert "returned tid 999999, which it was never given (not queued)" in done.stderr
     records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert [r["step"] for r in records if "step" in r and "batch" in r] == [0, 1]
     assert records[-1]["partial"]["steps"] == 2
@@ -186,7 +224,7 @@ def test_a_hang_in_the_cpp_is_ended_by_a_stop_signal_like_any_replay(
     try:
         # Spinning in the endless get_work once it has used more CPU than a start takes.
         deadline = time.monotonic() + 120
-        while _cpu_seconds(proc.pid) < 4.0:
+        while _cpu_seconds(proc.pid) < 4.0:  # the command's process, under its supervisor
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
         proc.send_signal(sig)
@@ -200,8 +238,14 @@ def test_a_hang_in_the_cpp_is_ended_by_a_stop_signal_like_any_replay(
 
 
 def _cpu_seconds(pid: int) -> float:
+    """CPU used by ``pid`` and its children (the process that runs the command once the C++
+    is loaded is the child of the one started: runtimes/supervisor.py)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    with contextlib.suppress(OSError):
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        used += sum(_cpu_seconds(int(child)) for child in children)
+    return used
 
 
 def test_an_id_the_interface_cannot_hold_is_bad_input_at_its_line(
@@ -585,3 +629,247 @@ def test_a_misspelt_cxx_key_is_named_with_the_one_meant(cli: Cli, tmp_path: Path
     done = cli("replay", trace, "-p", "cxx:decode-first", cwd=tmp_path)
     assert done.code == 2
     assert "[tool.schedcli.cxx] has no key 'executorh' (did you mean 'executorch'?)" in done.stderr
+
+
+# --- #54: a C++ scheduler that ends the process, changes a task or returns one twice ---------
+
+STEP_2 = "broke the Scheduler contract at step 2 (line 7): get_work: "
+
+
+def _three_tasks(path: Path, policy: str = "fcfs", expect: bool = False) -> Path:
+    ops: list[dict[str, object]] = [
+        {"op": "submit", "tid": i, "sid": i, "kind": "prefill", "size": 4} for i in range(1, 4)
+    ]
+    ops += [{"op": "get_work", **({"expect": [i]} if expect else {})} for i in range(1, 4)]
+    return write(path, {"schedcli": 1, "policy": policy}, ops)
+
+
+@pytest.mark.parametrize(
+    ("how", "called"),
+    [(6, "exit(0)"), (7, "_Exit(0)"), (8, "quick_exit(0)"), (9, "exit(0)"), (10, "_exit(0)")],
+    ids=["exit", "_Exit", "quick_exit", "std::exit", "_exit"],
+)
+def test_a_cpp_scheduler_that_calls_an_exit_function_breaks_the_contract_at_its_step(
+    cxx: str, cli: Cli, tmp_path: Path, how: int, called: str
+) -> None:
+    out = tmp_path / "out.jsonl"
+    done = cli("replay", _three_tasks(tmp_path / "t.jsonl"), "-p", crashing(3, how), "-o", out)
+    assert done.code == 3, done.stderr
+    assert STEP_2 + f"the C++ scheduler called {called} in get_work" in done.stderr
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert records[-1]["partial"]["steps"] == 2  # flushed, and marked partial
+
+
+@pytest.mark.parametrize(
+    ("how", "ended"),
+    [(6, "called exit(0)"), (11, "exit status 0"), (12, "signal 9, SIGKILL")],
+    ids=["exit", "exit_group", "sigkill"],
+)
+def test_a_run_whose_cpp_scheduler_ends_the_process_is_never_exit_0(
+    cxx: str, tmp_path: Path, how: int, ended: str
+) -> None:
+    """The console script, as a user runs it: what the shim cannot catch (a raw exit_group
+    system call, SIGKILL) ends the process it runs in, and the process the shell waits for
+    answers: exit 3, naming the call."""
+    trace = _three_tasks(tmp_path / "t.jsonl", expect=True)
+    args = ["replay", str(trace), "-p", crashing(3, how), "--check"]
+    done = subprocess.run(
+        [sys.executable, "-m", "schedcli", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, done.stderr
+    assert ended in done.stderr
+    assert "get_work" in done.stderr
+    if how != 6:  # the process ended: nothing can say what was checked
+        assert "checked" not in done.stderr
+
+
+@pytest.mark.parametrize("how", [6, 11], ids=["exit", "exit_group"])
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_suite_whose_cpp_worker_ends_fails_that_trace_and_checks_the_rest(
+    cxx: str, cli: Cli, tmp_path: Path, how: int, jobs: str
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    _three_tasks(suite / "a_breaks.jsonl", crashing(3, how), expect=True)
+    write(
+        suite / "b_fine.jsonl",
+        {"schedcli": 1, "policy": "fcfs"},
+        [
+            {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4},
+            {"op": "get_work", "expect": [1]},
+        ],
+    )
+    done = cli("check", suite, "--jobs", jobs, "--no-strict", "--update")
+    assert done.code != 0, done.stdout
+    shown = done.stdout.decode() + done.stderr
+    assert "a_breaks.jsonl" in shown and "b_fine.jsonl" in shown
+    if how == 11:
+        assert "ended (exit status 0) without a verdict" in shown
+    else:
+        assert "called exit(0) in get_work" in shown
+
+
+def test_pytest_fails_the_item_of_a_trace_whose_cpp_scheduler_ends_the_process(
+    cxx: str, tmp_path: Path
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    _three_tasks(suite / "breaks.jsonl", crashing(3, 11), expect=True)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.schedcli]\ntraces = ["suite"]\npytest = true\ngolden = "optional"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--schedcli",
+         "suite", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed" in done.stdout
+    assert "ended (exit status 0) without a verdict" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("how", "signal_name"), [(13, "signal 15 (SIGTERM)"), (14, "signal 2 (SIGINT)")]
+)
+def test_a_stop_signal_the_cpp_scheduler_raises_itself_is_its_fault_not_a_users_stop(
+    cxx: str, cli: Cli, tmp_path: Path, how: int, signal_name: str
+) -> None:
+    done = cli("replay", _three_tasks(tmp_path / "t.jsonl"), "-p", crashing(3, how))
+    assert done.code == 3, done.stderr
+    assert STEP_2 + f"the C++ scheduler raised {signal_name} on itself" in done.stderr
+    assert "terminated" not in done.stderr and "interrupted" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        (15, "returned tid 2 twice: its get_work had returned it already, 1 call before this"),
+        (16, "returned tid 3 twice in one get_work"),
+        (5, "returned tid 999999, which it was never given (not queued)"),
+    ],
+    ids=["a-later-call", "one-answer", "never-given"],
+)
+def test_a_task_returned_twice_is_named_with_where_it_was_returned_first(
+    cxx: str, cli: Cli, tmp_path: Path, how: int, said: str
+) -> None:
+    done = cli("replay", _three_tasks(tmp_path / "t.jsonl"), "-p", crashing(3, how))
+    assert done.code == 3, done.stderr
+    assert STEP_2 + "the C++ scheduler " + said in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("how", "field", "now", "was"),
+    [
+        (17, "sid", "4", "3"),
+        (18, "size", "178", "4"),
+        (19, "kind", "decode", "prefill"),
+        (20, "produce_output", "false", "true"),
+        (21, "position", "0", "-1"),
+        (22, "offset", "1", "0"),
+        (23, "tokens", "[7, 7, 7, 7]", "none"),
+    ],
+)
+def test_a_task_the_cpp_scheduler_changed_breaks_the_contract_naming_the_field(
+    cxx: str, cli: Cli, tmp_path: Path, how: int, field: str, now: str, was: str
+) -> None:
+    done = cli("replay", _three_tasks(tmp_path / "t.jsonl"), "-p", crashing(3, how))
+    assert done.code == 3, done.stderr
+    said = f"returned task 3 with {field} {now}, but it was submitted with {field} {was}"
+    assert STEP_2 + "the C++ scheduler " + said in done.stderr
+
+
+class BreakingTwin(Scheduler):
+    """The Python twin of tests/cpp/schedulers/crashing_scheduler.h's ways of handing back
+    what it should not (``how`` 5 and 15-23): the same batches, broken at the same call."""
+
+    name = "breaking-twin"
+    PARAMS = (
+        Param("crash_at", int, 1, "the get_work call that breaks", minimum=1),
+        Param("how", int, 5, "how it breaks", minimum=0),
+    )
+
+    def __init__(self, crash_at: int = 1, how: int = 5) -> None:
+        self.crash_at, self.how = crash_at, how
+        self.calls = 0
+        self.queue: list[Task] = []
+        self.last: Task | None = None
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        group = list(tasks)
+        settle_outputs(group)
+        self.queue += group
+        return None
+
+    def has_work(self) -> bool:
+        return bool(self.queue)
+
+    def get_work(self) -> list[Task]:
+        self.calls += 1
+        if self.calls == self.crash_at:
+            if self.how == 15 and self.last is not None:
+                return [self.last]
+            if self.queue and self.how in (5, 16, *range(17, 24)):
+                front = self.queue[0] if self.how == 5 else self.queue.pop(0)
+                if self.how == 16:
+                    return [front, front]
+                # another object: what a C++ copy is to Python
+                changed = Task(
+                    999999 if self.how == 5 else front.tid,
+                    front.sid,
+                    front.kind,
+                    front.size,
+                    position=front.position,
+                    produce_output=front.produce_output,
+                    tokens=front.tokens,
+                )
+                return [changed]
+        if not self.queue:
+            return []
+        self.last = self.queue.pop(0)
+        return [self.last]
+
+    def cancel(self, sid: Id) -> list[Task]:
+        dropped = [t for t in self.queue if t.sid == sid]
+        self.queue = [t for t in self.queue if t.sid != sid]
+        for t in dropped:
+            t.cancelled = True
+        return dropped
+
+    def clear(self) -> list[Task]:
+        dropped, self.queue = self.queue, []
+        for t in dropped:
+            t.cancelled = True
+        return dropped
+
+
+TWIN = f"{__name__}:BreakingTwin"
+
+
+def _where_broken(stderr: str) -> str | None:
+    found = re.search(r"broke the Scheduler contract at step \d+ \([^)]*\)", stderr)
+    return found.group(0) if found else None
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    ops=traffic(),
+    crash_at=st.integers(1, 6),
+    how=st.sampled_from([5, 15, 16, 17, 18, 19, 20, 21, 22, 23]),
+)
+def test_a_cpp_scheduler_that_hands_back_what_it_should_not_breaks_where_a_python_one_does(
+    cxx: str, cli: Cli, tmp_path_factory: pytest.TempPathFactory, ops: list[dict[str, object]],
+    crash_at: int, how: int
+) -> None:
+    """The second path to the verdict: a Python policy handing back the same wrong thing at
+    the same call. Both are the contract broken at the same step and line, or neither is."""
+    trace = write(tmp_path_factory.mktemp("twin") / "t.jsonl", {"schedcli": 1}, ops)
+    ours = cli("replay", trace, "-p", crashing(crash_at, how), "--drain", "-f", "jsonl")
+    twin = cli(
+        "replay", trace, "-p", TWIN, "-P", f"crash_at={crash_at}", "-P", f"how={how}",
+        "--drain", "-f", "jsonl",
+    )
+    assert ours.code == twin.code, (ours.stderr, twin.stderr)
+    assert _where_broken(ours.stderr) == _where_broken(twin.stderr), (ours.stderr, twin.stderr)
