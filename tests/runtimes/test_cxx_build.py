@@ -1,18 +1,22 @@
 """C++ built on first use (#41, the build half): cached by everything the compiler read, an
 edited header rebuilt, a compile error or a missing compiler said as bad input, and
-concurrent first uses built once."""
+concurrent first uses built once; reused only while the compiler would read the same files
+now (#54: a repointed link, a header found first, a probe flipped)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedcli.model.errors import UsageError
-from schedcli.runtimes.executorch.build import Build, built
+from schedcli.runtimes.executorch.build import Build, built, find_compiler
 from tests.helpers import ROOT
 
 SOURCE = '#include "answer.h"\nextern "C" int answer() { return ANSWER; }\n'
@@ -119,3 +123,158 @@ def test_an_extension_module_builds_without_exceptions_and_imports(tmp_path: Pat
     path = built(build, lambda _: None, env)
     assert path.name.startswith("answer_ext.") and path.suffix == ".so"
     assert load_extension(path, "answer_ext").answer(1, 2) == 45
+
+
+# What the compiler reads now, not what it read then (#54): a header link repointed, or a
+# header that the include search would now find first, rebuilds. The library carries its
+# answer as text, so what a build holds is read without loading it.
+TAGGED = '#include <wrapper.h>\nextern "C" const char tag[] = "ANSWER=" TEXT(ANSWER);\n'
+WRAPPER = '#pragma once\n#define TEXT_(x) #x\n#define TEXT(x) TEXT_(x)\n#include "answer.h"\n'
+
+
+def _answer(library: Path) -> int:
+    found = re.search(rb"ANSWER=(\d+)", library.read_bytes())
+    assert found is not None, library
+    return int(found.group(1))
+
+
+def _header(path: Path, answer: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#pragma once\n#define ANSWER {answer}\n")
+
+
+def _relink(link: Path, target: str) -> None:
+    """``link`` pointing at ``target`` (relative to the link's folder), swapped in at once."""
+    fresh = link.with_name(link.name + ".new")
+    os.symlink(target, fresh)
+    os.replace(fresh, link)
+
+
+def _tagged(tmp_path: Path, dirs: tuple[str, ...], flags: tuple[str, ...] = ()) -> Build:
+    folders = tuple(str(tmp_path / d) for d in dirs)
+    return Build((("tag.cpp", TAGGED),), folders, ("-std=c++17", "-fPIC", "-shared", *flags))
+
+
+@pytest.mark.parametrize("linked", ["the header", "a folder on its path"])
+def test_a_header_link_repointed_since_the_build_is_rebuilt(tmp_path: Path, linked: str) -> None:
+    _, env = _setup(tmp_path)
+    (tmp_path / "wrap").mkdir()
+    (tmp_path / "wrap" / "wrapper.h").write_text(WRAPPER.replace("answer.h", "v/answer.h"))
+    for version, answer in (("one", 42), ("two", 7)):  # same size: only the link tells
+        _header(tmp_path / version / "answer.h", answer)
+    include = tmp_path / "include"
+    if linked == "the header":
+        (include / "v").mkdir(parents=True)
+        link, old, new = include / "v" / "answer.h", "../../one/answer.h", "../../two/answer.h"
+    else:
+        link, old, new = include / "v", "../one", "../two"
+    _relink(link, old)
+    build = _tagged(tmp_path, ("wrap", "include"))
+    notes: list[str] = []
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1  # cached
+    _relink(link, new)
+    assert _answer(built(build, notes.append, env)) == 7
+    assert len(notes) == 2 and "built tag.cpp" in notes[1]  # the note says it rebuilt
+
+
+@pytest.mark.parametrize(
+    ("shadow", "dirs", "flags"),
+    [
+        ("early/answer.h", ("early", "wrap", "lib"), ()),  # an earlier -I folder
+        ("wrap/answer.h", ("lib", "wrap"), ()),  # the quoted include's own folder
+        ("early/answer.h", ("wrap",), ("-isystem", "EARLY", "-isystem", "LIB")),
+        ("late/answer.h", ("late", "wrap", "lib"), ()),  # a folder absent at the build
+    ],
+    ids=["earlier -I folder", "own folder of a quoted include", "-isystem", "new folder"],
+)
+def test_a_new_header_found_first_since_the_build_is_rebuilt(
+    tmp_path: Path, shadow: str, dirs: tuple[str, ...], flags: tuple[str, ...]
+) -> None:
+    _, env = _setup(tmp_path)
+    (tmp_path / "wrap").mkdir()
+    (tmp_path / "wrap" / "wrapper.h").write_text(WRAPPER)
+    (tmp_path / "early").mkdir()
+    _header(tmp_path / "lib" / "answer.h", 42)
+    where = {"EARLY": str(tmp_path / "early"), "LIB": str(tmp_path / "lib")}
+    build = _tagged(tmp_path, dirs, tuple(where.get(f, f) for f in flags))
+    notes: list[str] = []
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1  # cached
+    _header(tmp_path / shadow, 7)
+    assert _answer(built(build, notes.append, env)) == 7
+    assert len(notes) == 2 and "built tag.cpp" in notes[1]
+    assert _answer(built(build, notes.append, env)) == 7 and len(notes) == 2  # cached again
+
+
+@pytest.mark.parametrize("spelled", ['"override.h"', "<override.h>"])
+def test_a_header_a_probe_now_finds_since_the_build_is_rebuilt(
+    tmp_path: Path, spelled: str
+) -> None:
+    # __has_include flips when the file appears, though nothing read it at the build.
+    _, env = _setup(tmp_path)
+    (tmp_path / "wrap").mkdir()
+    probe = f"#if __has_include({spelled})\n#include {spelled}\n#else\n#define ANSWER 42\n#endif\n"
+    (tmp_path / "wrap" / "wrapper.h").write_text(WRAPPER.replace('#include "answer.h"\n', probe))
+    (tmp_path / "early").mkdir()
+    build = _tagged(tmp_path, ("early", "wrap"))
+    notes: list[str] = []
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1  # cached
+    _header(tmp_path / "early" / "override.h", 7)
+    assert _answer(built(build, notes.append, env)) == 7 and len(notes) == 2
+
+
+def _preprocessed(build: Build, tmp_path: Path, env: dict[str, str]) -> int | None:
+    """The second path: what the compiler makes of the source now, from nothing cached."""
+    source = tmp_path / "now.cpp"
+    source.write_text(TAGGED)
+    includes = [f"-I{d}" for d in build.include_dirs]
+    argv = [*find_compiler(env), *build.flags, *includes, "-E", "-P", str(source)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+    if done.returncode != 0:
+        return None
+    found = re.search(r'"ANSWER=" "(\d+)"', done.stdout)
+    assert found is not None, done.stdout
+    return int(found.group(1))
+
+
+PLACES = ("d0", "d1", "d2")  # on the include path in this order; wrapper.h lives in d2
+CHANGES = st.tuples(
+    st.sampled_from(("file", "link", "remove")), st.sampled_from(PLACES), st.integers(1, 3)
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=st.lists(st.lists(CHANGES, min_size=1, max_size=3), min_size=1, max_size=3))
+def test_a_build_always_holds_what_the_compiler_reads_now(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[list[tuple[str, str, int]]]
+) -> None:
+    # Headers written, linked (to one of three targets) and removed across the include
+    # path and the wrapper's own folder between builds: the cached build answers what the
+    # compiler, run afresh, reads.
+    tmp_path = tmp_path_factory.mktemp("now")
+    _, env = _setup(tmp_path)
+    for k in (1, 2, 3):
+        _header(tmp_path / "targets" / f"t{k}.h", 10 * k)
+    (tmp_path / "d2").mkdir()
+    (tmp_path / "d2" / "wrapper.h").write_text(WRAPPER)
+    _header(tmp_path / "d1" / "answer.h", 1)
+    (tmp_path / "d0").mkdir()
+    build = _tagged(tmp_path, PLACES)
+    for step in [[], *steps]:
+        for change, place, k in step:
+            header = tmp_path / place / "answer.h"
+            if change == "file":
+                header.unlink(missing_ok=True)
+                _header(header, 100 + k)
+            elif change == "link":
+                _relink(header, f"../targets/t{k}.h")
+            else:
+                header.unlink(missing_ok=True)
+        expected = _preprocessed(build, tmp_path, env)
+        if expected is None:
+            with pytest.raises(UsageError, match="the C\\+\\+ build failed"):
+                built(build, lambda _: None, env)
+        else:
+            assert _answer(built(build, lambda _: None, env)) == expected

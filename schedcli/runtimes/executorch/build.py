@@ -2,9 +2,12 @@
 
 A build is compiled with the system C++ compiler (``$CXX``, else c++, g++ or clang++) and
 kept under ``$XDG_CACHE_HOME/schedcli/cxx/KEY`` (``SCHEDCLI_CXX_CACHE`` overrides the
-folder). KEY covers the compiler's path and version, the flags, the include folders and the
-sources; the build also records every file the compiler read (its own ``-MD`` dependency
-output) with a digest, so an edited header is rebuilt though the key is the same. Builds of
+folder). KEY covers the compiler's path and version, the flags, the include folders, the
+include-path variables ($CPATH, $CPLUS_INCLUDE_PATH) and the sources. A build is reused only
+while the compiler would read the same files now (``_unchanged``): the build records every
+file the compiler read (its own ``-MD`` output) as the compiler named it, with where that
+name led (links resolved) and a digest, and the places on the include search that were
+empty then and would now be found first (a new header shadowing a recorded one). Builds of
 one key take turns on a lock: concurrent first uses (sweep workers) build once.
 """
 
@@ -120,7 +123,7 @@ def built(
     compiled now (``note`` says so, and how long it took)."""
     command = find_compiler(env)
     version = compiler_version(command)
-    key = _key(build, command, version)
+    key = _key(build, command, version, env)
     folder = cache_root(env) / key
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / build.output
@@ -128,7 +131,7 @@ def built(
         if out.exists() and _unchanged(folder / "inputs.json"):
             return out
         start = time.monotonic()
-        _compile(build, command, folder)
+        _compile(build, command, folder, env)
         note(
             f"note: built {build.label or build.sources[0][0]} with {version} in "
             f"{time.monotonic() - start:.1f} s (cached in {folder})"
@@ -136,9 +139,16 @@ def built(
     return out
 
 
-def _key(build: Build, command: list[str], version: str) -> str:
+# Environment variables that put folders on the compiler's include path.
+INCLUDE_VARIABLES = ("CPATH", "CPLUS_INCLUDE_PATH")
+
+
+def _key(build: Build, command: list[str], version: str, env: Mapping[str, str]) -> str:
     includes = [str(Path(d).resolve()) for d in build.include_dirs]
-    blob = orjson.dumps([command, version, build.flags, includes, build.sources, build.output])
+    variables = [env.get(name) for name in INCLUDE_VARIABLES]
+    blob = orjson.dumps(
+        [command, version, build.flags, includes, variables, build.sources, build.output]
+    )
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
@@ -152,61 +162,258 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+# The record's shape; a record of another shape (an older schedcli's) is rebuilt.
+FORMAT = 2
+
+
 def _unchanged(manifest: Path) -> bool:
-    """Whether every file the last build read still has the content it had then: a file
-    whose size and modification time are as recorded is taken as unchanged (a start reads
-    hundreds of system headers); any other is compared by its digest."""
+    """Whether the compiler would read what the last build read: every name it opened
+    still opens the same content, and every place the include search passed over then is
+    still empty. A name that opens the very file it did (the same device and inode, links
+    followed, so a repointed link is another file) with the recorded size and modification
+    time is taken as unchanged (a start reads hundreds of system headers); any other is
+    compared by its digest. A stat per recorded header and about two per empty place."""
     try:
-        read = orjson.loads(manifest.read_bytes())
+        record = orjson.loads(manifest.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return False
-    if not isinstance(read, dict):
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
         return False
-    for path, seen in read.items():
-        if not (isinstance(seen, list) and len(seen) == 3):
+    files, absent = record.get("files"), record.get("absent")
+    if not (isinstance(files, list) and isinstance(absent, list)):
+        return False
+    for seen in files:
+        if not (isinstance(seen, list) and len(seen) == 7 and isinstance(seen[0], str)):
             return False
+        named, _target, *identity, digest = seen
         try:
-            stat = os.stat(path)
+            now = os.stat(named)
         except OSError:
             return False
-        if [stat.st_size, stat.st_mtime_ns] != seen[:2] and _digest(Path(path)) != seen[2]:
+        same = [now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns] == identity
+        if not same and (digest is None or _digest(named) != digest):
+            return False
+    return all(isinstance(p, str) for p in absent) and _all_empty(absent)
+
+
+def _all_empty(paths: list[str]) -> bool:
+    """Whether no path of ``paths`` exists (a dangling link is empty to the compiler too):
+    a folder holding many of them is listed once, the others are asked one by one."""
+    by_folder: dict[str, list[str]] = {}
+    for path in paths:
+        head, name = os.path.split(path)
+        by_folder.setdefault(head, []).append(name)
+    for head, names in by_folder.items():
+        if len(names) < 8:
+            there = set(names)
+        else:
+            try:
+                there = set(os.listdir(head))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # no folder: nothing in it
+            except OSError:
+                there = set(names)  # unlistable: ask for each
+        if any(n in there and os.path.exists(os.path.join(head, n)) for n in names):
             return False
     return True
 
 
-def _seen(path: Path) -> list[object]:
-    stat = path.stat()
-    return [stat.st_size, stat.st_mtime_ns, _digest(path)]
-
-
-def _digest(path: Path) -> str | None:
+def _digest(path: str) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None
 
 
-def _compile(build: Build, command: list[str], folder: Path) -> None:
+@dataclass(frozen=True)
+class _Search:
+    """The compiler's include search, as ``-v`` prints it: the folders a quoted include
+    tries after the including file's own, the folders an angle include tries, in order,
+    and the folders it dropped as nonexistent."""
+
+    quote: tuple[str, ...]
+    angle: tuple[str, ...]
+    missing: tuple[str, ...]
+
+
+def _search(argv: list[str], fallback: list[str], here: Path, env: Mapping[str, str]) -> _Search:
+    done = subprocess.run(
+        [*argv, "-E", "-v", "-x", "c++", os.devnull, "-o", os.devnull],
+        capture_output=True,
+        text=True,
+        cwd=here,
+        env=dict(env),
+    )
+    quote: list[str] = []
+    angle: list[str] = []
+    missing: list[str] = []
+    into: list[str] | None = None
+    for line in done.stderr.splitlines():
+        if line.startswith("ignoring nonexistent directory "):
+            missing.append(line.split(" ", 3)[3].strip('"'))
+        elif line.startswith('#include "..." search starts here'):
+            into = quote
+        elif line.startswith("#include <...> search starts here"):
+            into = angle
+        elif line.startswith("End of search list"):
+            into = None
+        elif into is not None and line.startswith(" ") and "(framework" not in line:
+            into.append(line.strip())
+    if done.returncode != 0 or not angle:  # a compiler that does not say: the -I folders
+        return _Search((), tuple(fallback), ())
+    return _Search(tuple(quote), tuple(angle), tuple(missing))
+
+
+class _Places:
+    """Existence of paths (and the search folders' forms), each asked once while a record
+    is made."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, bool] = {}
+        self.seen: dict[tuple[str, ...], list[tuple[int, str]]] = {}
+
+    def prefixes(self, folders: tuple[str, ...]) -> list[tuple[int, str]]:
+        """Each folder's place in ``folders`` with the forms a path under it starts with."""
+        if folders not in self.seen:
+            self.seen[folders] = [
+                (i, form.rstrip("/") + "/") for i, f in enumerate(folders) for form in _forms(f)
+            ]
+        return self.seen[folders]
+
+    def exists(self, path: str) -> bool:
+        if path not in self.known:
+            self.known[path] = os.path.exists(path)
+        return self.known[path]
+
+    def first_missing(self, folder: str, rel: str) -> str | None:
+        """The shallowest missing path on the way from ``folder`` to ``folder/rel`` (one
+        record covers every header under a folder that is not there), or None when
+        ``folder/rel`` exists."""
+        path = folder
+        for part in rel.split("/"):
+            path = os.path.join(path, part)
+            if not self.exists(path):
+                return path
+        return None
+
+
+def _forms(path: str) -> set[str]:
+    """A path as written (normalized) and with its folder's links resolved: how a
+    compiler may name a file it found (gcc names system headers by the shorter)."""
+    head, name = os.path.split(os.path.normpath(path))
+    return {os.path.normpath(path), os.path.join(os.path.realpath(head), name)}
+
+
+def _passed_over(named: str, search: _Search, places: _Places) -> set[str]:
+    """The places the include search tried before it found ``named``, each of which was
+    empty (as first missing paths): a file there now would be read instead. Every way
+    ``named`` can be found through a search folder counts, except a way some file of the
+    build's time already blocked (the compiler did not find it that way)."""
+    empty: set[str] = set()
+    names = _forms(named)
+    for folders, before_all in ((search.quote, ()), (search.angle, search.quote)):
+        for i, prefix in places.prefixes(folders):
+            for name in names:
+                if not name.startswith(prefix):
+                    continue
+                rel = name[len(prefix) :]
+                earlier = [places.first_missing(d, rel) for d in folders[:i]]
+                if any(p is None for p in earlier):
+                    continue
+                empty.update(p for p in earlier if p is not None)
+                quoted = [places.first_missing(d, rel) for d in before_all]
+                if all(p is not None for p in quoted):  # it may have been a quoted include
+                    empty.update(p for p in quoted if p is not None)
+    return empty
+
+
+# A quoted include, whose own folder the compiler tries first.
+_QUOTED = re.compile(rb'^[ \t]*#[ \t]*include(?:_next)?[ \t]*"([^"\n]+)"', re.MULTILINE)
+# A probe for a header (``#if __has_include(<tbb/tbb.h>)``): a file appearing flips it.
+_PROBE = re.compile(rb'__has_include(?:_next)?[ \t]*\([ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)')
+
+
+def _unseen(named: str | None, text: bytes, search: _Search, places: _Places) -> set[str]:
+    """The empty places a read file's own lines made the compiler pass over: a quoted
+    include's own folder (``named``'s) when the include was found further on, and every
+    place a ``__has_include`` probe for a header found nowhere would look. A file in
+    any of them now would be read (or probed) instead."""
+    empty: set[str] = set()
+    own = () if named is None else (os.path.dirname(named),)
+    for head in own:
+        for include in _QUOTED.findall(text):
+            rel = include.decode(errors="replace")
+            missing = None if os.path.isabs(rel) else places.first_missing(head, rel)
+            if missing is not None:
+                empty.add(missing)
+    for quoted, angled in _PROBE.findall(text):
+        rel = (quoted or angled).decode(errors="replace")
+        if os.path.isabs(rel):
+            continue
+        folders = [*(own if quoted else ()), *search.quote, *search.angle]
+        missing_all = [places.first_missing(d, rel) for d in folders]
+        if all(p is not None for p in missing_all):
+            empty.update(p for p in missing_all if p is not None)
+    return empty
+
+
+def _record(
+    deps: list[str], sources: list[bytes], here: Path, search: _Search
+) -> dict[str, object]:
+    """What ``_unchanged`` checks: each file the compiler read (not the build folder's
+    own sources) as [name, where it led, device, inode, size, mtime, digest], and the
+    empty places."""
+    places = _Places()
+    inside = os.path.realpath(here)
+    files: list[list[object]] = []
+    absent: set[str] = set(search.missing)
+    for text in sources:  # the build folder is made afresh: only its probes count
+        absent |= _unseen(None, text, search, places)
+    for dep in dict.fromkeys(deps):
+        named = os.path.join(here, dep)  # as named: a lexical ".." may cross a link
+        target = os.path.realpath(named)  # where it led, every link resolved
+        if Path(target).is_relative_to(inside):
+            continue
+        try:
+            seen = os.stat(named)
+            text = Path(named).read_bytes()
+        except OSError:  # read, and gone or unreadable already: the next check rebuilds
+            files.append([named, target, None, None, None, None, None])
+            continue
+        digest = hashlib.sha256(text).hexdigest()
+        identity = [seen.st_dev, seen.st_ino, seen.st_size, seen.st_mtime_ns]
+        files.append([named, target, *identity, digest])
+        absent |= _passed_over(named, search, places)
+        absent |= _unseen(named, text, search, places)
+    # Only what is empty now: a place that is not would fail every later check.
+    empty = sorted(p for p in absent if not os.path.exists(p))
+    return {"format": FORMAT, "files": files, "absent": empty}
+
+
+def _compile(build: Build, command: list[str], folder: Path, env: Mapping[str, str]) -> None:
     with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as work:
         here = Path(work)
         sources = []
         for name, text in build.sources:
             (here / name).write_text(text)
             sources.append(str(here / name))
-        includes = [f"-I{Path(d).resolve()}" for d in build.include_dirs]
+        includes = [str(Path(d).resolve()) for d in build.include_dirs]
         target = here / build.output
-        argv = [*command, *build.flags, *includes, "-MD", "-MF", str(here / "deps.d")]
+        compiler = [*command, *build.flags, *(f"-I{d}" for d in includes)]
+        argv = [*compiler, "-MD", "-MF", str(here / "deps.d")]
         done = subprocess.run(
-            [*argv, *sources, "-o", str(target)], capture_output=True, text=True, cwd=here
+            [*argv, *sources, "-o", str(target)],
+            capture_output=True,
+            text=True,
+            cwd=here,
+            env=dict(env),
         )
         if done.returncode != 0:
             raise UsageError(f"the C++ build failed: {_first_error(done.stderr, here)}")
-        read = {
-            str(Path(p).resolve()): _seen(Path(p))
-            for p in _dependencies(here / "deps.d")
-            if not Path(p).resolve().is_relative_to(here.resolve())
-        }
-        (here / "inputs.json").write_bytes(orjson.dumps(read, option=orjson.OPT_SORT_KEYS))
+        search = _search(compiler, includes, here, env)
+        texts = [text.encode() for _, text in build.sources]
+        record = _record(_dependencies(here / "deps.d"), texts, here, search)
+        (here / "inputs.json").write_bytes(orjson.dumps(record, option=orjson.OPT_SORT_KEYS))
         os.replace(target, folder / build.output)
         os.replace(here / "inputs.json", folder / "inputs.json")
 
