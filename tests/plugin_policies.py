@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+import time
 from collections.abc import Iterable
 
 from schedcli import QueueScheduler, Scheduler, Task
@@ -281,3 +284,32 @@ class DoublesTheOdd(OnePerBatch):
                     self._queue.remove(t)
                     return [t, t]
             return [self._queue.pop(0)] if self._queue else []
+
+
+class HangsWhenFew(OnePerBatch):
+    """A broken policy: one task per batch, in order, but asked for work while fewer than
+    ``few`` tasks are queued it never returns, and swallows whatever would interrupt it."""
+
+    name = "hangs-when-few"
+    PARAMS = (*OnePerBatch.PARAMS, Param("few", int, 8, "the queue it hangs below", minimum=0))
+
+    def __init__(self, max_batch_tokens: int = 64, few: int = 8) -> None:
+        super().__init__(max_batch_tokens)
+        self.few = few
+
+    def get_work(self) -> list[Task]:
+        while len(self._queue) < self.few:
+            with contextlib.suppress(BaseException):
+                time.sleep(0.05)
+        return super().get_work()
+
+
+class EndsWhenFew(HangsWhenFew):
+    """A broken policy: HangsWhenFew, but it ends the process where that one hangs."""
+
+    name = "ends-when-few"
+
+    def get_work(self) -> list[Task]:
+        if len(self._queue) < self.few:
+            os._exit(0)
+        return super().get_work()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.conftest import Cli
-from tests.helpers import TRACES, run_cli
+from tests.helpers import TRACES, run_cli, run_process, write_lines
 
 CHAT = TRACES / "long-prompts-and-chat.jsonl"
 
@@ -255,6 +257,109 @@ def test_shrink_at_max_time_writes_the_smallest_failing_trace_so_far(tmp_path: P
     assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
     r = run_cli("shrink", str(trace), "--until", "check", "--max-time", "nan")
     assert r.returncode == 2 and b"--max-time must be a number > 0" in r.stderr
+
+
+def few_tasks_left(tmp_path: Path, policy: str) -> Path:
+    """Twelve queued decodes, three steps, the third step's expect wrong (4 where the
+    policy, one task a batch in order, takes 3). ``policy`` (HangsWhenFew and its kin)
+    misbehaves when asked for work with fewer than eight tasks queued: the trace does not,
+    but the candidates that drop five sessions of the ten queued at the failing step do."""
+    header = {"schedcli": 1, "policy": policy, "params": {"max_batch_tokens": 64, "few": 8}}
+    submits = [{"op": "submit", "tid": i, "sid": i, "kind": "decode", "size": 1}
+               for i in range(1, 13)]  # fmt: skip
+    steps = [{"op": "get_work", "expect": [tid]} for tid in (1, 2, 4)]
+    return write_lines(tmp_path / "t.jsonl", [header, *submits, *steps])
+
+
+def shrink_bounded(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``schedcli shrink ARGS`` in a process of its own, killed if it runs a minute: a
+    shrink that does not hold --max-time fails the test instead of hanging the suite."""
+    try:
+        return run_process("shrink", *args, cwd=cwd, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("shrink ran on past --max-time (killed after 60 s)")
+
+
+def took(stderr: bytes) -> float:
+    found = re.search(rb" in ([0-9.]+) s \(\d+ replays\)", stderr)
+    assert found, stderr.decode()
+    return float(found.group(1))
+
+
+def test_shrink_at_max_time_abandons_a_candidate_whose_policy_never_returns(
+    tmp_path: Path,
+) -> None:
+    """A policy that loops forever on some candidates (and swallows any exception a timer
+    could raise in it) holds shrink no longer than --max-time: the candidate is abandoned,
+    and what was found before it is written."""
+    from schedcli.engine.shrink.reduce import GRACE
+
+    trace = few_tasks_left(tmp_path, "tests.plugin_policies:HangsWhenFew")
+    small = tmp_path / "small.jsonl"
+    r = shrink_bounded(str(trace), "--until", "check", "-o", str(small), "--max-time", "1.5")
+    assert r.returncode == 0, r.stderr.decode()
+    assert took(r.stderr) <= 1.5 + GRACE, r.stderr.decode()
+    said = r.stderr.decode()
+    assert "--max-time ran out while a candidate was being replayed: it was abandoned" in said
+    assert "--max-time ran out: this is the smallest failing trace found so far" in said
+    kept = [json.loads(x) for x in small.read_text().splitlines()]
+    assert 1 < len(kept) < len(trace.read_text().splitlines())  # the window was found first
+    assert kept[-1] == {"op": "get_work", "expect": [4]}
+    # A second path to the verdict: replay --check of what was written (it queues enough
+    # tasks not to hang) finds the same difference, 4 expected and 3 dispatched.
+    check = run_process("replay", str(small), "--check", "-o", str(tmp_path / "d"), timeout=60)
+    assert check.returncode == 1, check.stderr.decode()
+    assert b"moved out (expected, not dispatched): [4]" in check.stderr
+    assert b"moved in (dispatched, not expected): [3]" in check.stderr
+
+
+def test_shrink_at_max_time_ends_a_command_that_never_ends(tmp_path: Path) -> None:
+    """--until cmd: a command that never returns on small candidates is abandoned at
+    --max-time, and ended with what it started."""
+    from schedcli.engine.shrink.reduce import GRACE
+
+    command = 'cmd:[ $(wc -l < {}) -ge 20 ] && exit 1; echo $$ >> pids; exec sleep 300'
+    small = tmp_path / "small.jsonl"
+    r = shrink_bounded(str(CHAT), "--until", command, "-o", str(small), "--max-time", "1.5",
+                       cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    assert took(r.stderr) <= 1.5 + GRACE, r.stderr.decode()
+    assert b"it was abandoned" in r.stderr
+    assert 20 <= len(small.read_text().splitlines()) < len(CHAT.read_text().splitlines())
+    (pid,) = map(int, (tmp_path / "pids").read_text().split())
+    state = Path(f"/proc/{pid}/stat")
+    for _ in range(50):  # ended (or a zombie its new parent has not reaped yet)
+        if not state.exists() or state.read_text().split(") ")[-1].startswith("Z"):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the command's sleep ({pid}) outlived shrink")
+
+
+def test_shrink_at_max_time_says_when_the_trace_itself_never_finishes_replaying(
+    tmp_path: Path,
+) -> None:
+    from schedcli.engine.shrink.reduce import GRACE
+
+    trace = few_tasks_left(tmp_path, "tests.plugin_policies:HangsWhenFew")
+    start = time.monotonic()
+    r = shrink_bounded(str(trace), "--until", "check", "-P", "few=20", "--max-time", "0.5")
+    assert time.monotonic() - start < 0.5 + GRACE + 30  # a process's start included
+    assert r.returncode == 2, r.stderr.decode()
+    assert b"was still running at the time limit" in r.stderr
+    assert b"no failure found to shrink" in r.stderr
+
+
+def test_shrink_at_max_time_says_a_policy_that_ends_the_process_broke_the_contract(
+    tmp_path: Path,
+) -> None:
+    """Under --max-time candidates are replayed in a process of their own: a policy that
+    ends it is a broken contract (exit 3), never a shrink that ends without a word."""
+    trace = few_tasks_left(tmp_path, "tests.plugin_policies:EndsWhenFew")
+    small = tmp_path / "small.jsonl"
+    r = shrink_bounded(str(trace), "--until", "check", "-o", str(small), "--max-time", "30")
+    assert r.returncode == 3, r.stderr.decode()
+    assert b"ended during a replay (exit status 0)" in r.stderr
 
 
 def test_shrink_interrupted_writes_the_smallest_failing_trace_so_far(tmp_path: Path) -> None:

@@ -348,6 +348,49 @@ def test_candidates_held_in_memory_and_written_to_files_shrink_alike(
     assert held.tests == written.tests
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(sorted(PARAMS)),
+    st.integers(0, 2**32 - 1),
+    st.integers(4, 30),
+    st.floats(0.1, 0.95),
+)
+def test_candidates_replayed_in_a_worker_under_max_time_shrink_as_in_this_process(
+    policy: str, seed: int, steps: int, at: float
+) -> None:
+    """Two paths to each candidate's verdict: replayed in this process, or (under
+    --max-time, with time to spare) in a worker process the time limit could abandon.
+    Over generated recordings they try the same candidates and end on the same trace."""
+    from schedcli.engine.shrink import bounded
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        trace = planted(folder, policy, traffic(random.Random(seed), steps), at)
+        assume(trace is not None)
+        assert trace is not None
+        here, out_here = shrunk_to(trace, folder / "here.jsonl")
+        asked, ask = [0], bounded.Worker.ask
+
+        def counted(self: bounded.Worker, job: Any, until: float) -> Any:
+            asked[0] += 1
+            return ask(self, job, until)
+
+        bounded.Worker.ask = counted  # type: ignore[method-assign]
+        try:
+            worker = shrink(str(trace), "check", None, {}, max_time=600)
+        finally:
+            bounded.Worker.ask = ask  # type: ignore[method-assign]
+        try:
+            with (folder / "worker.jsonl").open("wb") as f:
+                worker.write(f)
+        finally:
+            worker.lines.close()
+        assert asked[0] == worker.tests + 1  # every replay in the worker, the final check too
+        assert not (worker.out_of_time or worker.unchecked) and worker.abandoned is None
+        assert (folder / "worker.jsonl").read_bytes() == out_here.read_bytes()
+        assert worker.tests == here.tests
+
+
 def test_what_is_held_in_memory_follows_its_byte_cap_not_the_lines_length(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,6 +64,18 @@ def shrink_to_file(
         highlight=False,
         soft_wrap=True,
     )
+    if shrunk.abandoned is not None:
+        err.print(
+            f"note: --max-time ran out while a candidate was being replayed: it was abandoned "
+            f"(stopped after {shrunk.abandoned:.1f} s)",
+            highlight=False,
+        )
+    if shrunk.unchecked:
+        err.print(
+            "note: the final check of the shrunk trace was abandoned at the time limit: it "
+            "failed the same way when it was tried, and was not replayed again",
+            highlight=False,
+        )
     if shrunk.out_of_time or shrunk.interrupted is not None:
         why = "--max-time ran out" if shrunk.out_of_time else "interrupted"
         err.print(

@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from ...formats.interrupt import Stopped
-from ...model.errors import InputError
+from ...model.errors import InputError, UsageError
 from ...model.task import id_key
+from .bounded import Abandoned, Worker, can_bound
 from .candidates import HELD, SMALL, Candidate, Lines, Ranges
 from .failures import Failure, Test, failure_test
 from .focus import Queue, queues_at, window, window_steps
@@ -30,6 +31,10 @@ FEW = 32
 # Lines, once sessions and steps are cut, are tried one at a time up to this many: few of
 # those left can go, and they go one by one (a stateful policy's schedule shifts with each).
 FEW_LINES = 512
+# The trace's first replay (which finds the failure) and the final check of the shrunk
+# trace may run this long past --max-time (a small trace's replay takes milliseconds):
+# the whole run ends by then.
+GRACE = 2.0
 
 
 class _OutOfTime(Exception):
@@ -46,6 +51,7 @@ class _Shrinker:
         deadline: float | None,
         progress: Callable[[int, int], None],
         observe: Observe | None = None,
+        bounded: bool = False,
     ) -> None:
         self.lines = lines
         self.observe = observe
@@ -54,7 +60,12 @@ class _Shrinker:
         self.test = test
         self.path = os.path.join(lines.folder, "candidate.jsonl")
         self.tests = 0
-        self.deadline = deadline
+        self.deadline = deadline  # no candidate is started after it
+        # A replay still running at ``until`` is abandoned (``bounded``: each runs in a
+        # worker process, which is killed; a policy's endless loop, Python or C++, cannot
+        # hold the run past it). None: replayed here, unbounded.
+        self.until = deadline
+        self.worker = Worker(self._replay) if bounded and deadline is not None else None
         self.progress = progress
         self.signature: tuple[Any, ...] = ()
         self.best = Candidate(Ranges(()))
@@ -65,6 +76,23 @@ class _Shrinker:
 
     def run(self, candidate: Candidate) -> Failure | None:
         self.tests += 1
+        answer: Failure | None = self._ask(("test", candidate))
+        return answer
+
+    def _ask(self, job: tuple[Any, ...]) -> Any:
+        """``job``'s answer: replayed here, or in the worker until ``until``."""
+        if self.worker is None or self.until is None:
+            return self._replay(job)
+        return self.worker.ask(job, self.until)
+
+    def _replay(self, job: tuple[Any, ...]) -> Any:
+        """A candidate's failure (``("test", candidate)``) or the queues a watched replay
+        of it sees (``("observe", candidate, steps)``)."""
+        kind, candidate, *rest = job
+        if kind == "observe":
+            assert self.observe is not None
+            self.write(candidate)
+            return self.observe(self.path, *rest)
         if len(candidate) <= SMALL and self.lines.bound(candidate.kept) <= HELD:
             return self.test(self.path, candidate.data(self.lines))
         self.write(candidate)
@@ -153,10 +181,11 @@ class _Shrinker:
         The observed replay counts as a test."""
         if failure.step < 0 or self.observe is None:
             return candidate
-        self.write(candidate)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise _OutOfTime
         self.tests += 1
         steps = window_steps(failure.step)
-        seen = self.observe(self.path, steps)
+        seen: dict[int, Queue] | None = self._ask(("observe", candidate, steps))
         if seen is None:
             return candidate
         if failure.step in seen:
@@ -259,6 +288,11 @@ class Shrunk:
     tests: int = 0
     signature: tuple[Any, ...] = ()
     out_of_time: bool = False  # stopped at --max-time: the smallest found so far
+    # A candidate's replay still running at --max-time, abandoned after so many seconds.
+    abandoned: float | None = None
+    # The final check abandoned at --max-time: ``best`` failed the same way when it was
+    # tried, and was not replayed again.
+    unchecked: bool = False
     interrupted: Stopped | None = None  # stopped by a signal: the smallest found so far
 
     @property
@@ -284,7 +318,9 @@ def shrink(
 ) -> Shrunk:
     """The smallest trace found that fails like ``path``. Stopped early (``max_time``, or
     a stop signal), it is the smallest found so far, and ``stopped`` says why. The caller
-    closes ``Shrunk.lines``."""
+    closes ``Shrunk.lines``. ``max_time`` bounds the whole run, reading the trace included:
+    a replay still running then is abandoned (``bounded.py``)."""
+    began = time.monotonic()
     lines = Lines(path)
     try:
         test = failure_test(until, policy, params, drain, b_params or {})
@@ -298,7 +334,8 @@ def shrink(
             def observe(path: str, steps: list[int]) -> dict[int, Queue] | None:
                 return queues_at(path, policy, params, steps, drain)
 
-        return _shrink(lines, until, test, max_time, keep_expects, progress, observe)
+        deadline = None if max_time is None else began + max_time
+        return _shrink(lines, until, test, deadline, keep_expects, progress, observe)
     except BaseException:
         lines.close()
         raise
@@ -308,15 +345,34 @@ def _shrink(
     lines: Lines,
     until: str,
     test: Test,
-    max_time: float | None,
+    deadline: float | None,
     keep_expects: bool,
     progress: Callable[[int, int], None],
     observe: Observe | None,
 ) -> Shrunk:
-    deadline = None if max_time is None else time.monotonic() + max_time
-    shrinker = _Shrinker(lines, test, deadline, progress, observe)
+    shrinker = _Shrinker(lines, test, deadline, progress, observe, bounded=can_bound())
+    try:
+        return _search(shrinker, lines, until, keep_expects)
+    finally:
+        if shrinker.worker is not None:
+            shrinker.worker.close()
+
+
+def _search(shrinker: _Shrinker, lines: Lines, until: str, keep_expects: bool) -> Shrunk:
+    """Under a deadline, the search's replays end by it; the first (which finds the
+    failure) and the final check, which a result needs, by GRACE after it."""
+    deadline = shrinker.deadline
+    end = None if deadline is None else deadline + GRACE
     candidate = Candidate(Ranges([(0, lines.count)] if lines.count else []))
-    failure = shrinker.run(candidate)
+    shrinker.until = end
+    try:
+        failure = shrinker.run(candidate)
+    except Abandoned as e:
+        raise UsageError(
+            f"--max-time: the replay of {lines.name} itself was still running at the time "
+            f"limit (abandoned after {e.seconds:.1f} s): no failure found to shrink"
+        ) from None
+    shrinker.until = deadline
     if failure is None:
         raise InputError(lines.name, None, f"does not fail --until {until}: nothing to shrink")
     shrinker.signature = failure.signature
@@ -332,12 +388,18 @@ def _shrink(
         shrinker.reduce(candidate, failure, keep_expects)
     except _OutOfTime:
         result.out_of_time = True
+    except Abandoned as e:
+        result.out_of_time, result.abandoned = True, e.seconds
     except Stopped as e:
         result.interrupted = e
     result.best, result.tests = shrinker.best, shrinker.tests
     if result.interrupted is None:
-        shrinker.deadline = None
-        if not shrinker.fails(result.best):
+        shrinker.deadline, shrinker.until = None, end
+        try:
+            same = shrinker.fails(result.best)
+        except Abandoned:
+            result.unchecked, same = True, True
+        if not same:
             raise InputError(
                 lines.name,
                 None,
