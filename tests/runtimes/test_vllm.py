@@ -533,3 +533,53 @@ def test_replay_and_validate_refuse_a_missing_vllm_by_one_check_even_after_a_loa
     assert (validated.code, replayed.code) == (2, 2)
     assert "pip install 'schedcli[vllm]'" in validated.stderr
     assert "pip install 'schedcli[vllm]'" in replayed.stderr
+
+
+def _fresh_process_env() -> dict[str, str]:
+    """The environment minus the user's logging choices: vLLM's and torch's defaults."""
+    chosen = ("VLLM_LOGGING_LEVEL", "VLLM_LOGGING_STREAM", "VLLM_CONFIGURE_LOGGING", "TORCH_LOGS")
+    return {k: v for k, v in os.environ.items() if k not in chosen}
+
+
+def test_a_vllm_run_s_stderr_holds_only_schedcli_s_own_lines(tmp_path: Path) -> None:
+    # A process of its own: vLLM and torch log most while they are first imported, and
+    # vLLM says some things once per process. The KV deadlock gives schedcli something to
+    # say (exit 3, and a note); vLLM's import and build warn (torch's deprecations, no
+    # vllm._C) and must not be heard.
+    example = ROOT / "docs" / "examples" / "vllm-kv-deadlock.workload.jsonl"
+    args = ["simulate", str(example), "-p", "vllm", "-P", "num_gpu_blocks=100"]
+    args += ["-P", "skip_kv_startup_check=true", "-o", str(tmp_path / "run.jsonl")]
+    run = subprocess.run(
+        [sys.executable, "-m", "schedcli", *args],
+        capture_output=True,
+        env=_fresh_process_env(),
+        timeout=600,
+        check=False,
+    )
+    lines = run.stderr.decode().splitlines()
+    assert run.returncode == 3, run.stderr.decode()
+    assert [line for line in lines if not line.startswith(("schedcli: ", "note: "))] == []
+    assert any("broke the Scheduler contract" in line for line in lines)
+
+
+def test_vllm_s_and_torch_s_errors_still_reach_stderr() -> None:
+    # Quiet means warnings, not errors: both loggers' ERROR records pass, after a load.
+    script = (
+        "import logging\n"
+        "from schedcli.runtimes.vllm.build import load\n"
+        "load()\n"
+        "for name in ('vllm.v1.core.sched.scheduler', 'torch._dynamo'):\n"
+        "    logging.getLogger(name).warning('a %s warning', name)\n"
+        "    logging.getLogger(name).error('an %s error', name)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        env=_fresh_process_env(),
+        timeout=600,
+        check=False,
+    )
+    err = run.stderr.decode()
+    assert run.returncode == 0, err
+    assert "an vllm.v1.core.sched.scheduler error" in err and "an torch._dynamo error" in err
+    assert "warning" not in err

@@ -5,6 +5,7 @@ engine's own planning (its start-up check included), then ``Scheduler`` or
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ class Vllm:
 
     def __init__(self) -> None:
         import torch
+
+        _quiet_loggers()
         from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import sha256
@@ -112,8 +115,32 @@ def cache_root() -> Path:
     return Path(base) / "schedcli" / f"vllm-{VLLM_VERSION}"
 
 
+def _quiet_loggers() -> None:
+    """vLLM's and torch's loggers say only errors, on stderr, unless the user's
+    ``VLLM_LOGGING_*`` / ``VLLM_CONFIGURE_LOGGING`` / ``TORCH_LOGS`` say otherwise.
+
+    vLLM 0.33 applies its logging configuration only in its engine's entry points: imported
+    as a library, its loggers have no handler, and logging's last resort prints every
+    warning bare on stderr whatever ``VLLM_LOGGING_LEVEL`` says. So its own configuration
+    (``VLLM_LOGGING_*``, read from the environment ``_quiet_environment`` completed) is
+    applied here, before any of its modules logs. torch sets its ``torch`` logger to WARNING
+    at its import (``TORCH_LOGS`` unset); it is raised to ERROR once torch is imported (a
+    torch imported earlier in the process included). Errors pass both."""
+    if "TORCH_LOGS" not in os.environ:
+        logging.getLogger("torch").setLevel(logging.ERROR)
+    level = logging.getLevelName(os.environ.get("VLLM_LOGGING_LEVEL", "").upper())
+    if os.environ.get("VLLM_CONFIGURE_LOGGING", "1") != "0" and isinstance(level, int):
+        logging.getLogger("vllm").setLevel(level)  # its level already while vllm.config imports
+    # Importing vllm.config imports modules that log (torch's deprecations among them).
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import configure_logging
+
+    configure_logging(LoggingConfig())
+
+
 def _quiet_environment() -> None:
-    """vLLM logs to stdout by default; stdout carries our data. Offline, our cache."""
+    """vLLM logs to stdout by default; stdout carries our data. Offline, our cache.
+    (Read by vLLM's logging configuration: _quiet_loggers.)"""
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
