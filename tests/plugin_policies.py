@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from schedcli import QueueScheduler, Scheduler, Task
+from schedcli import DecodeFirstScheduler, QueueScheduler, Scheduler, Task
 from schedcli.model.scheduler import Param
 from schedcli.model.task import Id
 
@@ -284,6 +284,16 @@ class DoublesTheOdd(OnePerBatch):
                     self._queue.remove(t)
                     return [t, t]
             return [self._queue.pop(0)] if self._queue else []
+
+
+class RewordedDecodeFirst(DecodeFirstScheduler):
+    """decode-first in other words: it refuses exactly the groups decode-first refuses,
+    and says only "refused" (as a C++ scheduler, whose interface gives no reason)."""
+
+    name = "reworded-decode-first"
+
+    def try_submit(self, tasks: Iterable[Task]) -> str | None:
+        return None if super().try_submit(tasks) is None else "refused"
 
 
 class HangsWhenFew(OnePerBatch):

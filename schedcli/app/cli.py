@@ -208,6 +208,9 @@ def diff(
 ) -> None:
     """Find where two schedules part ways: one trace under two configurations, or two dumps.
 
+    Decisions are compared (batches, accepted or rejected, what a cancel dropped, the end's
+    counts); a rejection's reason is shown beside them, not compared.
+
     Exit codes: 0 identical; 1 different; 2 bad input or usage; 3 a policy broke the contract.
     """
     from ..engine.diff import Config

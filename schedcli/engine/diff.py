@@ -1,6 +1,11 @@
 """Where two schedules part ways: one trace (either level) under two configurations in
 lockstep, or two dumps, compared step by step as they come (``Aligner``; a golden
-comparison uses it too)."""
+comparison uses it too).
+
+What is compared is decisions: each batch, each submit's (arrival's) acceptance, each
+cancel's and clear's dropped tasks, the end's counts. A rejection's ``reason`` is the
+policy's own words (the C++ interface gives none): shown beside the comparison
+(``reworded``), never counted as a difference."""
 
 from __future__ import annotations
 
@@ -89,10 +94,38 @@ def _json_type(value: Any) -> type:
     return type(value)
 
 
-def record_difference(a: Record | None, b: Record | None) -> RecordDifference | None:
-    """How two records at the same place differ, field by field; None if they do not."""
-    if same(a, b):
+def _rejection(record: Record | None) -> bool:
+    """A rejected submit's (or arrival's) record: its ``reason`` is the policy's words."""
+    return record is not None and record.get("accepted") is False and "op" in record
+
+
+def _decisions(record: Record | None) -> Record | None:
+    """The record without its words (a rejection's ``reason``): what a comparison counts."""
+    if not _rejection(record):
+        return record
+    assert record is not None
+    return {k: v for k, v in record.items() if k != "reason"}
+
+
+def reworded(a: Record | None, b: Record | None) -> RecordDifference | None:
+    """Two rejections at the same place whose reasons are worded differently: both
+    reasons, for showing beside the comparison (never a difference); None otherwise."""
+    if not (_rejection(a) and _rejection(b)):
         return None
+    assert a is not None and b is not None
+    ra, rb = a.get("reason", _ABSENT), b.get("reason", _ABSENT)
+    if same(ra, rb):
+        return None
+    kind = str(a.get("op", "record"))
+    return RecordDifference(kind, (_line(a), _line(b)), [("reason", ra, rb)])
+
+
+def record_difference(a: Record | None, b: Record | None) -> RecordDifference | None:
+    """How two records at the same place differ in what the policies decided, field by
+    field; None if they do not (a rejection's reason apart: see ``reworded``)."""
+    if same(_decisions(a), _decisions(b)):
+        return None
+    words = "reason" if _rejection(a) and _rejection(b) else None  # shown by ``reworded``
     kind = "end" if "end" in (a or b or {}) else str((a or b or {}).get("op", "record"))
     if kind == "end":
         a, b = (a or {}).get("end"), (b or {}).get("end")
@@ -105,7 +138,7 @@ def record_difference(a: Record | None, b: Record | None) -> RecordDifference | 
     fields = [
         (key, a.get(key, _ABSENT), b.get(key, _ABSENT))
         for key in dict.fromkeys([*a, *b])
-        if key != "line" and not same(a.get(key, _ABSENT), b.get(key, _ABSENT))
+        if key not in ("line", words) and not same(a.get(key, _ABSENT), b.get(key, _ABSENT))
     ]
     lines = (None, None) if kind == "end" else (_line(a), _line(b))
     return RecordDifference(kind, lines, fields or [("line", _line(a), _line(b))])
@@ -126,14 +159,24 @@ class DiffResult:
     first: FirstDifference | None = None
     summaries: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     records: list[RecordDifference] = field(default_factory=list)  # the first RECORDS_KEPT
+    # Rejections on both sides whose reasons are worded differently: shown, not counted
+    # in ``identical`` (the first RECORDS_KEPT kept, all counted).
+    reasons_differing: int = 0
+    reasons: list[RecordDifference] = field(default_factory=list)
 
     def record_differs(self, difference: RecordDifference) -> None:
         self.events_differing += 1
         if len(self.records) < RECORDS_KEPT:
             self.records.append(difference)
 
+    def reason_differs(self, difference: RecordDifference) -> None:
+        self.reasons_differing += 1
+        if len(self.reasons) < RECORDS_KEPT:
+            self.reasons.append(difference)
+
     @property
     def identical(self) -> bool:
+        """The same decisions at every step and record (reasons' wording not counted)."""
         return self.steps_differing == 0 and self.events_differing == 0
 
     def to_json(self) -> dict[str, Any]:
@@ -154,6 +197,8 @@ class DiffResult:
             "events_differing": self.events_differing,
             "first_difference": first,
             "records_differing": [r.to_json() for r in self.records],
+            "reasons_differing": self.reasons_differing,
+            "reasons_worded_differently": [r.to_json() for r in self.reasons],
             "a": {"label": self.labels[0], "params": self.params[0], "metrics": self.summaries[0]},
             "b": {"label": self.labels[1], "params": self.params[1], "metrics": self.summaries[1]},
         }
@@ -257,6 +302,9 @@ class Aligner:
         difference = record_difference(a, b)
         if difference is not None:
             self.result.record_differs(difference)
+        words = reworded(a, b)
+        if words is not None:
+            self.result.reason_differs(words)
 
 
 def _other_fields(record: Record) -> Record:

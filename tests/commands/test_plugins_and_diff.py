@@ -7,11 +7,14 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES
-from tests.helpers import ROOT, TRACES, run_cli
+from tests.helpers import ROOT, TRACES, run_cli, write_lines
 
 PLUGIN = "tests.plugin_policies:OnePerBatch"
+REWORDED = "tests.plugin_policies:RewordedDecodeFirst"
 
 
 def make_dist(tmp_path: Path, entries: dict[str, str], module: str | None = None) -> dict[str, str]:
@@ -185,6 +188,154 @@ def test_diff_of_two_dumps(tmp_path: Path) -> None:
     data = orjson.loads(r.stdout)
     assert data["first_difference"]["step"] == 0
     assert data["a"]["metrics"]["mean_wait_steps"] is None  # a dump has no submit times
+
+
+def test_diff_golden_and_check_pass_a_policy_that_rejects_alike_in_other_words(
+    tmp_path: Path,
+) -> None:
+    """The same decisions, each rejection worded otherwise (as a C++ scheduler's, which
+    gives no reason): diff, diff of the dumps, replay --golden and check all pass, with
+    both sides' words shown beside the verdict."""
+    trace = TRACES / "rejections.jsonl"
+    r = run_cli("diff", str(trace), "--b", REWORDED)
+    assert r.returncode == 0, r.stdout.decode()
+    out = r.stdout.decode()
+    assert "identical: all 1 steps match; 6 rejection(s) worded differently" in out
+    assert 'submit (line 3): A "tid 7 is already queued"  B "refused"' in out
+    data = orjson.loads(run_cli("diff", str(trace), "--b", REWORDED, "-f", "json").stdout)
+    assert data["identical"] is True and data["records_differing"] == []
+    assert data["reasons_differing"] == 6
+    assert data["reasons_worded_differently"][0]["fields"] == [
+        {"field": "reason", "a": "tid 7 is already queued", "b": "refused"}
+    ]
+    ours, theirs = tmp_path / "ours.dump.jsonl", tmp_path / "theirs.dump.jsonl"
+    assert run_cli("replay", str(trace), "-o", str(ours)).returncode == 0
+    assert run_cli("replay", str(trace), "-p", REWORDED, "-o", str(theirs)).returncode == 0
+    assert ours.read_bytes() != theirs.read_bytes()  # the words differ
+    assert run_cli("diff", str(ours), str(theirs)).returncode == 0
+    golden = run_cli("replay", str(trace), "-p", REWORDED, "--golden", str(ours))
+    assert golden.returncode == 0, golden.stderr.decode()
+    assert "6 rejection(s) worded differently there (reasons are not compared)" in (
+        golden.stderr.decode()
+    )
+    # A suite whose folder replays under the plugin, its golden written by decode-first.
+    suite = tmp_path / "suite"
+    (suite / "golden").mkdir(parents=True)
+    (suite / "rejections.jsonl").write_bytes(trace.read_bytes())
+    (suite / "golden" / "rejections.dump.jsonl").write_bytes(ours.read_bytes())
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.schedcli]\ntraces = ["suite"]\n'
+        f'[tool.schedcli.folders.suite]\npolicy = "{REWORDED}"\n'
+    )
+    checked = run_cli("check", cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+    assert "6 rejections worded differently (reasons are not compared)" in checked.stdout.decode()
+
+
+def test_diff_still_counts_a_rejection_the_other_side_accepts_and_shows_the_words() -> None:
+    trace = TRACES / "rejections.jsonl"
+    r = run_cli("diff", str(trace), "--b", REWORDED, "--b-param", "max_prefill_chunk_size=3")
+    assert r.returncode == 1
+    out = r.stdout.decode()
+    assert "2 other record(s) differ; 6 rejection(s) worded differently" in out
+    assert "submit (line 10, only in B):" in out and '"reason":"refused"' in out
+
+
+def test_a_side_with_no_batch_at_the_first_difference_is_a_difference_not_bad_input(
+    tmp_path: Path,
+) -> None:
+    """B refuses the only submit, so it never runs a step: there is nothing it left out at
+    step 0 to explain (it said "there is no step 0", exit 2), in diff and --golden alike."""
+    header = {"schedcli": 1, "params": {"max_prefill_chunk_size": 4}}
+    submit = {"op": "submit", "tid": 1, "sid": 0, "kind": "prefill", "size": 4}
+    trace = write_lines(tmp_path / "t.jsonl", [header, submit])
+    smaller = ["max_prefill_chunk_size=3"]
+    for sides in (["--b-param", *smaller], ["--a-param", *smaller]):
+        r = run_cli("diff", str(trace), "--b", REWORDED, *sides)
+        assert r.returncode == 1, r.stderr.decode()
+        assert "(no batch)" in r.stdout.decode()
+    golden = tmp_path / "g.dump.jsonl"
+    assert run_cli("replay", str(trace), "-o", str(golden)).returncode == 0
+    r = run_cli("replay", str(trace), "-P", *smaller, "--golden", str(golden))
+    assert r.returncode == 1, r.stderr.decode()
+    assert "dump differs from golden" in r.stderr.decode()
+
+
+# A policy that decides as decode-first (in other words, or with other limits), or not.
+SIDES = [
+    ("decode-first", []),
+    (REWORDED, []),
+    (REWORDED, ["-P", "max_prefill_chunk_size=3"]),
+    ("decode-first", ["-P", "max_batch_tokens=9"]),
+    ("fcfs", []),
+]
+
+
+@st.composite
+def traffic(draw: st.DrawFn) -> list[dict[str, object]]:
+    """Submits that are often refused (a size 0, a taken or repeated tid, a chunk over
+    the limit, a wide decode), get_works, cancels and clears."""
+    ops: list[dict[str, object]] = []
+    tid = 0
+    for _ in range(draw(st.integers(1, 30))):
+        op = draw(st.sampled_from(["submit"] * 5 + ["get_work"] * 3 + ["cancel", "clear"]))
+        if op == "submit":
+            sid = draw(st.integers(0, 3))
+            tasks = []
+            for _ in range(draw(st.integers(1, 3))):
+                decode = draw(st.integers(0, 3)) == 0
+                tid = draw(st.integers(0, 6)) if draw(st.booleans()) else tid + 1
+                size = draw(st.integers(1, 2)) if decode else draw(st.integers(0, 5))
+                kind = "decode" if decode else "prefill"
+                tasks.append({"tid": tid, "sid": sid, "kind": kind, "size": size})
+            ops.append({"op": "submit", "tasks": tasks})
+        elif op == "cancel":
+            ops.append({"op": "cancel", "sid": draw(st.integers(0, 3))})
+        else:
+            ops.append({"op": op})
+    return ops
+
+
+def _decisions(dump: Path) -> list[bytes]:
+    """A dump's records with each rejection's words taken out, as exact JSON."""
+    records = [orjson.loads(line) for line in dump.read_bytes().splitlines()]
+    for r in records:
+        if r.get("accepted") is False:
+            del r["reason"]
+    return [orjson.dumps(r) for r in records]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=traffic(), a=st.sampled_from(SIDES[:2]), b=st.sampled_from(SIDES[1:]))
+def test_diff_golden_and_dumps_pass_exactly_when_the_decisions_agree(
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[dict[str, object]],
+    a: tuple[str, list[str]],
+    b: tuple[str, list[str]],
+) -> None:
+    """The verdict of diff (of the trace, and of the two dumps) and of replay --golden is
+    whether two plain replays' dumps are equal once each rejection's words are taken out."""
+    tmp = tmp_path_factory.mktemp("d")
+    params = {"max_batch_tokens": 10, "max_decode_sequences": 2, "max_prefill_chunk_size": 4}
+    header = {"schedcli": 1, "params": params}
+    trace = write_lines(tmp / "t.jsonl", [header, *ops])
+    dumps = tmp / "a.dump.jsonl", tmp / "b.dump.jsonl"
+    for (policy, params), dump in zip((a, b), dumps, strict=True):
+        done = run_cli("replay", str(trace), "-p", policy, *params, "--drain", "-o", str(dump))
+        assert done.returncode == 0, done.stderr.decode()
+    agree = _decisions(dumps[0]) == _decisions(dumps[1])
+    worded = agree and dumps[0].read_bytes() != dumps[1].read_bytes()
+    event("the same decisions, in other words" if worded else f"the same decisions: {agree}")
+    side_params = [
+        *(["--a-param", p] for p in a[1][1::2]),
+        *(["--b-param", p] for p in b[1][1::2]),
+    ]
+    flat = [word for pair in side_params for word in pair]
+    by_trace = run_cli("diff", str(trace), "--a", a[0], "--b", b[0], *flat, "--drain")
+    by_dumps = run_cli("diff", str(dumps[0]), str(dumps[1]))
+    golden = run_cli("replay", str(trace), "-p", b[0], *b[1], "--drain", "--golden", str(dumps[0]))
+    want = 0 if agree else 1
+    assert (by_trace.returncode, by_dumps.returncode, golden.returncode) == (want,) * 3
 
 
 def test_diff_refuses_a_trace_where_a_dump_belongs() -> None:

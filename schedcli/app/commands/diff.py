@@ -54,7 +54,8 @@ def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None
     only_a, only_b = first.moved()
     console = data_console()
     for i, (label, side, tids) in enumerate((("A", a, only_b), ("B", b, only_a))):
-        if tids:
+        # A side with no batch at the step left nothing out there (it made no get_work).
+        if tids and (first.a, first.b)[i] is not None:
             if first.left is not None:
                 left = first.left[i]
             elif is_request_trace(trace):

@@ -270,7 +270,17 @@ class GoldenCheck(Output):
     def verdict(self) -> None:
         """After every output closed: the difference shown, and CheckFailed (exit 1)."""
         golden = self.comparison
-        if golden is None or golden.same:
+        if golden is None:
+            return
+        if golden.same:
+            worded = golden.result.reasons_differing  # shown, never a difference
+            if worded:
+                self._err().print(
+                    f"note: {self._name}: matches golden {self._golden}; {worded} "
+                    "rejection(s) worded differently there (reasons are not compared)",
+                    soft_wrap=True,
+                    highlight=False,
+                )
             return
         err = self._err()
         diff, *why = golden.views(lambda step: _reasons_at(self._req, step))

@@ -93,7 +93,7 @@ class GoldenComparison:
         first = self.result.first
         if first is not None:
             only_golden, _ = first.moved()
-            if only_golden:
+            if only_golden and first.b is not None:  # no batch there: nothing left out
                 left = self.first_left if self.first_left_known else reasons_at(first.step)
                 views.append(why_left("the replay", left, only_golden))
         return views

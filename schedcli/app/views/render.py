@@ -209,6 +209,11 @@ def diff_view(result: Any) -> Group:
                 "yellow",
             )
         )
+    if result.reasons_differing:  # shown, never counted: a verdict is on decisions
+        parts[-1].append(
+            f"; {result.reasons_differing} rejection(s) worded differently"
+            " (reasons are not compared)"
+        )
     first = result.first
     if first is not None:
         table = Table(
@@ -249,6 +254,8 @@ def diff_view(result: Any) -> Group:
         parts.append(table)
     if result.records:
         parts.append(records_view(result))
+    if result.reasons:
+        parts.append(reasons_view(result))
     if any(result.summaries):
         parts.append(metrics_comparison(["A", "B"], result.summaries))
     return Group(*parts)
@@ -282,6 +289,31 @@ def records_view(result: Any) -> Text:
     hidden = result.events_differing - len(shown)
     if hidden > 0:
         text.append(f"  and {hidden} more (diff -f json lists the first {len(result.records)})\n")
+    text.rstrip()
+    return text
+
+
+def reasons_view(result: Any) -> Text:
+    """Both sides' words for each rejection they share, where the words differ: shown
+    beside the verdict, never counted in it (a policy's reasons are its own wording)."""
+    shown = result.reasons[:RECORDS_SHOWN]
+    text = Text(
+        f"reasons worded differently ({result.reasons_differing}; the same rejections,"
+        " not a difference):\n",
+        "bold",
+    )
+    for r in shown:
+        a_line, b_line = r.lines
+        where = f"line {a_line}" if a_line == b_line else f"A line {a_line}, B {b_line}"
+        for _, a, b in r.fields:
+            text.append(f"  {r.kind} ({where}): ")
+            text.append(f"A {_json(a)}", "red")
+            text.append("  ")
+            text.append(f"B {_json(b)}", "green")
+            text.append("\n")
+    hidden = result.reasons_differing - len(shown)
+    if hidden > 0:
+        text.append(f"  and {hidden} more (diff -f json lists the first {len(result.reasons)})\n")
     text.rstrip()
     return text
 

@@ -502,9 +502,12 @@ def _unreadable(golden: str) -> str | None:
 
 def _compared(verdict: Verdict, job: Job, comparison: Any, new: _NewGolden | None) -> None:
     verdict.golden = job.golden
+    result = comparison.result
+    if result.reasons_differing:  # shown, never a difference: reasons are not compared
+        worded = _count(result.reasons_differing, "rejection")
+        verdict.coverage += f", {worded} worded differently (reasons are not compared)"
     if comparison.same:
         return
-    result = comparison.result
     differ = (
         f"{_count(result.steps_differing, 'step')} and "
         f"{_count(result.events_differing, 'other record')} differ"
