@@ -210,13 +210,40 @@ class _Follow:
         self.policy = policy
         self.draining = False  # in the drain after the last event: each step's held kept
         self.key = id_key(rid) if rid is not None else None
-        self.arrived: dict[tuple[type, Id], tuple[int, int]] = {}  # rid -> (line, step)
+        # rid -> (line, step) of its accepted arrival; a rejected one is never recorded
+        self.arrived: dict[tuple[type, Id], tuple[int, int]] = {}
+        self.arriving: tuple[Arrive, int] | None = None  # the arrival being fed, its step
         self.record: Record | None = None
         self.left: Left = None
         self.held: list[Id] = []
         self.life: Life | None = None
 
+    def accepted(self, event: Arrive, line: int, step: int) -> None:
+        """An arrival the policy took (the engine's ``on_arrived``)."""
+        key = id_key(event.rid)
+        self.arrived[key] = (line, step)
+        if key == self.key:
+            task = Task(event.rid, event.rid, PREFILL, event.prompt_tokens or 0)
+            self.life = Life(task, line, step)
+
+    def rejected(self, record: Record) -> None:
+        """The followed request's arrival refused: a life of its own, unless a request
+        under its id is still held (that one keeps its arrival and its life)."""
+        assert self.arriving is not None
+        event, step = self.arriving
+        if any(id_key(r) == self.key for r in self.policy.held()):
+            return
+        task = Task(event.rid, event.rid, PREFILL, event.prompt_tokens or 0)
+        reason = record["reason"]
+        life = Life(task, record["line"], step, outcome=f"rejected ({reason})", outcome_step=step)
+        life.reason = reason
+        self.life = life
+
     def emit(self, record: Record) -> None:
+        if record.get("op") == "arrive":  # a rejected arrival: accepted ones have no record
+            if id_key(record["rid"]) == self.key:
+                self.rejected(record)
+            return
         if "batch" in record:
             self.record = record
             if self.draining and record["step"] + 1 == self.step:
@@ -244,16 +271,17 @@ class _Follow:
 
 def _follow(opened: OpenRequestTrace, follow: _Follow) -> None:
     engine = RequestReplayer(
-        opened.policy, follow.emit, policy_name=opened.policy_name, on_left=follow.on_left
+        opened.policy,
+        follow.emit,
+        policy_name=opened.policy_name,
+        on_left=follow.on_left,
+        on_arrived=follow.accepted,
     )
     try:
         for line, event in opened.events:
             engine.current_line = line
             if type(event) is Arrive:
-                follow.arrived[id_key(event.rid)] = (line, engine.totals.steps)
-                if id_key(event.rid) == follow.key:
-                    task = Task(event.rid, event.rid, PREFILL, event.prompt_tokens or 0)
-                    follow.life = Life(task, line, engine.totals.steps)
+                follow.arriving = (event, engine.totals.steps)
             elif type(event) is not Abort and engine.totals.steps == follow.step:
                 follow.held = opened.policy.held()
                 engine.feed(line, event)
@@ -304,6 +332,6 @@ def _request_step(opened: OpenRequestTrace, step: int) -> StepView:
 
 def _request_lives(opened: OpenRequestTrace, rid: Id) -> list[Life]:
     """A request from its arrival to its end: each step it was passed over, and why."""
-    follow = _Follow(None, rid)
+    follow = _Follow(None, rid, opened.policy)
     _follow(opened, follow)
     return [follow.life] if follow.life is not None else []

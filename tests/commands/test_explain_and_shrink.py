@@ -10,8 +10,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from schedcli.model.requests import Arrival
 from tests.conftest import Cli
+from tests.doubles.requests import ToyRequests
 from tests.helpers import TRACES, run_cli, run_process, write_lines
 
 CHAT = TRACES / "long-prompts-and-chat.jsonl"
@@ -438,3 +442,135 @@ def test_explain_of_a_step_a_trace_skips_counts_the_steps_it_has(cli: Cli) -> No
     assert shown.stderr.strip().endswith(
         f"there is no step 1: the replay has {end['steps']} steps, numbered 0 to 2 with 1 skipped"
     )
+
+
+TOY = "tests.doubles:ToyRequests"  # given with -p: a trace header may only name it
+
+
+def _held_twice(tmp_path: Path) -> Path:
+    """b arrives at line 3, step 0, and again at line 5, step 1, while it is still held
+    (ToyRequests, one request running, refuses the second)."""
+    params = {"max_num_batched_tokens": 8, "max_num_seqs": 1}
+    header = {"schedcli": 1, "level": "request", "policy": TOY, "params": params}
+    return write_lines(
+        tmp_path / "again.jsonl",
+        [
+            header,
+            {"op": "arrive", "rid": "a", "prompt_tokens": 20, "max_tokens": 2},
+            {"op": "arrive", "rid": "b", "prompt_tokens": 4, "max_tokens": 2},
+            {"op": "step"},
+            {"op": "arrive", "rid": "b", "prompt_tokens": 4, "max_tokens": 2},
+            {"op": "step"},
+            {"op": "step"},
+        ],
+    )
+
+
+def test_a_rejected_rearrival_leaves_the_held_request_s_arrival_in_explain(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Regression: explain --step showed b at the rejected arrival's line 5, step 1, and
+    explain --session b began its life there."""
+    trace = _held_twice(tmp_path)
+    dump = [json.loads(x) for x in cli("replay", trace, "-p", TOY, "-f", "jsonl").lines]
+    refused = {"op": "arrive", "accepted": False, "rid": "b"}
+    assert {"line": 5, **refused, "reason": "request 'b' is already held"} in dump
+    shown = cli("explain", trace, "-p", TOY, "--step", "2", "-f", "json")
+    assert shown.code == 0, shown.stderr
+    queue = {q["sid"]: (q["line"], q["step"], q["age"]) for q in json.loads(shown.stdout)["queue"]}
+    assert queue == {"a": (2, 0, 2), "b": (3, 0, 2)}
+    shown = cli("explain", trace, "-p", TOY, "--session", "b", "-f", "json")
+    (life,) = json.loads(shown.stdout)
+    assert life["submitted"] == {"line": 3, "step": 0}
+    assert [p["step"] for p in life["passed_over"]] == [0, 1, 2]
+    assert life["outcome"]["what"] == "still queued"
+
+
+class RefusesLong(ToyRequests):
+    """ToyRequests that also refuses a prompt of more than 100 tokens."""
+
+    def add(self, arrival: Arrival) -> str | None:
+        return "too long" if arrival.prompt_tokens > 100 else super().add(arrival)
+
+
+def test_explain_session_of_a_refused_request_says_it_was_rejected(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Regression: a request whose only arrival was refused was shown as still queued."""
+    header = {"schedcli": 1, "level": "request", "policy": TOY}
+    trace = write_lines(
+        tmp_path / "refused.jsonl",
+        [
+            header,
+            {"op": "step"},
+            {"op": "arrive", "rid": "c", "prompt_tokens": 400, "max_tokens": 2},
+            {"op": "step"},
+        ],
+    )
+    policy = f"{__name__}:RefusesLong"
+    (life,) = json.loads(cli("explain", trace, "-p", policy, "--session", "c", "-f", "json").stdout)
+    assert life["submitted"] == {"line": 3, "step": 1}
+    assert life["outcome"] == {"what": "rejected", "step": 1, "reason": "too long"}
+
+
+@st.composite
+def rearrivals(draw: st.DrawFn) -> list[dict[str, object]]:
+    """Random request traces over four ids, so that ids often arrive again while held."""
+    params = {"max_num_batched_tokens": 8, "max_num_seqs": 2}
+    lines: list[dict[str, object]] = [
+        {"schedcli": 1, "level": "request", "policy": TOY, "params": params}
+    ]
+    for _ in range(draw(st.integers(1, 30))):
+        op = draw(st.sampled_from(["arrive", "arrive", "step", "step", "abort"]))
+        rid = draw(st.sampled_from(["r0", "r1", "r2", "r3"]))
+        if op == "arrive":
+            size, most = draw(st.integers(1, 20)), draw(st.integers(1, 3))
+            lines.append({"op": "arrive", "rid": rid, "prompt_tokens": size, "max_tokens": most})
+        elif op == "abort":
+            lines.append({"op": "abort", "rid": rid})
+        else:
+            lines.append({"op": "step"})
+    lines.append({"op": "step"})
+    return lines
+
+
+def _arrivals_from_the_dump(
+    lines: list[dict[str, object]], dump: list[dict[str, object]]
+) -> list[list[tuple[object, int, int]]]:
+    """The second path: per step, the requests held as it began, each with the line and
+    step of its accepted arrival; from the trace and the dump's records (an arrival with
+    no rejection record at its line was accepted; an abort record says what it dropped;
+    a batch record what finished)."""
+    rejected = {r["line"] for r in dump if r.get("op") == "arrive"}
+    aborted = {r["line"] for r in dump if r.get("op") == "abort" and r["was"] is not None}
+    batches = [r for r in dump if "batch" in r]
+    held: dict[object, tuple[int, int]] = {}  # in arrival order, as the policy holds them
+    per_step = []
+    for line, event in enumerate(lines[1:], start=2):
+        rid = event.get("rid")
+        if event["op"] == "arrive" and line not in rejected:
+            held[rid] = (line, len(per_step))
+        elif event["op"] == "abort" and line in aborted:
+            del held[rid]
+        elif event["op"] == "step":
+            per_step.append([(r, *at) for r, at in held.items()])
+            for r in batches[len(per_step) - 1]["finished"]:  # type: ignore[attr-defined]
+                del held[r]
+    return per_step
+
+
+@settings(max_examples=40, deadline=None)
+@given(lines=rearrivals())
+def test_explain_step_gives_each_held_request_the_arrival_that_was_accepted(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[dict[str, object]]
+) -> None:
+    from schedcli.engine.explain import explain_step
+
+    trace = write_lines(tmp_path_factory.mktemp("r") / "r.jsonl", lines)
+    replayed = run_cli("replay", str(trace), "-p", TOY, "-f", "jsonl")
+    assert replayed.returncode == 0, replayed.stderr
+    dump = [json.loads(x) for x in replayed.stdout.splitlines()]
+    for step, want in enumerate(_arrivals_from_the_dump(lines, dump)):
+        view = explain_step(str(trace), step, TOY).to_json()
+        assert [(q["sid"], q["line"], q["step"]) for q in view["queue"]] == want, step
+        assert all(q["age"] == step - q["step"] for q in view["queue"])

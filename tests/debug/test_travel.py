@@ -374,6 +374,32 @@ def test_a_request_s_life_is_what_explain_session_says(tmp_path: Path) -> None:
             )
 
 
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_rejected_rearrival_leaves_the_held_request_s_arrival_in_the_view(
+    tmp_path: Path, every: int
+) -> None:
+    """Regression: b, still held, showed line 0 once its id arrived again and was refused
+    (the refusal's record erased its arrival); its life began a second time there."""
+    toy = "tests.doubles:ToyRequests"  # given as the policy: a trace header may only name it
+    params = {"max_num_batched_tokens": 8, "max_num_seqs": 1}
+    header = {"schedcli": 1, "level": "request", "policy": toy, "params": params}
+    b = {"op": "arrive", "rid": "b", "prompt_tokens": 4, "max_tokens": 2}
+    lines = [header, {**b, "rid": "a", "prompt_tokens": 20}, b, {"op": "step"}, b]
+    trace = write_lines(tmp_path / "again.jsonl", [*lines, {"op": "step"}, {"op": "step"}])
+    assert views_agree(trace, every, toy) == 3
+    with Travel(str(trace), policy=toy, every=every) as travel:
+        travel.wait("indexed", 60)
+        for step in travel.numbers:
+            queue = travel.view(step)["queues"][0]
+            assert [(e["tid"], e["line"], e["since"]) for e in queue] == [
+                ("a", 2, 0),
+                ("b", 3, 0),
+            ], step
+        events = travel.life({"sid": "b"}, 0)
+        assert [e for e in events if e[1] == "submitted"] == [[0, "submitted", "b", "line 3"]]
+        assert [1, "rejected", "b", "request 'b' is already held"] in events
+
+
 def test_a_gzipped_trace_travels_as_the_plain_one(tmp_path: Path) -> None:
     """A checkpoint holds the decompressor's state in its memory and the file's offset
     in its own descriptor: both go on from there."""

@@ -85,8 +85,12 @@ class RequestReplayer:
         trace_name: str = "<trace>",
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
+        on_arrived: Callable[[Arrive, int, int], None] | None = None,
     ) -> None:
         self.policy, self.emit, self.policy_name = policy, emit, policy_name
+        # Told (event, line, step) of each arrival the policy accepted, never of a rejected
+        # one: a rejected re-arrival of a held id must not touch that request's arrival.
+        self.on_arrived = on_arrived
         self.trace_name = trace_name
         self.check, self.drain, self.on_left = check, drain, on_left
         self.on_step, self.observer = on_step, observer
@@ -185,6 +189,8 @@ class RequestReplayer:
             self.totals.accepted += 1
             if self.check:
                 self._live[(type(event.rid), event.rid)] = event.rid
+            if self.on_arrived is not None:
+                self.on_arrived(event, line, self.totals.steps)
         else:
             self.totals.rejected += 1
             self.emit(

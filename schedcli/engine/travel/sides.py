@@ -246,6 +246,7 @@ class RequestSide:
             policy_name=opened.policy_name,
             check=check,
             trace_name=opened.name,
+            on_arrived=self._arrived,
         )
         engine.side = self
         self.engine = engine
@@ -266,13 +267,7 @@ class RequestSide:
 
     def feed(self, line: int, event: Any) -> None:
         kind = type(event)
-        steps = self.engine.totals.steps
-        if kind is Arrive:
-            self.arrived[id_key(event.rid)] = (line, steps)
-            self.unstarted[id_key(event.rid)] = steps
-            if self.follow is not None:
-                self.follow([(event.rid, event.rid)], line, steps)
-        elif kind is Step or kind is Schedule:
+        if kind is Step or kind is Schedule:
             self.expect = _expected(event)
         self.engine.current_line = line
         try:
@@ -283,6 +278,15 @@ class RequestSide:
     def feed_all(self, opened: OpenReplay) -> None:
         for line, event in inputs(opened):
             self.feed(line, event)
+
+    def _arrived(self, event: Arrive, line: int, step: int) -> None:
+        """An arrival the policy accepted: a rejected one (an id still held among them)
+        is never recorded, so the held request keeps its own line and step."""
+        key = id_key(event.rid)
+        self.arrived[key] = (line, step)
+        self.unstarted[key] = step
+        if self.follow is not None:
+            self.follow([(event.rid, event.rid)], line, step)
 
     def close(self) -> None:
         self.engine.close()
@@ -300,7 +304,7 @@ class RequestSide:
         op = record.get("op")
         if op == "update":
             self._forget(record["finished"])
-        elif op in ("abort", "arrive"):
+        elif op == "abort":  # a rejected arrival's record leaves what is held alone
             self.arrived.pop(id_key(record["rid"]), None)
             self.unstarted.pop(id_key(record["rid"]), None)
         if "end" not in record:
