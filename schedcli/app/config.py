@@ -69,8 +69,9 @@ class Config:
         return here
 
     def settings_for(self, trace: str) -> FolderSettings:
-        """The settings of the nearest configured folder holding ``trace``."""
-        here = Path(trace).resolve().parent
+        """The settings of the nearest configured folder holding ``trace``: the folder it
+        is found in (a link's, not that of the file it leads to, as its golden is)."""
+        here = Path(trace).absolute().parent.resolve()
         for folder in (here, *here.parents):
             if folder in self.folders:
                 return self.folders[folder]

@@ -12,6 +12,7 @@ a golden fails, an orphaned golden is a failing item of its own, as configured.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,10 +95,11 @@ def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.
         if reporter is not None:
             reporter.write_line(f"schedcli: note: {note}")
     for job in suite_jobs(req, suite):
-        collector = TraceFile.from_parent(session, path=Path(job.trace).resolve())
+        # Named as found (a link as the link, never as what it leads to), as check names it.
+        collector = TraceFile.from_parent(session, path=Path(os.path.abspath(job.trace)))
         items.append(TraceItem.from_parent(collector, name="check", job=job, req=req))
     for golden in suite.orphans:
-        collector = TraceFile.from_parent(session, path=Path(golden).resolve())
+        collector = TraceFile.from_parent(session, path=Path(os.path.abspath(golden)))
         items.append(OrphanItem.from_parent(collector, name="orphaned", req=req))
 
 

@@ -359,10 +359,10 @@ def _repository(tmp_path: Path) -> Path:
         shutil.copy(TRACES / f"{name}.jsonl", repo / "traces")
         shutil.copy(GOLDENS / f"{name}.dump.jsonl", repo / "traces" / "golden")
     (repo / "notes.jsonl").write_text('{"not": "a trace"}\n')
-    _git(repo, "init", "-q")
-    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "add", "-A")
-    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "suite")
     (repo / "pyproject.toml").write_text('[tool.schedcli]\ntraces = ["traces"]\n')
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "suite")
     return repo
 
 
@@ -524,3 +524,359 @@ def test_an_interrupted_check_stops_soon_and_leaves_no_partial_golden(tmp_path: 
     written = len(list(goldens.glob("*.dump.jsonl")))
     assert written <= before + 1  # the workers stopped; no queued trace was begun
     assert [p.name for p in goldens.iterdir() if p.name.startswith(".")] == []
+
+
+# --- traces reached through links ------------------------------------------------------------
+
+
+def _wrong_expect(data: bytes) -> bytes:
+    """A trace with its second expect wrong (one more tid than it dispatched)."""
+    lines = data.splitlines()
+    expects = [i for i, raw in enumerate(lines) if b'"expect"' in raw]
+    wrong = orjson.loads(lines[expects[1]])
+    wrong["expect"] = [*wrong["expect"], 999]
+    lines[expects[1]] = orjson.dumps(wrong)
+    return b"\n".join(lines) + b"\n"
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_trace_reached_through_a_link_is_checked_against_the_golden_of_its_own_name(
+    tmp_path: Path, suffix: str
+) -> None:
+    import gzip
+
+    elsewhere = tmp_path / "recordings"
+    elsewhere.mkdir()
+    data = (TRACES / "rotation-fairness.jsonl").read_bytes()
+    target = elsewhere / f"rf{suffix}"
+    target.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    suite = tmp_path / "suite"
+    (suite / "golden").mkdir(parents=True)
+    (suite / f"linked{suffix}").symlink_to(target)  # to a file outside the suite
+    (suite / f"beside{suffix}").symlink_to(f"linked{suffix}")  # a link beside a link
+    (suite / "more").symlink_to(elsewhere)  # a folder through a link: its golden folder too
+    (elsewhere / "golden").mkdir()
+    golden = GOLDENS / "rotation-fairness.dump.jsonl"
+    for where in (suite / "golden" / "linked", elsewhere / "golden" / "rf"):
+        shutil.copy(golden, f"{where}.dump.jsonl")
+    # beside's golden is another trace's: a link is compared with its own golden.
+    shutil.copy(GOLDENS / "deferral-order.dump.jsonl", suite / "golden" / "beside.dump.jsonl")
+    code, found = verdicts(suite)
+    assert {n: v["status"] for n, v in found.items()} == {
+        f"linked{suffix}": "pass",
+        f"rf{suffix}": "pass",
+        f"beside{suffix}": "fail",
+    }
+    assert code == 1 and found[f"rf{suffix}"]["trace"] == str(suite / "more" / f"rf{suffix}")
+    assert found[f"beside{suffix}"]["golden"] == str(suite / "golden" / "beside.dump.jsonl")
+    (suite / "golden" / "beside.dump.jsonl").unlink()
+    r = run_cli("check", str(suite), "-j", "1")
+    assert r.returncode == 1 and b"orphaned" not in r.stdout  # beside has no golden: FAIL
+    assert b"FAIL " in r.stdout and b"no golden" in r.stdout
+
+
+@pytest.mark.parametrize("kind", ["dangling", "loop", "folder"])
+def test_a_link_that_leads_to_no_trace_fails_naming_the_link_and_keeps_its_golden(
+    tmp_path: Path, kind: str
+) -> None:
+    suite = tmp_path / "suite"
+    (suite / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "rotation-fairness.jsonl", suite)
+    shutil.copy(GOLDENS / "rotation-fairness.dump.jsonl", suite / "golden")
+    link = suite / "gone.jsonl.gz"
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "x.jsonl").write_bytes((TRACES / "rejections.jsonl").read_bytes())
+    link.symlink_to({"dangling": "nowhere.jsonl", "loop": "gone.jsonl.gz"}.get(kind, "../folder"))
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "gone.dump.jsonl")
+    r = run_cli("check", str(suite), "-j", "1", "-f", "json")
+    assert r.returncode == 2, r.stdout
+    records = {orjson.loads(x)["trace"]: orjson.loads(x) for x in r.stdout.splitlines()}
+    assert set(records) == {str(link), str(suite / "rotation-fairness.jsonl")}  # no orphan
+    said = records[str(link)]
+    assert said["status"] == "error" and str(said["detail"]).startswith(f"{link}: a link ")
+    why = {"dangling": "does not exist", "loop": "loop", "folder": "folder"}[kind]
+    assert why in str(said["detail"])
+    r = run_cli("check", str(link), "-j", "1")  # named on the command line: the same
+    assert r.returncode == 2 and f"{link}: a link ".encode() in r.stdout
+
+
+def test_pytest_schedcli_checks_a_linked_trace_under_the_links_name(
+    pytester: pytest.Pytester,
+) -> None:
+    suite = pytester.path / "suite"
+    (suite / "golden").mkdir(parents=True)
+    shutil.copy(TRACES / "rotation-fairness.jsonl", pytester.path / "real.jsonl")
+    (suite / "linked.jsonl").symlink_to(pytester.path / "real.jsonl")
+    shutil.copy(GOLDENS / "rotation-fairness.dump.jsonl", suite / "golden" / "linked.dump.jsonl")
+    (suite / "broken.jsonl").symlink_to("nowhere.jsonl")
+    result = pytester.runpytest_subprocess("--schedcli=suite", "-p", "no:randomly", "-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "PASSED suite/linked.jsonl::check" in out
+    assert "FAILED suite/broken.jsonl::check" in out and "a link to nowhere.jsonl" in out
+    assert "orphaned" not in out
+    assert run_cli("check", str(suite), "-j", "1").returncode == 2  # check: the same verdicts
+
+
+# The property: a trace reached through a link gets the verdict a copy of the file it leads
+# to gets in the link's place, over generated suites of links (beside their target, out of
+# the suite, in a chain, gzipped, to a folder) and goldens (matching, another's, none).
+_LINKS = ("file", "beside", "outside", "chain", "gz", "folder")
+
+
+def _linked_suite(root: Path, entries: list[tuple[str, str, str]], copies: bool) -> Path:
+    import gzip
+
+    suite, elsewhere = root / "suite", root / "recordings"
+    (suite / "golden").mkdir(parents=True)
+    elsewhere.mkdir()
+    for i, (kind, stem, golden) in enumerate(entries):
+        name = f"t{i}.jsonl.gz" if kind == "gz" else f"t{i}.jsonl"
+        data = (TRACES / f"{_STEMS[stem]}.jsonl").read_bytes()
+        data = gzip.compress(data, mtime=0) if kind == "gz" else data
+        folder = suite / f"d{i}" if kind == "folder" else suite
+        names = [name, f"base{i}.jsonl"] if kind == "beside" else [name]
+        if kind == "folder":
+            (elsewhere / f"d{i}" / "golden").mkdir(parents=True)
+            (elsewhere / f"d{i}" / name).write_bytes(data)
+            if copies:
+                shutil.copytree(elsewhere / f"d{i}", folder)
+            else:
+                folder.symlink_to(elsewhere / f"d{i}")
+        elif kind == "file" or copies:
+            for each in names:
+                (suite / each).write_bytes(data)
+        elif kind == "beside":
+            (suite / names[1]).write_bytes(data)
+            (suite / name).symlink_to(names[1])
+        else:
+            (elsewhere / name).write_bytes(data)
+            if kind == "chain":
+                (elsewhere / f"via-{name}").symlink_to(name)
+            (suite / name).symlink_to(elsewhere / (f"via-{name}" if kind == "chain" else name))
+        source = {"match": _STEMS[stem], "other": _STEMS["b" if stem != "b" else "a"]}
+        if golden in source:
+            for each in names:
+                stem_of = each.removesuffix(".gz").removesuffix(".jsonl")
+                shutil.copy(
+                    GOLDENS / f"{source[golden]}.dump.jsonl",
+                    folder / "golden" / f"{stem_of}.dump.jsonl",
+                )
+    return suite
+
+
+def test_a_linked_trace_gets_the_verdict_of_a_copy_in_its_place(tmp_path: Path) -> None:
+    import tempfile
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    entry = st.tuples(
+        st.sampled_from(_LINKS),
+        st.sampled_from(sorted(_STEMS)),
+        st.sampled_from(["match", "other", "none"]),
+    )
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(entry, min_size=1, max_size=4))
+    def as_a_copy(entries: list[tuple[str, str, str]]) -> None:
+        here = Path(tempfile.mkdtemp(dir=tmp_path))
+        linked = _linked_suite(here / "L", entries, copies=False)
+        copied = _linked_suite(here / "C", entries, copies=True)
+        got, expected = verdicts(linked), verdicts(copied)
+        assert got[0] == expected[0], entries
+        said = orjson.dumps(expected[1])
+        mirrored = said.replace(str(here / "C").encode(), str(here / "L").encode())
+        assert got[1] == orjson.loads(mirrored), entries  # no orphan a copy would not have
+
+    as_a_copy()
+
+
+# --- check --staged judges the index, not the working tree -----------------------------------
+
+
+def _staged(repo: Path, *options: str) -> subprocess.CompletedProcess[bytes]:
+    return run_cli("check", "--staged", "-j", "1", *options, cwd=repo)
+
+
+def test_staged_checks_the_staged_copy_of_a_trace_not_the_working_trees(tmp_path: Path) -> None:
+    repo = _repository(tmp_path)
+    trace = repo / "traces" / "deferral-order.jsonl"
+    right = trace.read_bytes()
+    trace.write_bytes(_wrong_expect(right))
+    _git(repo, "add", "traces/deferral-order.jsonl")
+    trace.write_bytes(right)  # only the working tree's copy is right
+    r = _staged(repo)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.startswith(b"FAIL       traces/deferral-order.jsonl  expect differs at step")
+    assert b"--- traces/deferral-order.jsonl:" in r.stdout  # the repository's path, not a copy's
+    assert b"reproduce: schedcli replay traces/deferral-order.jsonl --check" in r.stdout
+    assert b"note: traces/deferral-order.jsonl is checked as staged" in r.stderr
+    assert b"schedcli-staged" not in r.stdout + r.stderr
+    # The other way round: a right staged trace passes whatever the working tree holds.
+    _git(repo, "add", "traces/deferral-order.jsonl")
+    fresh = repo / "traces" / "fresh.jsonl"
+    shutil.copy(TRACES / "rotation-fairness.jsonl", fresh)
+    shutil.copy(GOLDENS / "rotation-fairness.dump.jsonl", repo / "traces/golden/fresh.dump.jsonl")
+    _git(repo, "add", "traces")
+    fresh.write_bytes(_wrong_expect(fresh.read_bytes()))  # unstaged edits that would fail
+    (repo / "traces" / "golden" / "fresh.dump.jsonl").unlink()
+    r = _staged(repo)
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.startswith(b"pass       traces/fresh.jsonl")
+
+
+def test_staged_untracking_a_golden_or_trace_is_a_deletion_and_untracked_files_do_not_count(
+    tmp_path: Path,
+) -> None:
+    repo = _repository(tmp_path)
+    _git(repo, "rm", "-q", "--cached", "traces/golden/deferral-order.dump.jsonl")  # still on disk
+    r = _staged(repo)
+    assert r.returncode == 1 and b"FAIL       traces/deferral-order.jsonl" in r.stdout
+    assert b"no golden" in r.stdout
+    _git(repo, "reset", "-q")
+    _git(repo, "rm", "-q", "--cached", "traces/deferral-order.jsonl")
+    r = _staged(repo)
+    assert r.returncode == 1 and b"orphaned   traces/golden/deferral-order.dump.jsonl" in r.stdout
+    _git(repo, "reset", "-q")
+    # A golden staged for a trace left untracked: the commit holds a golden no trace claims.
+    shutil.copy(TRACES / "clear-shutdown.jsonl", repo / "traces")
+    shutil.copy(GOLDENS / "clear-shutdown.dump.jsonl", repo / "traces" / "golden")
+    _git(repo, "add", "traces/golden/clear-shutdown.dump.jsonl")
+    assert run_cli("check", "-j", "1", cwd=repo).returncode == 0  # the working tree passes
+    r = _staged(repo)
+    assert r.returncode == 1 and b"orphaned   traces/golden/clear-shutdown.dump.jsonl" in r.stdout
+    # [tool.schedcli] as staged: strict = false in the working tree alone excuses nothing.
+    project = repo / "pyproject.toml"
+    project.write_text('[tool.schedcli]\ntraces = ["traces"]\nstrict = false\n')
+    assert _staged(repo).returncode == 1
+    _git(repo, "add", "pyproject.toml")
+    r = _staged(repo)
+    assert r.returncode == 0 and b"(not failing: --no-strict)" in r.stdout
+    # --update would write the working tree, not the commit checked.
+    r = _staged(repo, "--update")
+    assert r.returncode == 2 and b"--update writes the working tree" in r.stderr
+
+
+def test_staged_checks_a_staged_link_to_a_trace_and_what_a_link_leads_to(tmp_path: Path) -> None:
+    repo = _repository(tmp_path)
+    (repo / "recordings").mkdir()
+    shutil.copy(TRACES / "rotation-fairness.jsonl", repo / "recordings" / "rf.jsonl")
+    (repo / "traces" / "linked.jsonl").symlink_to("../recordings/rf.jsonl")
+    shutil.copy(GOLDENS / "rotation-fairness.dump.jsonl", repo / "traces/golden/linked.dump.jsonl")
+    (repo / "traces" / "broken.jsonl").symlink_to("nowhere.jsonl")
+    _git(repo, "add", "-A")
+    r = _staged(repo)
+    assert r.returncode == 2, r.stdout
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("error      traces/broken.jsonl")
+    assert "a link to nowhere.jsonl, which does not exist" in lines[0]
+    assert lines[1].startswith("pass       traces/linked.jsonl")
+    _git(repo, "rm", "-q", "--cached", "traces/broken.jsonl")
+    _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "links")
+    # A change to what the link leads to checks the link, as staged.
+    target = repo / "recordings" / "rf.jsonl"
+    target.write_bytes(_wrong_expect(target.read_bytes()))
+    _git(repo, "add", "recordings/rf.jsonl")
+    target.write_bytes((TRACES / "rotation-fairness.jsonl").read_bytes())
+    r = _staged(repo)
+    assert r.returncode == 1 and r.stdout.startswith(b"FAIL       traces/linked.jsonl")
+
+
+# The property: --staged on a repository gives, for each trace and golden it reports, what
+# `check` gives on a checkout of the index (`git checkout-index -a`), and its exit code;
+# over generated edits, staged and unstaged, of traces, goldens, links and the configuration.
+_STEMS = {"a": "rotation-fairness", "b": "deferral-order", "c": "rejections"}
+_EDITS = ("right", "wrong", "other", "delete", "untrack", "link", "config")
+
+
+def _edit(repo: Path, edit: str, stem: str, golden: bool, staged: bool) -> None:
+    original = _STEMS.get(stem, "rotation-fairness")
+    other = _STEMS["b" if stem != "b" else "a"]
+    if edit == "config":
+        path = repo / "pyproject.toml"
+        extra = {"a": "strict = false\n", "b": 'golden = "optional"\n'}.get(stem, "")
+        path.write_text(f'[tool.schedcli]\ntraces = ["traces"]\n{extra}')
+    elif golden:
+        path = repo / "traces" / "golden" / f"{stem}.dump.jsonl"
+        source = GOLDENS / f"{other if edit in ('wrong', 'other') else original}.dump.jsonl"
+    else:
+        path = repo / "traces" / f"{stem}.jsonl"
+        source = TRACES / f"{other if edit == 'other' else original}.jsonl"
+    rel = str(path.relative_to(repo))
+    if edit == "untrack":
+        _git(repo, "rm", "-q", "--cached", "--ignore-unmatch", rel)
+        return
+    if edit != "config":
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        if edit == "link":
+            to = {"a": "b", "b": "new", "c": "a"}.get(stem, "c")  # new: often not there
+            path.symlink_to(f"{to}{''.join(path.suffixes)}")
+        elif edit == "wrong" and not golden:
+            path.write_bytes(_wrong_expect((TRACES / "rotation-fairness.jsonl").read_bytes()))
+        elif edit != "delete":
+            path.write_bytes(source.read_bytes())
+    if staged:
+        _git(repo, "update-index", "--add", "--remove", "--", rel)  # as `git add -A` would
+
+
+def _json_check(where: Path, *options: str) -> tuple[int, dict[str, dict[str, object]], bytes]:
+    import contextlib
+
+    from tests.helpers import run_in_process
+
+    with contextlib.chdir(where):
+        r = run_in_process("check", "-f", "json", "-j", "1", *options)
+    records = [orjson.loads(line) for line in r.stdout.splitlines()]
+    return r.returncode, {str(x["trace"] or x["golden"]): x for x in records}, r.stderr
+
+
+def test_staged_gives_the_verdicts_of_check_on_a_checkout_of_the_index(tmp_path: Path) -> None:
+    import tempfile
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    base = tmp_path / "base" / "repo"
+    (base / "traces" / "golden").mkdir(parents=True)
+    for stem, name in _STEMS.items():
+        shutil.copy(TRACES / f"{name}.jsonl", base / "traces" / f"{stem}.jsonl")
+        shutil.copy(GOLDENS / f"{name}.dump.jsonl", base / "traces/golden" / f"{stem}.dump.jsonl")
+    (base / "pyproject.toml").write_text('[tool.schedcli]\ntraces = ["traces"]\n')
+    _git(base, "init", "-q")
+    _git(base, "add", "-A")
+    _git(base, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "suite")
+    edits = st.tuples(
+        st.sampled_from(_EDITS),
+        st.sampled_from(["a", "b", "c", "new"]),
+        st.booleans(),  # the golden, else the trace
+        st.booleans(),  # staged, else left in the working tree
+    )
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(edits, min_size=1, max_size=4))
+    def staged_is_the_checkout(steps: list[tuple[str, str, bool, bool]]) -> None:
+        here = Path(tempfile.mkdtemp(dir=tmp_path))
+        repo, copy = here / "repo", here / "copy"  # one length: rich wraps both alike
+        shutil.copytree(base, repo, symlinks=True)
+        for step in steps:
+            _edit(repo, *step)
+        _git(repo, "checkout-index", "-a", f"--prefix={copy}/")
+        code, staged, said = _json_check(repo, "--staged")
+        if not staged and code == 0:  # nothing the commit touches to check
+            assert b"touches no trace or golden" in said
+            assert _json_check(copy)[0] == 0
+            return
+        clone_code, clone, _ = _json_check(copy)
+        assert code == clone_code, (steps, staged, clone)
+        if code == 2 and not staged:
+            return  # a suite neither could read (no traces left): the same refusal
+        same = orjson.dumps(clone).replace(str(copy).encode(), str(repo).encode())
+        mirrored: dict[str, dict[str, object]] = orjson.loads(same)
+        for key, record in staged.items():
+            assert mirrored.get(key) == record, (steps, key)
+        failing = {k for k, v in mirrored.items() if v["status"] != "pass"}
+        assert failing <= set(staged), (steps, failing)
+
+    staged_is_the_checkout()

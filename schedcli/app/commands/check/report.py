@@ -27,7 +27,6 @@ from .suite import (
     exit_code,
     find_suite,
     run_suite,
-    staged_changes,
 )
 
 ORPHANED = "orphaned"
@@ -189,29 +188,68 @@ def run_check(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
     the worst error's code on a trace that could not be checked."""
     if req.dry_run and not req.update:
         raise UsageError("--dry-run applies to --update")
-    if req.staged and req.paths:
-        raise UsageError("--staged checks what git says the commit changes: give no PATH")
+    if req.staged:
+        _run_staged(req, fmt, junit_xml)
+        return
     config = load_config()
     req = req.with_config(config)
-    if req.staged:
-        present, deleted = staged_changes(config.traces)
-        if not present and not deleted:
+    _run(req, find_suite(req.paths, req.golden_dir), relative_to(config.root), fmt, junit_xml)
+
+
+def _run_staged(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
+    """``--staged``: the traces and goldens the staged commit touches, checked as the
+    index holds them (and its ``[tool.schedcli]``), not as the working tree does."""
+    from .staged import staged_view
+
+    if req.paths:
+        raise UsageError("--staged checks what git says the commit changes: give no PATH")
+    if req.update:
+        raise UsageError(
+            "--staged checks the commit as staged; --update writes the working tree: run "
+            "check --update, then stage the goldens it writes"
+        )
+    with staged_view() as view:
+        if not view.relevant():
             print("note: the staged commit touches no trace or golden", file=sys.stderr)
             return
-        suite = find_suite(present, req.golden_dir, deleted)
-    else:
-        suite = find_suite(req.paths, req.golden_dir)
+        config = view.config()
+        req = req.with_config(config)
+        suite = view.suite(req, config)
+        if not suite.traces and not suite.orphans:
+            print(
+                "note: the staged commit touches no trace or golden left to check (deleted "
+                "with its golden, or outside the suite's folders)",
+                file=sys.stderr,
+            )
+            return
+        shown = relative_to(view.root(config))
+        for path in view.differing(suite):
+            print(
+                f"note: {shown(path)} is checked as staged; the working tree's copy differs "
+                "(a reproduce command reads that one)",
+                file=sys.stderr,
+            )
+        _run(req, suite, shown, fmt, junit_xml)
+
+
+def _run(req: CheckRequest, suite: Suite, shown: Shown, fmt: str, junit_xml: str | None) -> None:
+    """Check the suite's traces and say so (a suite written out from the index: its
+    verdicts said with the repository's paths)."""
     refuse_aliases(req, suite, junit_xml)
     for note in suite.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {note.replace(*suite.alias) if suite.alias else note}", file=sys.stderr)
     if not suite.traces and not suite.orphans:
         where = ", ".join(req.paths)
         raise UsageError(f"no traces (*.jsonl, *.jsonl.gz) in {where}: nothing to check")
-    shown = relative_to(config.root)
     cores = os.cpu_count() or 1
     if req.jobs is not None and req.jobs > cores:
         print(f"note: --jobs {req.jobs}: checking on the {cores} cores there are", file=sys.stderr)
     verdicts = list(run_suite(req, suite))
+    if suite.alias is not None:
+        from .staged import real_suite, real_verdict
+
+        verdicts = [real_verdict(suite.alias, v) for v in verdicts]
+        suite = real_suite(suite)
     if fmt == "json":
         show_json(sys.stdout.buffer, suite, verdicts, shown)
     else:

@@ -7,10 +7,12 @@ A trace ``DIR/NAME.jsonl`` (or ``.jsonl.gz``) has its golden at
 
 from __future__ import annotations
 
+import errno
 import io
 import multiprocessing
 import os
 import signal
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from ....formats.output import atomic_output
 from ....formats.writer import JsonlWriter
 from ....model.errors import (
     CheckFailed,
+    InputError,
     InvariantError,
     SchedcliError,
     StepMismatch,
@@ -132,16 +135,23 @@ class Suite:
     traces: list[tuple[str, str | None]] = field(default_factory=list)  # (trace, golden)
     orphans: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # --staged: (the folder the index is written out in, the repository it stands for);
+    # a path below the first is shown as the same path below the second.
+    alias: tuple[str, str] | None = None
 
 
-def find_suite(paths: Sequence[str], golden_dir: str | None, deleted: Sequence[str] = ()) -> Suite:
+def find_suite(paths: Sequence[str], golden_dir: str | None, require_traces: bool = True) -> Suite:
     """Every trace in ``paths`` and the folders below them, sorted, each with its golden's
     path; goldens in a searched folder's golden folder that no trace claims are orphans.
     A golden given by name stands for its trace (a commit that changes only a golden
     checks the trace it belongs to). Each real folder is searched once. A folder given
-    with no trace in it or below, and two traces claiming one golden, are usage errors.
-    ``deleted`` (``--staged``): files a commit removes; the golden a removed trace leaves
-    is an orphan, the trace a removed golden leaves is checked."""
+    with no trace in it or below (unless not ``require_traces``), and two traces claiming
+    one golden, are usage errors.
+
+    A trace is named by where it is found, a link too: the golden of ``DIR/NAME.jsonl``
+    is ``DIR/golden/NAME.dump.jsonl`` whatever the link points at. A link named as a trace
+    that leads to no file (dangling, a loop, a folder) is a trace all the same: its check
+    is an error naming the link (``link_trouble``), never a silent skip."""
     suite = Suite()
     traces: list[Path] = []
     folders: list[Path] = []
@@ -150,11 +160,11 @@ def find_suite(paths: Sequence[str], golden_dir: str | None, deleted: Sequence[s
         p = Path(given)
         if given == "-":
             raise UsageError("check reads trace files and folders, not standard input (-)")
-        if p.is_dir():
+        if p.is_dir() and not _trace_link(p):
             fresh = list(_folders(p, searched, suite.notes))  # none: searched already
             folders += fresh
-            found = [c for f in fresh for c in f.iterdir() if c.is_file() and _is_trace(c.name)]
-            if fresh and not found:
+            found = [c for f in fresh for c in f.iterdir() if _is_trace_entry(c)]
+            if fresh and not found and require_traces:
                 raise UsageError(
                     f"{given}: no traces (*.jsonl, *.jsonl.gz) in this folder or below: "
                     "nothing to check"
@@ -162,20 +172,17 @@ def find_suite(paths: Sequence[str], golden_dir: str | None, deleted: Sequence[s
             traces += found
         elif p.is_file() and p.name.endswith(DUMP_SUFFIX):
             traces += _traces_of(p, golden_dir)
-        elif p.is_file():
+        elif p.is_file() or p.is_symlink():
             traces.append(p)
         else:
             raise UsageError(f"{given}: no such file or folder")
-    for gone in map(Path, deleted):
-        if gone.name.endswith(DUMP_SUFFIX):
-            traces += _traces_of(gone, golden_dir)
-        elif _is_trace(gone.name) and _golden_of(gone, golden_dir).is_file():
-            suite.orphans.append(str(_golden_of(gone, golden_dir)))
-    claimed: dict[Path, Path] = {}
-    unique = {t.resolve(): t for t in reversed(traces)}  # one spelling of each file
+    claimed: dict[str, Path] = {}
+    # One spelling of each (file, golden) pair: a file given twice is checked once, but a
+    # link beside its target is a trace of its own, with a golden of its own.
+    unique = {(_real(t), _real(golden_of(t, golden_dir))): t for t in reversed(traces)}
     for trace in sorted(unique.values()):
-        golden = _golden_of(trace, golden_dir)
-        other = claimed.setdefault(golden.resolve(), trace)
+        golden = golden_of(trace, golden_dir)
+        other = claimed.setdefault(_real(golden), trace)
         if other != trace:
             raise UsageError(
                 f"{other} and {trace} both claim the golden {golden}: a golden belongs to "
@@ -185,52 +192,57 @@ def find_suite(paths: Sequence[str], golden_dir: str | None, deleted: Sequence[s
     for where in sorted({Path(golden_dir) if golden_dir else f / "golden" for f in folders}):
         if where.is_dir():
             goldens = sorted(where.glob(f"*{DUMP_SUFFIX}"))
-            suite.orphans += [str(g) for g in goldens if g.resolve() not in claimed]
-    suite.orphans = sorted({o for o in suite.orphans if Path(o).resolve() not in claimed})
+            suite.orphans += [str(g) for g in goldens if _real(g) not in claimed]
+    suite.orphans = sorted(set(suite.orphans))
     return suite
 
 
-def staged_changes(within: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The traces and goldens the staged commit adds, changes or renames, and those it
-    deletes (a rename's old name among them), as git says (``git diff --cached``); only
-    those below ``within`` when it names folders."""
-    import subprocess
+def link_trouble(path: str) -> str | None:
+    """Why ``path``, a link, leads to no file a trace could be read from (to nothing, round
+    a loop, to a folder); None when it does, or is no link."""
+    if not os.path.islink(path):
+        return None
+    target = os.readlink(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"a link ({target}) in a loop of links: it leads to no file"
+        return f"a link to {target}, which does not exist"
+    if stat.S_ISDIR(st.st_mode):
+        return f"a link to the folder {target}, not to a trace"
+    return None
 
-    def git(*args: str, cwd: str | None = None) -> bytes:
-        try:
-            done = subprocess.run(["git", *args], capture_output=True, check=True, cwd=cwd)
-        except (OSError, subprocess.CalledProcessError) as e:
-            why = e.stderr.decode(errors="replace").strip() if hasattr(e, "stderr") else e
-            raise UsageError(f"--staged asks git what the commit changes: {why}") from None
-        return done.stdout
 
-    top = git("rev-parse", "--show-toplevel").decode().strip()
-    fields = git("diff", "--cached", "--name-status", "-z", "-M", "--no-ext-diff", cwd=top)
-    words = fields.decode("utf-8", "surrogateescape").split("\0")
-    present: list[str] = []
-    deleted: list[str] = []
-    i = 0
-    while i + 1 < len(words):
-        status = words[i]
-        if status[:1] in ("R", "C"):
-            old, new, i = words[i + 1], words[i + 2], i + 3
-            if status[0] == "R":
-                deleted.append(old)
-            present.append(new)
-        else:
-            path, i = words[i + 1], i + 2
-            (deleted if status == "D" else present).append(path)
-    roots = [Path(w).resolve() for w in within if Path(w).is_dir()]
+def shown_as(alias: tuple[str, str] | None, path: str) -> str:
+    """``path`` as the user knows it: below ``alias``'s first folder (a written-out
+    index), the same path below its second (the repository)."""
+    if alias is None:
+        return path
+    view, real = alias
+    below = os.path.relpath(path, view) if os.path.isabs(path) else os.pardir
+    if below == os.curdir:
+        return real
+    if below == os.pardir or below.startswith(os.pardir + os.sep):
+        return path
+    return os.path.join(real, below)
 
-    def wanted(path: str) -> bool:
-        name = Path(path).name
-        if not (_is_trace(name) or name.endswith(DUMP_SUFFIX)):
-            return False
-        full = Path(top, path).resolve()
-        return not roots or any(full.is_relative_to(r) for r in roots)
 
-    keep = [str(Path(top, p)) for p in present if wanted(p)]
-    return keep, [str(Path(top, p)) for p in deleted if wanted(p)]
+def _real(path: Path) -> str:
+    """The file ``path`` is, links followed (never raising on a loop, as Path.resolve
+    does before Python 3.13)."""
+    return os.path.realpath(path)
+
+
+def _is_trace_entry(entry: Path) -> bool:
+    """A folder's entry that is a trace: a file, or any link, named as one."""
+    return is_trace(entry.name) and (entry.is_symlink() or entry.is_file())
+
+
+def _trace_link(path: Path) -> bool:
+    """A link named as a trace: taken for a trace (to be checked, or refused naming the
+    link), never searched as a folder."""
+    return is_trace(path.name) and path.is_symlink()
 
 
 def _folders(top: Path, searched: dict[tuple[int, int], Path], notes: list[str]) -> Iterator[Path]:
@@ -258,6 +270,8 @@ def _folders(top: Path, searched: dict[tuple[int, int], Path], notes: list[str])
         for child in sorted(folder.iterdir()):
             if not child.is_dir() or child.name == "golden" or child.name.startswith("."):
                 continue
+            if _trace_link(child):
+                continue  # a trace, refused as one
             if child.is_symlink() and folder.resolve().is_relative_to(child.resolve()):
                 notes.append(f"{child}: a link to a folder holding it (a loop): not followed")
                 continue
@@ -273,14 +287,15 @@ def _traces_of(golden: Path, golden_dir: str | None) -> list[Path]:
         return []
     stem = golden.name.removesuffix(DUMP_SUFFIX)
     found = [golden.parent.parent / f"{stem}{suffix}" for suffix in TRACE_SUFFIXES]
-    return [t for t in found if t.is_file()]
+    return [t for t in found if _is_trace_entry(t)]
 
 
-def _is_trace(name: str) -> bool:
+def is_trace(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES) and not name.endswith(DUMP_SUFFIX)
 
 
-def _golden_of(trace: Path, golden_dir: str | None) -> Path:
+def golden_of(trace: Path, golden_dir: str | None) -> Path:
+    """Where the golden of ``trace`` is, by the name and folder the trace is found under."""
     stem = trace.name.removesuffix(".gz").removesuffix(".jsonl")
     folder = Path(golden_dir) if golden_dir else trace.parent / "golden"
     return folder / f"{stem}{DUMP_SUFFIX}"
@@ -337,6 +352,7 @@ class Job:
     dry_run: bool
     golden_required: bool = True
     allow_incomplete: bool = False
+    alias: tuple[str, str] | None = None  # Suite.alias: how its paths are shown
 
 
 def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
@@ -354,6 +370,7 @@ def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
                 req.dry_run,
                 req.golden_required(trace),
                 req.allow_incomplete,
+                suite.alias,
             )
         )
     return jobs
@@ -401,7 +418,11 @@ class _Tee:
 def check_trace(job: Job) -> Verdict:
     """One trace replayed once: its expects checked as they come, its dump compared with
     its golden (when there is one) step by step, and on ``update`` written beside it to
-    take its place if it differs or is missing."""
+    take its place if it differs or is missing. A link that leads to no file is bad
+    input naming the link."""
+    trouble = link_trouble(job.trace)
+    if trouble is not None:
+        raise InputError(shown_as(job.alias, job.trace), None, trouble)
     new = _NewGolden(job.golden, job.dry_run) if job.update and job.golden else None
     try:
         return _check(job, new)
@@ -429,6 +450,8 @@ def _check(job: Job, new: _NewGolden | None) -> Verdict:
 
             label = f"replay under {opened.policy_name}"
             comparison = GoldenComparison(golden, label, lambda: engine, job.allow_incomplete)
+            # Named as the user knows it (rendered, so not rewritten after: lines wrap).
+            comparison.result.labels = (f"golden {shown_as(job.alias, golden)}", label)
             tee.sinks.append(comparison)
         if new is not None:
             tee.sinks.append(new)
