@@ -226,6 +226,10 @@ class WaitsForCompany(OnePerBatch):
     def left_behind(self) -> list[tuple[Task, str, str]] | None:
         return self._why
 
+    def fingerprint(self) -> object | None:
+        """What it decides from: how many tasks are queued (the reasons decide nothing)."""
+        return (self.max_batch_tokens, tuple(t.tid for t in self._queue))
+
 
 class Toggles(OnePerBatch):
     """Never dispatches; flips a flag at every call: its state cycles, two steps long."""
@@ -240,6 +244,9 @@ class Toggles(OnePerBatch):
         self._flag = not self._flag
         return []
 
+    def fingerprint(self) -> object | None:
+        return (tuple(t.tid for t in self._queue), self._flag)
+
 
 class Counts(OnePerBatch):
     """Never dispatches; counts its calls: its state changes forever."""
@@ -253,6 +260,9 @@ class Counts(OnePerBatch):
     def get_work(self) -> list[Task]:
         self._calls += 1
         return []
+
+    def fingerprint(self) -> object | None:
+        return (tuple(t.tid for t in self._queue), self._calls)
 
 
 class OpaqueWaits(WaitsForCompany):

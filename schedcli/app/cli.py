@@ -30,7 +30,9 @@ app = typer.Typer(
     help="Replay LLM-serving scheduler traffic through batching policies.\n\n"
     + EXIT_CODES_HELP
     + "\n\nAny command takes --executorch PATH: the ExecuTorch checkout that "
-    "-p cxx:decode-first builds (docs/cxx.md).",
+    "-p cxx:decode-first builds (docs/cxx.md); and --stall-steps N: the steps in a row "
+    "without a batch, with work queued, after which a policy not proven stuck is stopped "
+    "(default 1000; docs/policies.md).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

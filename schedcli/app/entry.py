@@ -20,6 +20,7 @@ from .._compiled import CORE_IS_STALE, STALE
 from ..formats import interrupt
 from ..formats.interrupt import Stopped, guard
 from ..model.errors import SchedcliError, UsageError
+from ..model.limits import OPTIONS, BoundError
 from ..runtimes import supervisor
 from .cli import app_for
 from .completion import init_if_completing
@@ -82,8 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     _warn_if_stale()
     init_if_completing()
     saved = os.environ.get(EXECUTORCH_ROOT)
+    saved_steps = os.environ.get(STALL_STEPS_ENV)
     try:
-        args = _take_executorch(sys.argv[1:] if argv is None else argv)
+        args = _take_stall_steps(_take_executorch(sys.argv[1:] if argv is None else argv))
         code = app_for(args)(args=args, prog_name="schedcli", standalone_mode=False)
         if isinstance(code, int) and code:
             _exit(code)
@@ -121,10 +123,11 @@ def main(argv: list[str] | None = None) -> None:
         )
         _exit(INTERNAL_ERROR)
     finally:
-        if saved is None:
-            os.environ.pop(EXECUTORCH_ROOT, None)
-        else:
-            os.environ[EXECUTORCH_ROOT] = saved
+        for name, value in ((EXECUTORCH_ROOT, saved), (STALL_STEPS_ENV, saved_steps)):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     _exit(0)
 
 
@@ -151,6 +154,38 @@ def _take_executorch(args: list[str]) -> list[str]:
             if not os.path.isdir(value):
                 raise UsageError(f"--executorch: {value}: no such folder")
             os.environ[EXECUTORCH_ROOT] = value
+        else:
+            rest.append(arg)
+        i += 1
+    return rest
+
+
+STALL_STEPS_ENV = "SCHEDCLI_STALL_STEPS"  # engine/stall.py reads it (not imported here)
+
+
+def _take_stall_steps(args: list[str]) -> list[str]:
+    """``--stall-steps N``, given to any command that runs a policy: how many steps in a
+    row without a batch, with work queued, before a policy not proven stuck is stopped
+    (docs/policies.md). It sets ``$SCHEDCLI_STALL_STEPS`` for the run (and the processes
+    it starts), checked against its bound in ``limits.OPTIONS``, and leaves the rest."""
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return rest + args[i:]
+        if arg == "--stall-steps" or arg.startswith("--stall-steps="):
+            value = arg.partition("=")[2] if "=" in arg else None
+            if value is None:
+                if i + 1 >= len(args):
+                    raise UsageError("--stall-steps needs a number of steps")
+                value = args[i + 1]
+                i += 1
+            try:
+                steps = OPTIONS["--stall-steps"].parse("--stall-steps", value)
+            except BoundError as e:
+                raise UsageError(str(e)) from None
+            os.environ[STALL_STEPS_ENV] = str(steps)
         else:
             rest.append(arg)
         i += 1

@@ -31,7 +31,7 @@ from ..model.task import Id, Task, same_id, show_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
 from .ledger import Ledger, Totals
 from .recorded import OutcomeMismatch, RecordingRaised, raised_in, recorded_rejection
-from .stall import STUCK_AFTER, Repeat, Watch, opaque_text, repeat_text, stuck_text, tasks_stuck
+from .stall import Repeat, Watch, opaque_text, repeat_text, stall_steps, stuck_text, tasks_stuck
 
 Emit = Callable[[Record], None]
 
@@ -188,6 +188,9 @@ class Replayer(_Located):
         self.get_work_events = 0  # get_work events read (explicit mode)
         self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
         self.two_output_batches = 0
+        # Empty batches in a row with work queued after which a policy is stopped, where
+        # nothing proves it stuck (--stall-steps).
+        self.stall_steps = stall_steps()
 
     # --- the rest of the driver protocol (engine/run.py, Driver) ----------------------
 
@@ -364,7 +367,9 @@ class Replayer(_Located):
     def _draining(self, step: int, until: int | None = None) -> Iterator[int]:
         """Call get_work while work is queued (and step < until), yielding each step. After
         the trace (``until`` None), a policy that stalls or cycles is found as it shows."""
-        watch = Watch(self.policy) if until is None else None  # between events: a count
+        watch = Watch(self.policy, name=self.policy_name) if until is None else None
+        # Between events (``until``): something is still to come, so nothing is proven;
+        # what was seen is said, at the bound.
         empty_run = 0
         while (until is None or step < until) and self._has_work():
             if self.get_work(step):
@@ -377,11 +382,11 @@ class Replayer(_Located):
                     raise self._broken(self._stall(found, watch))
             else:
                 empty_run += 1
-                if empty_run >= STUCK_AFTER:
+                if empty_run >= self.stall_steps:
                     raise self._broken(
-                        f"{STUCK_AFTER} empty batches in a row while {len(self.ledger)} "
-                        f"tasks are queued (tasks: {_some(self.ledger.queued)}): the replay "
-                        "would never finish"
+                        f"no batch for {empty_run} steps with work queued "
+                        f"({len(self.ledger)} tasks: {_some(self.ledger.queued)}), before "
+                        f"the trace's next step {until} (--stall-steps sets how long to wait)"
                     )
             yield step
             step += 1
@@ -515,11 +520,12 @@ class Replayer(_Located):
     def _still_held(self) -> None:
         """Tasks still queued at the end must still be in the policy, not forgotten by it:
         the policy is asked for batches (shown nowhere) until each has come back. One it
-        never returns, while has_work() says there is none or over STUCK_AFTER empty
-        batches in a row, was lost (the contract broken, with or without --drain)."""
+        never returns, while has_work() says there is none, or while it gives none and
+        its state is unchanged (or --stall-steps empty batches in a row, where nothing
+        proves that), was lost (the contract broken, with or without --drain)."""
         waiting = dict(self.ledger.queued)
         self.last_batch_step = -1  # the policy is about to move past its last batch
-        watch = Watch(self.policy)
+        watch = Watch(self.policy, name=self.policy_name)
         step = self.clock.final_step
         while waiting:
             try:
@@ -541,14 +547,12 @@ class Replayer(_Located):
             found = watch.quiet(step, True)
             if found is not None or watch.given_up():
                 why = (
-                    "gives none, its state unchanged: it never will"
+                    "gives none, its state "
+                    + ("unchanged" if found.stalled else "repeating")
+                    + ": it never will"
                     if found is not None
-                    else f"gave none in {STUCK_AFTER} calls, and "
-                    + (
-                        "its state cannot be compared"
-                        if watch.opaque
-                        else "its state keeps changing"
-                    )
+                    else f"gave none in {watch.empty_run} calls in a row, and "
+                    f"{watch.reason()}; whether it ever would is not known"
                 )
                 raise self._broken(
                     "tasks it accepted are still queued at the end, and asked for batches "

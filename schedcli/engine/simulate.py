@@ -306,7 +306,7 @@ def run(
     if pending is not None:
         result.start = pending.arrival
     runner.t = result.start
-    watch = Watch(runner.watched(), runner.forget_on_work)
+    watch = Watch(runner.watched(), runner.forget_on_work, runner.policy_name)
     while True:
         outside = False
         while pending is not None and pending.arrival <= runner.t:

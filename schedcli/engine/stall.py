@@ -1,25 +1,62 @@
-"""Stalls and cycles: a policy that can make no more progress, found as soon as it shows.
+"""Stalls and cycles: a policy that can make no more progress, found as soon as it shows,
+and said to be stuck for good only where that is proven.
 
-The engine samples the policy's state (``Policy.fingerprint``) after each step that did
-no work (nothing scheduled; at the request level, also a step that preempted) and
-forgets what it saw whenever something comes from outside (a submit, an arrival, a
-cancel). A deterministic policy whose state repeats with nothing from outside in between
-repeats forever: after an empty step, the same state is a stall; after several, a cycle
-(Brent's method: one remembered state, found within about three times the cycle's
-reach).
+A policy's state counts only where the policy declares it: its own class defines
+``fingerprint()`` (schedcli's built-ins do, each returning exactly what its next answers
+depend on; a plugin may). An inherited one does not count (a subclass may keep state its
+parent's fingerprint cannot know), and no state is ever walked. The engine samples a
+declared fingerprint after each step that did no work (nothing scheduled; at the request
+level, also a step that preempted) and forgets what it saw whenever something comes from
+outside (a submit, an arrival, a cancel). A deterministic policy whose state repeats with
+nothing from outside in between repeats forever: after an empty step, the same state is a
+stall; after several, a cycle (Brent's method: one remembered state, found within about
+three times the cycle's reach). Those two are the only findings that say "never".
+
+Any other policy is opaque, for the rest of the watch once seen so (no fingerprint of its
+own, a fingerprint of None, or one too large to compare at every step): what is reported
+is only what was seen, no batch for N steps in a row with work queued (``--stall-steps``).
+The cost of a step is bounded whatever the policy holds: an opaque policy is never looked
+into, a plugin's fingerprint is compared up to ``PARTS`` parts (``model/state.py``), and
+its fingerprints up to ``BUDGET`` parts in all.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..model.errors import UsageError
+from ..model.limits import OPTIONS, BoundError
+from ..model.state import NotAValue, TooLarge, plain
 from ..model.task import Id, show_id
 
 SHOWN = 8  # stuck tasks or requests named in the message, the rest counted
-# A policy whose state cannot be compared: empty steps in a row before it is given up on.
-STUCK_AFTER = 1000
+STALL_STEPS = 1000
+"""Steps in a row without progress after which a policy not proven stuck is reported
+(``--stall-steps N``, which sets ``$SCHEDCLI_STALL_STEPS`` for the run and the processes
+it starts)."""
+STALL_STEPS_ENV = "SCHEDCLI_STALL_STEPS"
+PARTS = 100_000  # parts of one plugin fingerprint compared at most
+BUDGET = 2_000_000  # parts of a plugin's fingerprints compared by one watch at most
+
+
+def stall_steps() -> int:
+    """N: ``$SCHEDCLI_STALL_STEPS`` if set (``--stall-steps``), else STALL_STEPS."""
+    text = os.environ.get(STALL_STEPS_ENV)
+    if text is None:
+        return STALL_STEPS
+    try:
+        steps: int = OPTIONS["--stall-steps"].parse("--stall-steps", text.strip())
+    except BoundError as e:
+        raise UsageError(f"${STALL_STEPS_ENV}: {e}") from None
+    return steps
+
+
+class FingerprintFailed(UsageError):
+    """A policy's own ``fingerprint()`` raised, or returned what cannot be compared: the
+    policy's error, said naming ``fingerprint`` (exit 2)."""
 
 
 class Repeat:
@@ -33,25 +70,52 @@ class Repeat:
         self.step, self.since, self.stalled, self.moved = step, since, stalled, moved
 
 
+def declared(policy: object) -> tuple[Callable[[], object] | None, bool, str]:
+    """The fingerprint the policy's own class declares, as a call; whether it is one of
+    schedcli's own (a plain value by construction, not checked); else None and why."""
+    cls = type(policy)
+    owner = next((c for c in cls.__mro__ if "fingerprint" in vars(c)), None)
+    name = cls.__qualname__
+    if owner is cls:
+        method = vars(cls)["fingerprint"]
+        own = cls.__module__.startswith("schedcli.")
+        return (lambda: method(policy)), own, ""
+    if owner is None or owner.__module__ == "schedcli.model.scheduler":
+        return None, False, f"{name} declares no fingerprint()"
+    return (
+        None,
+        False,
+        f"{name} declares no fingerprint() of its own (the one it inherits, "
+        f"{owner.__qualname__}'s, cannot know the state {name} adds)",
+    )
+
+
 class Watch:
     """The states of one policy at its quiet steps since the last outside event."""
 
-    def __init__(self, policy: object, forget_on_work: bool = True) -> None:
+    def __init__(self, policy: object, forget_on_work: bool = True, name: str = "") -> None:
         """``forget_on_work``: a step that did work forgets what was seen (the task level,
-        where a batch is progress and its caller may submit after it)."""
-        self._policy = policy
+        where a batch is progress and its caller may submit after it). ``name``: the
+        policy as messages name it."""
         self._forget = forget_on_work
-        self.opaque = False  # the policy's state cannot be compared
-        self.empty_run = 0  # empty steps in a row (what bounds an opaque policy)
+        self._name = name or f"{type(policy).__module__}:{type(policy).__qualname__}"
+        self.bound = stall_steps()
+        self._read, self._own, self.why = declared(policy)
+        self.opaque = self._read is None  # remembered: an opaque policy is not asked again
+        self._spent = 0  # parts of the plugin's fingerprints compared so far
+        self.empty_run = 0  # empty steps in a row
+        self.quiet_run = 0  # quiet steps in a row (empty, or at the request level preempting)
         self.reset()
 
     def reset(self) -> None:
         """Something came from outside: no state seen so far can repeat."""
-        self._last: tuple[object, ...] | None = None
+        self._seen = False  # _last holds a state
+        self._last: object = None
         self._last_step = -2
         self._last_empty = False
         self._last_t = self._mark_t = 0.0
-        self._mark: tuple[object, ...] | None = None
+        self._marked = False  # _mark holds a state
+        self._mark: object = None
         self._mark_step = -1
         self._power = 1
         self._length = 0
@@ -60,42 +124,97 @@ class Watch:
     def busy(self) -> None:
         """A step that did work (its state needs no look: a cycle shows at quiet ones).
         Where work is progress, what was seen is forgotten, at the next quiet step."""
-        self.empty_run = 0
+        self.empty_run = self.quiet_run = 0
         self._stale = self._forget
 
     def quiet(self, step: int, empty: bool, t: float = 0.0) -> Repeat | None:
         """After ``step``, which did nothing (``empty``) or preempted: where its state was
         seen before with nothing from outside since, or None."""
         self.empty_run = self.empty_run + 1 if empty else 0
+        self.quiet_run += 1
         if self._stale:
             self.reset()
-        state = fingerprint_of(self._policy)
-        if state is None:
-            self.opaque = True
+        if self._read is None:
             return None
-        if state == self._last:
+        state = self._state(step)
+        if state is None:
+            return None
+        if self._seen and state == self._last:
             adjacent = self._last_empty and empty and self._last_step == step - 1
             return Repeat(step, self._last_step, adjacent, t > self._last_t)
-        if state == self._mark:
+        if self._marked and state == self._mark:
             return Repeat(step, self._mark_step, False, t > self._mark_t)
         self._last, self._last_step, self._last_empty, self._last_t = state, step, empty, t
+        self._seen = True
         self._length += 1
-        if self._mark is None or self._length >= self._power:
+        if not self._marked or self._length >= self._power:
             self._mark, self._mark_step, self._mark_t = state, step, t
+            self._marked = True
             self._power *= 2
             self._length = 0
         return None
 
+    def _state(self, step: int) -> object | None:
+        """The declared state now, comparable; None (and opaque from now on) where the
+        policy cannot say or it is too large to compare."""
+        assert self._read is not None
+        try:
+            found = self._read()
+        except Exception as e:
+            raise FingerprintFailed(
+                f"policy {self._name!r} raised in fingerprint() at step {step}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        if found is None:
+            self._opaque("its fingerprint() is None")
+            return None
+        if self._own:
+            return found  # schedcli's own: plain values, each exactly what it decides from
+        try:
+            value, parts = plain(found, PARTS)
+        except TooLarge:
+            self._opaque(f"its fingerprint() has more than {PARTS:,} parts to compare")
+            return None
+        except NotAValue as e:
+            where = f" at {e.where}" if e.where else ""
+            raise FingerprintFailed(
+                f"policy {self._name!r}: fingerprint() returned {e.what}{where} at step "
+                f"{step}; a fingerprint is built of None, bool, int, float, str, bytes, enum "
+                "members, and tuples, lists, dicts and sets of them (docs/plugins.md)"
+            ) from None
+        self._spent += parts
+        if self._spent > BUDGET:
+            self._opaque(f"its fingerprints kept changing past {BUDGET:,} parts compared")
+            return None
+        return value
+
+    def _opaque(self, why: str) -> None:
+        """Opaque from now on, for ``why``: the policy is not asked again."""
+        self._read, self.opaque, self.why = None, True, why
+
     def given_up(self) -> bool:
-        """The run of empty steps reached the bound: the policy's state cannot be compared,
-        or keeps changing without it scheduling anything."""
-        return self.empty_run >= STUCK_AFTER
+        """The run without progress reached the bound (an opaque policy: quiet steps in a
+        row; one whose state is compared: empty steps in a row, its state still changing)."""
+        return (self.quiet_run if self.opaque else self.empty_run) >= self.bound
 
+    def start_over(self) -> None:
+        """The bound was said and time moves on (simulate): count again."""
+        self.empty_run = self.quiet_run = 0
 
-def fingerprint_of(policy: Any) -> tuple[object, ...] | None:
-    """``policy.fingerprint()``, kept to what the engine compares: a tuple or None."""
-    found = policy.fingerprint()
-    return found if isinstance(found, tuple) else (None if found is None else (found,))
+    def observed(self) -> str:
+        """What was seen, as the report says it (never more than was seen)."""
+        if self.opaque and self.quiet_run > self.empty_run:
+            return (
+                f"no progress for {self.quiet_run} steps with work queued (each scheduled "
+                "nothing or preempted)"
+            )
+        return f"no batch for {max(self.empty_run, self.quiet_run)} steps with work queued"
+
+    def reason(self) -> str:
+        """Why the watch could not say more than it saw."""
+        if self.opaque:
+            return f"schedcli cannot see its state: {self.why}"
+        return "its state (fingerprint()) kept changing"
 
 
 Reasons = Sequence[tuple[Id, str, str]]
@@ -141,14 +260,10 @@ def repeat_text(found: Repeat, stuck: str, events_left: bool = False) -> str:
 
 
 def opaque_text(watch: Watch, stuck: str) -> str:
-    """A policy given up on at the bound, and why it took that long."""
-    why = (
-        "its state cannot be compared (fingerprint() is None)"
-        if watch.opaque
-        else "its state keeps changing without it scheduling anything"
-    )
+    """A policy stopped at the bound: what was seen, and why nothing more is said."""
     return (
-        f"{watch.empty_run} empty steps in a row, and {why}: schedcli gave up on it. Stuck: {stuck}"
+        f"{watch.observed()}, and {watch.reason()}; whether it would ever schedule again "
+        f"is not known (--stall-steps sets how long to wait). Stuck: {stuck}"
     )
 
 
@@ -192,14 +307,13 @@ def idle_or_stop(
     one is still to come and can be reached; else the stall is the policy's fault."""
     if next_event is not None:
         if found is None:  # the bound: said, then time moves on
-            why = "cannot be compared" if watch.opaque else "keeps changing"
             print(
-                f"warning: step {runner.step}: policy {runner.policy_name!r} did nothing "
-                f"for {STUCK_AFTER} steps, and its state {why}; the simulation moves on "
-                f"to the next arrival or cancel (t={next_event:.6f} s)",
+                f"warning: step {runner.step}: policy {runner.policy_name!r}: "
+                f"{watch.observed()}, and {watch.reason()}; the simulation moves on to the "
+                f"next arrival or cancel (t={next_event:.6f} s)",
                 file=sys.stderr,
             )
-            watch.empty_run = 0
+            watch.start_over()
         if found is not None and found.moved:
             return  # a cycle whose steps take time: the next event will come
         if runner.idle_until(next_event, cost, found is not None and found.stalled):

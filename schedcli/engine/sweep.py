@@ -34,6 +34,7 @@ from ..policies.registry import build_policy, policy_source, resolve_policy, set
 from .cost import CostModel
 from .requests.simulate import simulate_either
 from .run import replay_metrics
+from .stall import STALL_STEPS_ENV
 
 # Grid keys that are not policy parameters.
 RUN_KEYS = ("time_scale", "chunk_size", "cost_a", "cost_b", "cost_c")
@@ -453,6 +454,8 @@ def run_points(
     env: dict[str, str] = {}
     for policy in dict.fromkeys(o.point.policy for o in todo):
         env.update(resolve_policy(policy, None).worker_env())
+    if STALL_STEPS_ENV in os.environ:  # --stall-steps, for a worker older than the sweep
+        env[STALL_STEPS_ENV] = os.environ[STALL_STEPS_ENV]
     if backend == "local":  # never more workers than cores
         cores = os.cpu_count() or 1
         _run_local(todo, min(jobs or cores, cores), done, env)

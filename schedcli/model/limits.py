@@ -127,6 +127,7 @@ OPTIONS: dict[str, Bound] = {
     "--max-time": _POSITIVE_SECONDS,
     "--jobs": Bound(1, 1024, integer=True),
     "--checkpoint-every": Bound(1, 10**6, integer=True),
+    "--stall-steps": Bound(1, 10**9, integer=True),
 }
 """Every numeric command-line option, and the sweep settings named like them (a spec's
 ``jobs``, ``[cost] a``, ``[capacity] slo_ttft``, a ``--grid time_scale``): one table, so no

@@ -146,15 +146,18 @@ class Policy(ABC):  # noqa: B024 (its seams, Scheduler and RequestScheduler, are
         return None
 
     def fingerprint(self) -> object | None:
-        """The policy's whole decision state as a value, compared by the engine: equal
-        before and after an empty batch means it will answer the same calls the same way
-        again (a stall); a state seen before with no call in between, a cycle. None when
-        the policy cannot say. By default, everything the object reaches (model/state.py);
-        a policy whose answers depend on more (an iterator, a C object, state outside it)
-        overrides it, or returns None."""
-        from .state import snapshot
+        """What the policy's answers depend on, as a value the engine compares
+        (engine/stall.py): two states whose fingerprints are equal answer any run of
+        ``get_work`` (``step``) calls alike and pass through equal fingerprints again. Equal
+        before and after an empty batch: a stall, it will never schedule again; a state
+        seen before with no call from outside in between: a cycle.
 
-        return snapshot(self)
+        It counts only where the policy's own class defines it (a subclass may keep state
+        its parent's cannot know). By default None: the policy is opaque, and the engine
+        says only what it saw (no batch for N steps with work queued), never "never".
+        Each built-in declares exactly what it decides from; a plugin may
+        (docs/plugins.md), with plain values (``model/state.py``)."""
+        return None
 
     def params(self) -> dict[str, Any]:
         """The values of the declared parameters this instance was built with."""

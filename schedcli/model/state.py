@@ -1,115 +1,110 @@
-"""A policy's state as a value: what the engine compares to tell a stalled policy from one
-that is still changing (``Policy.fingerprint``).
+"""A policy's state as a value: what a plugin's ``fingerprint()`` returns, made comparable.
 
-Two snapshots are equal only when everything the policy object reaches is equal: its
-attributes (``__dict__``, ``__slots__``, a compiled class's native attributes), containers
-in their iteration order, and the objects they hold, shared or cyclic references as where
-they were first seen. A deterministic policy whose answers depend only on what it reaches
-answers the same calls the same way from equal snapshots. Anything the walk cannot see
-into (an iterator, a C object, a closure's code) makes the policy opaque: ``None``.
+The stall watch (engine/stall.py) compares fingerprints with ``==``, and a verdict of "it
+will never schedule again" rests on that comparison. So a plugin's fingerprint is first
+turned into a plain value here, whose equality means what it says: built of ``None``,
+``int``, ``str``, ``bytes`` (each of exactly that type), ``bool``, ``float``, members of an
+``enum.Enum``, and ``tuple``, ``list``, ``dict``, ``set`` and ``frozenset`` of those, in
+their iteration order. Types are kept apart (``1``, ``1.0`` and ``True`` differ), a float by
+its bits (``-0.0`` is not ``0.0``), a container by its kind. Anything else (a subclass of a
+plain type, which may carry state of its own; a numpy array, whose ``==`` is no answer; any
+other object) is the plugin's error, named with where it sits in the value.
+
+The walk is bounded: a value of more than ``limit`` parts (a string or bytes counts one
+part per 64) is not compared at all.
+
+``attributes`` names what a person is shown of a policy (the debugger's state pane); it is
+never the ground of a verdict.
 """
 
 from __future__ import annotations
 
 import enum
-import sys
-import threading
+import struct
 import types
-from collections import deque
 
-_LOCKS = (type(threading.Lock()), type(threading.RLock()))
-_ATOMS = (type(None), bool, int, float, complex, str, bytes)
-# Attributes that are explanations or caches, never decisions: skipped so that asking for
-# reasons does not make a policy look busy (QueueScheduler's, by name).
-_NOT_STATE = frozenset({"_left", "_left_later", "_explaining"})
-_LIMIT = 1_000_000  # values walked at most: a policy past it is treated as opaque
+from .limits import MAX_DEPTH
 
 
-class Opaque(Exception):
-    """The walk met something whose state it cannot see."""
+class NotAValue(Exception):
+    """The fingerprint holds something that is not a plain value; says what, and where."""
+
+    def __init__(self, what: str, where: str = "") -> None:
+        self.what, self.where = what, where
+        super().__init__(f"{what} at {where}" if where else what)
 
 
-def snapshot(policy: object) -> tuple[object, ...] | None:
-    """``policy``'s state as a flat tuple, or None when some of it cannot be seen."""
-    out: list[object] = []
-    try:
-        _walk(policy, out, {})
-    except (Opaque, RecursionError):
-        return None
-    return tuple(out)
+class TooLarge(Exception):
+    """The fingerprint has more than the limit's parts."""
 
 
-def _walk(value: object, out: list[object], seen: dict[int, int]) -> None:
-    if len(out) > _LIMIT:
-        raise Opaque("too large")
+_FLOAT = struct.Struct("<d")
+_ATOMS = (type(None), int, str, bytes)
+_CONTAINERS: dict[type, str] = {tuple: "tuple", list: "list", set: "set", frozenset: "frozenset"}
+
+
+class _Count:
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+def plain(value: object, limit: int) -> tuple[object, int]:
+    """``value`` as a plain value that compares equal exactly when the two values are the
+    same (kinds included), and how many parts it has. NotAValue for anything else; TooLarge
+    past ``limit`` parts (found within ``limit`` steps, whatever the value's size)."""
+    count = _Count(limit)
+    out = _plain(value, count, 0)
+    return out, limit - count.left
+
+
+def _plain(value: object, count: _Count, depth: int) -> object:
+    count.left -= 1
+    if count.left < 0:
+        raise TooLarge
     kind = type(value)
-    if kind in _ATOMS or isinstance(value, enum.Enum):
-        out.append(kind)
-        out.append(value)
-        return
-    key = id(value)
-    if key in seen:  # shared or cyclic: where it was first seen
-        out.append("ref")
-        out.append(seen[key])
-        return
-    seen[key] = len(out)
-    if kind in _LOCKS:
-        out.append("lock")
-        return
-    out.append(kind)
-    if isinstance(value, type):  # a class: itself, by where it is defined
-        out.append(f"{value.__module__}.{value.__qualname__}")
-        return
-    if isinstance(value, types.FunctionType):  # its code, and what its closure holds
-        out.append(value.__code__)
-        _walk(value.__defaults__, out, seen)
-        _walk([_contents(c) for c in value.__closure__ or ()], out, seen)
-        return
-    if isinstance(value, types.MethodType):
-        _walk(value.__func__, out, seen)
-        _walk(value.__self__, out, seen)
-        return
-    random = sys.modules.get("random")  # loaded wherever a Random can exist
-    if random is not None and isinstance(value, random.Random):
-        _walk(value.getstate(), out, seen)
-        return
-    if isinstance(value, list | tuple | deque | set | frozenset):
-        out.append(len(value))
-        for item in value:
-            _walk(item, out, seen)
-        return
-    if isinstance(value, dict):
-        out.append(len(value))
-        for k, v in value.items():
-            _walk(k, out, seen)
-            _walk(v, out, seen)
-        return
-    names = attributes(value)
-    if names is None:
-        raise Opaque(kind.__qualname__)
-    for name in names:
-        if name in _NOT_STATE:
-            continue
-        try:
-            attr = object.__getattribute__(value, name)
-        except AttributeError:
-            attr = _UNSET
-        out.append(name)
-        _walk(attr, out, seen)
+    if kind in _ATOMS:
+        if isinstance(value, str | bytes):  # a long one costs as many parts of 64
+            count.left -= len(value) >> 6
+            if count.left < 0:
+                raise TooLarge
+        return value
+    if kind is bool:
+        return ("bool", value is True)
+    if isinstance(value, float) and kind is float:
+        return ("float", _FLOAT.pack(value))
+    if isinstance(value, enum.Enum):  # a singleton, named by its class and name
+        return ("enum", f"{kind.__module__}.{kind.__qualname__}", value.name)
+    if depth >= MAX_DEPTH:
+        raise NotAValue(f"a value nested deeper than {MAX_DEPTH} levels (does it hold itself?)")
+    tag = _CONTAINERS.get(kind)  # exactly these kinds: a subclass may hold more
+    if tag is not None and isinstance(value, tuple | list | set | frozenset):
+        ordered = tag in ("tuple", "list")
+        out: list[object] = [tag]
+        for i, item in enumerate(value):
+            out.append(_within(item, count, depth, i if ordered else None))
+        return tuple(out)
+    if isinstance(value, dict) and kind is dict:
+        out = ["dict"]
+        for key, item in value.items():
+            out.append(_within(key, count, depth, None))
+            out.append(_within(item, count, depth, key))
+        return tuple(out)
+    raise NotAValue(f"a {kind.__module__}.{kind.__qualname__}")
 
 
-def _contents(cell: types.CellType) -> object:
+def _within(item: object, count: _Count, depth: int, where: object) -> object:
     try:
-        return cell.cell_contents
-    except ValueError:  # a cell not yet filled
-        return _UNSET
+        return _plain(item, count, depth + 1)
+    except NotAValue as e:
+        step = f"[{where!r}]" if where is not None else "[...]"
+        raise NotAValue(e.what, step + e.where) from None
 
 
-class _Unset:
-    """An attribute declared and never set."""
-
-
-_UNSET = _Unset()
+# --- shown, never compared -----------------------------------------------------------
+# What a person reads of a policy's state (the debugger's pane, engine/travel/state.py):
+# its attributes by name. Never a verdict's ground: a walk cannot see all a policy keeps.
 
 
 def attributes(value: object) -> list[str] | None:

@@ -98,6 +98,20 @@ class ReferenceDecodeFirst(Scheduler):
             "compat": "reference",
         }
 
+    def fingerprint(self) -> object | None:
+        """Its parameters, the tids ``pending`` holds (has_work and every erase read only
+        those), and both queues in order, stale entries included, each task with whether
+        it is marked cancelled (a stale entry is skipped by that mark)."""
+        decodes = [_entry(t) for t in self.decodes]
+        chunks_of = self.chunks
+        rotation = [(sid, tuple([_entry(t) for t in chunks_of[sid]])) for sid in self.rotation]
+        return (
+            (self.budget, self.decode_cap, self.chunk_limit),
+            tuple(self.pending),
+            tuple(decodes),
+            tuple(rotation),
+        )
+
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         with self._lock:
             return self._submit(list(tasks))
@@ -218,3 +232,8 @@ class ReferenceDecodeFirst(Scheduler):
         rotation.extendleft(reversed(deferred))
         rotation.extend(served)
         return spent, progress
+
+
+def _entry(t: Task) -> tuple[object, ...]:
+    """A queue entry as the reference decides from it."""
+    return (t.tid, t.sid, t.kind, t.size, t.cancelled)

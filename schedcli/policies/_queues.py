@@ -17,6 +17,12 @@ _ARRIVAL_BITS: Final = 64
 _ARRIVAL_MASK: Final = (1 << _ARRIVAL_BITS) - 1
 
 
+def task_state(t: Task) -> tuple[object, ...]:
+    """What a built-in decides from in a queued task (for its fingerprint): its ids, kind,
+    size and whether it produces output."""
+    return (t.tid, t.sid, t.kind, t.size, t.produce_output)
+
+
 def _arrival(entry: int) -> int:
     # Below 2**62 the key is 0 and the entry is the arrival: no big-int arithmetic.
     return entry & _ARRIVAL_MASK if entry >> 62 else entry
@@ -58,6 +64,18 @@ class OrderedQueue:
     def tasks(self) -> Iterator[Task]:
         """The queued tasks, in arrival order."""
         return iter(self._live.values())
+
+    def state(self) -> tuple[object, ...]:
+        """The queued tasks in the order a pass meets them, (key, arrival), each with its
+        key: what a pass decides from. Arrival numbers themselves, the heap's layout and its
+        stale entries decide nothing, and are left out. (Between passes only.)"""
+        live = self._live
+        if self._heap is None:  # every key is 0, and _live is in arrival order
+            return tuple([(0, task_state(t)) for t in live.values()])
+        keyed: list[tuple[int, int]] = sorted(
+            [(key, arrival) for mine in self._of_session.values() for arrival, key in mine.items()]
+        )
+        return tuple([(key, task_state(live[arrival])) for key, arrival in keyed])
 
     def push(self, task: Task, key: int = 0) -> None:
         arrival = self._arrivals
@@ -275,6 +293,10 @@ class DecodeQueue:
 
     def __iter__(self) -> Iterator[Task]:
         return iter(self._items[self._head :])
+
+    def state(self) -> tuple[object, ...]:
+        """The queued decodes in order, as a fingerprint holds them (the tally is derived)."""
+        return tuple([task_state(t) for t in self._items[self._head :]])
 
     def __len__(self) -> int:
         return len(self._items) - self._head

@@ -16,7 +16,7 @@ from ._limits import (
     MAX_PREFILL_CHUNK_SIZE,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue, chunk_reasons, decode_reasons, end_walk
+from ._queues import DecodeQueue, chunk_reasons, decode_reasons, end_walk, task_state
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -94,6 +94,17 @@ class DecodeFirstScheduler(QueueScheduler):
         return cls(**params)
 
     # --- compat=fixed ---------------------------------------------------------
+
+    def fingerprint(self) -> object | None:
+        """Its parameters, the decodes in order, and the rotation from its turn, each
+        session with its queued chunks (an entry a cancel emptied included: it holds the
+        session's place). The reasons it keeps decide nothing."""
+        chunks_of = self._chunks
+        rotation = [
+            (sid, tuple([task_state(t) for t in chunks_of[sid]]))
+            for sid in self._rotation[self._turn :]
+        ]
+        return (tuple(self.params().values()), self._decodes.state(), tuple(rotation))
 
     def enqueue(self, task: Task) -> None:
         sid = task.sid

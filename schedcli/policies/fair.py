@@ -10,7 +10,7 @@ from mypy_extensions import mypyc_attr
 from ..model.scheduler import Param, QueueScheduler
 from ..model.task import DECODE, Id, Task, show_id
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
-from ._queues import BatchSessions
+from ._queues import BatchSessions, task_state
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -61,6 +61,18 @@ class FairScheduler(QueueScheduler):
     def counter(self, sid: Id) -> float:
         with self._lock:
             return self._counter.get(sid, 0.0)
+
+    def fingerprint(self) -> object | None:
+        """Its parameters and the backlog in order (the tie-break), each session with its
+        counter and its tasks. The counters of sessions not backlogged decide only what a
+        submit does, which comes from outside. (A counter is only added to and compared:
+        -0.0 and 0.0 answer alike.)"""
+        counter = self._counter
+        backlog = [
+            (sid, counter[sid], tuple([task_state(t) for t in queue]))
+            for sid, queue in self._backlog.items()
+        ]
+        return (tuple(self.params().values()), tuple(backlog))
 
     def enqueue(self, task: Task) -> None:
         sid = task.sid

@@ -45,6 +45,14 @@ class FcfsScheduler(QueueScheduler):
     def _key(self, task: Task) -> int:
         return 0
 
+    def fingerprint(self) -> object | None:
+        """Its parameters and its queue in the order a batch takes it, with each task's key
+        (what its next batches depend on; the reasons it keeps are not)."""
+        return self._state()
+
+    def _state(self) -> tuple[object, ...]:
+        return (tuple(self.params().values()), self._queue.state())
+
     def enqueue(self, task: Task) -> None:
         self._queue.push(task, self._key(task))
 

@@ -46,6 +46,10 @@ class PrefillFirstScheduler(QueueScheduler):
         self._prefill = OrderedQueue()
         self._decodes = OrderedQueue()
 
+    def fingerprint(self) -> object | None:
+        """Its parameters and both queues in the order a batch takes them."""
+        return (tuple(self.params().values()), self._prefill.state(), self._decodes.state())
+
     def enqueue(self, task: Task) -> None:
         (self._decodes if task.kind is DECODE else self._prefill).push(task)
 

@@ -20,3 +20,7 @@ class PriorityScheduler(FcfsScheduler):
 
     def _key(self, task: Task) -> int:
         return task.priority
+
+    def fingerprint(self) -> object | None:
+        """fcfs's, its keys the priorities (declared here: a class's own, engine/stall.py)."""
+        return self._state()

@@ -15,7 +15,7 @@ from ._limits import (
     chunk_fits_budget,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue, chunk_reasons, decode_reasons
+from ._queues import DecodeQueue, chunk_reasons, decode_reasons, task_state
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -51,6 +51,14 @@ class SjfScheduler(QueueScheduler):
         # and comes back as a new arrival.
         self._chunks: dict[Id, deque[Task]] = {}
         self._remaining: dict[Id, int] = {}
+
+    def fingerprint(self) -> object | None:
+        """Its parameters, the decodes in order, and each session's chunks in arrival order
+        (the tie-break); the remaining tokens are their sum."""
+        sessions = [
+            (sid, tuple([task_state(t) for t in chunks])) for sid, chunks in self._chunks.items()
+        ]
+        return (tuple(self.params().values()), self._decodes.state(), tuple(sessions))
 
     def enqueue(self, task: Task) -> None:
         sid = task.sid

@@ -138,6 +138,22 @@ class ToyRequests(RequestScheduler):
     def reasons(self) -> list[tuple[Id, str, str]]:
         return list(self._reasons)
 
+    def fingerprint(self) -> object | None:
+        """Everything a step decides from: the held requests in arrival order with their
+        progress, the running ones in order, the split steps awaiting their update."""
+        held = tuple(
+            (_key(key), r.prompt, r.max_tokens, r.computed, r.produced)
+            for key, r in self._held.items()
+        )
+        running = tuple(_key(key) for key in self._running)
+        planned = tuple(tuple(_key(key) for key in keys) for keys in self._planned)
+        return (self.budget, self.seqs, held, running, planned)
+
+
+def _key(key: tuple[type, Id]) -> tuple[str, Id]:
+    """A held request's key as a plain value (``1`` and ``"1"`` kept apart)."""
+    return (key[0].__name__, key[1])
+
 
 class Thrashes(ToyRequests):
     """A livelock: one request runs at a time, and each step preempts it (its progress
@@ -163,3 +179,7 @@ class Thrashes(ToyRequests):
         plan.preempted = preempted
         plan.finished = self._outputs(stop)
         return plan
+
+    def fingerprint(self) -> object | None:
+        """ToyRequests' (declared again: only a class's own counts, engine/stall.py)."""
+        return super().fingerprint()

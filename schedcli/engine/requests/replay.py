@@ -302,7 +302,7 @@ class RequestReplayer:
             self.finished += len(finished)
             if finished:
                 self.emit({"line": None, "op": "update", "finished": finished})
-        watch = Watch(self.policy, forget_on_work=False)
+        watch = Watch(self.policy, forget_on_work=False, name=self.policy_name)
         while self.policy.has_work():
             plan = self._step(frozenset())
             if plan.batch and not plan.preempted:
