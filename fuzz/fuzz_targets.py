@@ -504,3 +504,58 @@ TARGETS["requests"] = requests
 TARGETS["requests-vllm"] = requests_vllm
 TARGETS["check-suite"] = check_suite
 TARGETS["recorder-ids"] = recorder_ids
+
+
+# --- the stall watch: "never" only where it is proven ------------------------------------
+
+NEVER = ("will never schedule", "repeat those steps forever", "it never will")
+
+
+def stalls(data: bytes) -> None:
+    """A policy the input configures (tests/doubles/stalls.py): a counter kept where no walk
+    of the object sees it, a call that resumes (or never does, or cycles), a fingerprint of
+    its own or none; replayed (drained, or held at the end) or simulated under a bound the
+    input picks. Every "never" said must hold when the same policy runs on for many more
+    steps; one without a fingerprint of its own is never said to be stuck for good."""
+    from tests.doubles import stalls as odd
+
+    b = (data + bytes(8))[:8]
+    declares = b[0] % 2 == 1
+    place = odd.PLACES[b[1] % len(odd.PLACES)]
+    resume, period, tasks, steps = b[2] % 13, 2 + b[3] % 11, 1 + b[4] % 3, 1 + b[5] % 40
+    how = ("drain", "end", "simulate")[b[6] % 3]
+    cls = "OddStateDeclared" if declares else "OddState"
+
+    def body(path: str, tmp: str) -> None:
+        with open(path, "wb") as f:
+            for i in range(tasks):
+                line = b'{"op":"submit","tid":%d,"sid":%d,"kind":"decode","size":1}\n' % (i, i)
+                f.write(line)
+        if how == "simulate":
+            workload = os.path.join(tmp, "w.jsonl")
+            with open(workload, "wb") as f:
+                for i in range(tasks):
+                    f.write(b'{"sid":%d,"arrival":0,"prompt_tokens":1,"output_tokens":1}\n' % i)
+            args = ["simulate", workload]
+        else:
+            args = ["replay", path, *(["--drain"] if how == "drain" else [])]
+        params = ["-P", f"place={place}", "-P", f"resume={resume}", "-P", f"period={period}"]
+        code, err = run(
+            *args, "-p", f"tests.doubles.stalls:{cls}", *params, "--stall-steps", str(steps),
+            "-o", os.devnull,
+        )  # fmt: skip
+        expect(code, err, (0, 3), f"{how} of {cls} place={place} resume={resume}")
+        said = any(word in err for word in NEVER)
+        if said and not declares:
+            raise AssertionError(f"a policy declaring no fingerprint was said to be stuck:\n{err}")
+        if said:
+            policy = odd.OddStateDeclared(place, resume, period)
+            policy.submit([Task(i, i, "decode", 1) for i in range(tasks)])
+            for _ in range(20 * (steps + period) + 100):
+                if policy.get_work():
+                    raise AssertionError(f"said never, and it scheduled when run on:\n{err}")
+
+    _with_file(data, ".jsonl", body)
+
+
+TARGETS["stalls"] = stalls
