@@ -17,7 +17,8 @@ own, a fingerprint of None, or one too large to compare at every step): what is 
 is only what was seen, no batch for N steps in a row with work queued (``--stall-steps``).
 The cost of a step is bounded whatever the policy holds: an opaque policy is never looked
 into, a plugin's fingerprint is compared up to ``PARTS`` parts (``model/state.py``), and
-its fingerprints up to ``BUDGET`` parts in all.
+its fingerprints up to ``BUDGET`` parts between two outside events (past either, it is
+opaque from then on).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ STALL_STEPS = 1000
 it starts)."""
 STALL_STEPS_ENV = "SCHEDCLI_STALL_STEPS"
 PARTS = 100_000  # parts of one plugin fingerprint compared at most
-BUDGET = 2_000_000  # parts of a plugin's fingerprints compared by one watch at most
+BUDGET = 2_000_000  # parts of a plugin's fingerprints compared between outside events
 
 
 def stall_steps() -> int:
@@ -102,7 +103,6 @@ class Watch:
         self.bound = stall_steps()
         self._read, self._own, self.why = declared(policy)
         self.opaque = self._read is None  # remembered: an opaque policy is not asked again
-        self._spent = 0  # parts of the plugin's fingerprints compared so far
         self.empty_run = 0  # empty steps in a row
         self.quiet_run = 0  # quiet steps in a row (empty, or at the request level preempting)
         self.reset()
@@ -120,6 +120,7 @@ class Watch:
         self._power = 1
         self._length = 0
         self._stale = False
+        self._spent = 0  # parts of a plugin's fingerprints compared since (BUDGET)
 
     def busy(self) -> None:
         """A step that did work (its state needs no look: a cycle shows at quiet ones).
