@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from schedcli.app.inprocess import run_cli_in_process
-from tests.helpers import ROOT
+from schedcli.policies import REQUEST_POLICIES
+from tests.helpers import ROOT, TOY_NAME, TOY_WHERE
+
+
+@pytest.fixture(autouse=True)
+def toy_is_a_named_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy request-level policy under its name, in this process (as an installed
+    plugin's would be), so that a trace header may name it; a subprocess gives it with -p."""
+    monkeypatch.setitem(REQUEST_POLICIES, TOY_NAME, TOY_WHERE)
 
 pytest_plugins = ["pytester"]
 

@@ -93,9 +93,13 @@ def run_process(
     )
 
 
-# The request level in the default run, without vLLM: tests/doubles' toy policy.
+# The request level in the default run, without vLLM: tests/doubles' toy policy, given with
+# -p as TOY, and named in a trace header as "toy", which tests/conftest.py registers (a
+# trace names a policy that is installed or configured, never an import string).
 TOY = "tests.doubles:ToyRequests"
-REQUEST_HEADER = {"schedcli": 1, "level": "request", "policy": TOY, "params": {}}
+TOY_NAME = "toy-requests"  # its name, as ToyRequests.name says
+TOY_WHERE = "tests.doubles.requests:ToyRequests"
+REQUEST_HEADER = {"schedcli": 1, "level": "request", "policy": TOY_NAME, "params": {}}
 
 
 def write_lines(path: Path, lines: Sequence[dict[str, object]]) -> Path:

@@ -18,10 +18,10 @@ import pytest
 from schedcli import DecodeFirstScheduler, Task
 from schedcli.record import RecordingScheduler
 from tests.conftest import Cli
-from tests.helpers import ROOT, TRACES, run_cli, run_process
+from tests.helpers import ROOT, TOY_NAME, TRACES, run_cli, run_process
 
 TOY = "tests.doubles:ToyRequests"
-HEADER = {"schedcli": 1, "level": "request", "policy": TOY, "params": {}}
+HEADER = {"schedcli": 1, "level": "request", "policy": TOY_NAME, "params": {}}
 ARRIVE = {"op": "arrive", "rid": "a", "prompt_tokens": 10, "max_tokens": 3, "t": 0.0}
 
 
@@ -227,7 +227,8 @@ def test_a_request_level_trace_is_known_from_stdin(tmp_path: Path) -> None:
     import gzip
 
     assert run_cli("replay", "-", "-f", "jsonl", input=gzip.compress(data)).returncode == 0
-    piped = run_process("replay", "-", "-f", "jsonl", input=data)  # a real pipe
+    # a real pipe, in a process of its own: the toy policy given as the command line gives it
+    piped = run_process("replay", "-", "-p", TOY, "-f", "jsonl", input=data)
     assert piped.returncode == 0 and b'"mode":"request"' in piped.stdout
 
 
@@ -328,18 +329,15 @@ def test_a_split_trace_counts_its_checked_calls_in_one_unit(tmp_path: Path) -> N
 def test_check_never_starts_more_workers_than_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import multiprocessing
-
     from schedcli.app.commands.check import suite as checking
 
     started: list[int] = []
 
-    class Pool:
-        def __init__(self, workers: int, **_: object) -> None:
-            started.append(workers)
-            raise SystemExit(0)
+    def answers(fn: object, jobs: object, workers: int, setup: object = None) -> None:
+        started.append(workers)
+        raise SystemExit(0)
 
-    monkeypatch.setattr(multiprocessing, "Pool", Pool)
+    monkeypatch.setattr(checking, "answers", answers)
     suite = tmp_path / "s"
     suite.mkdir()
     for i in range(8):
@@ -412,6 +410,10 @@ def test_check_the_plugin_and_report_take_request_level_traces(
     r = run_cli("check", str(suite), "-j", "1")
     assert r.returncode == 0 and b"golden: " in r.stdout
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # where the toy policy is
+    # In a process of its own the toy has no name a header may give: its folder names it.
+    (pytester.path / "pyproject.toml").write_text(
+        f'[tool.schedcli.folders."suite"]\npolicy = "{TOY}"\n'
+    )
     pytester.runpytest_subprocess("--schedcli=suite").assert_outcomes(passed=1)
     assert run_cli("report", str(trace), "-o", str(tmp_path / "r.html")).returncode == 0
 

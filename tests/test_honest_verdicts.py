@@ -166,7 +166,13 @@ def test_a_recording_of_a_plugin_replays_under_that_plugin(tmp_path: Path, plugi
     path.write_bytes(out.getvalue())
     header = orjson.loads(out.getvalue().splitlines()[0])
     assert header["policy"] == f"tests.plugin_policies:{plugin}"
+    # A trace names code, never supplies it (#55): an import string in a header is refused,
+    # saying how to run it; given on the command line, the recording replays under it.
     r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert "an import string (module:Class)" in r.stderr.decode()
+    assert "give it with -p on the command line" in r.stderr.decode()
+    r = run_cli("replay", str(path), "-p", header["policy"], "--check", "-o", str(tmp_path / "d"))
     assert r.returncode == 0, r.stderr
 
 
@@ -325,14 +331,15 @@ def test_simulate_stopped_by_a_contract_break_keeps_its_trace_marked_partial(
     assert r.returncode == 3
     assert f"note: the run so far is in {trace} (the trace marked partial)" in r.stderr.decode()
     lines = [orjson.loads(x) for x in trace.read_bytes().splitlines()]
-    assert lines[0]["policy"] == plugin  # a reference the replay resolves
+    assert lines[0]["policy"] == plugin  # a reference the replay resolves, given with -p
     assert "broke the Scheduler contract" in lines[-1]["partial"]["reason"]
-    assert run_cli("replay", str(trace), "-o", str(tmp_path / "d")).returncode == 3
+    assert run_cli("replay", str(trace), "-p", plugin, "-o", str(tmp_path / "d")).returncode == 3
     small = tmp_path / "small.jsonl"
-    r = run_cli("shrink", str(trace), "--until", "contract", "-o", str(small))
+    r = run_cli("shrink", str(trace), "-p", plugin, "--until", "contract", "-o", str(small))
     assert r.returncode == 0, r.stderr
-    assert run_cli("validate", str(trace)).returncode == 2  # partial: said, not passed
-    assert run_cli("validate", str(trace), "--allow-incomplete").returncode == 0
+    partial = run_cli("validate", str(trace), "-p", plugin)
+    assert partial.returncode == 2 and b"partial" in partial.stderr  # said, not passed
+    assert run_cli("validate", str(trace), "-p", plugin, "--allow-incomplete").returncode == 0
 
 
 def test_a_partial_trace_is_refused_after_its_events_unless_allowed(tmp_path: Path) -> None:

@@ -131,9 +131,22 @@ class TraceItem(_SuiteItem):
         self.job, self.req = job, req
 
     def runtest(self) -> None:
-        from .commands.check.suite import ERROR, FAIL, PASS, UNCHECKED, check_job
+        from .commands.check.suite import (
+            ERROR,
+            FAIL,
+            PASS,
+            UNCHECKED,
+            check_job,
+            checked_apart,
+            may_end_the_process,
+        )
 
-        verdict = check_job(self.job)
+        # A trace whose policy may end the process (a C++ scheduler) is checked in a
+        # process of its own, as `check` checks it: its end fails the item, not pytest.
+        if may_end_the_process(self.job):
+            (verdict,) = checked_apart([self.job], 1)
+        else:
+            verdict = check_job(self.job)
         if verdict.status == PASS:
             return
         if verdict.status == UNCHECKED and self.req.allow_unchecked:

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from ..model.errors import InputError, UsageError
 from ..model.scheduler import Policy
 from . import REQUEST_POLICIES
-from .registry import Level, build_policy, resolve_policy, settled_params
+from .registry import CXX_PREFIX, Level, build_policy, resolve_policy, settled_params
 
 DEFAULT_POLICY = "decode-first"
 
@@ -159,6 +159,38 @@ def header_params_for(
     return merged
 
 
+def _named_not_supplied(spec: str, trace_name: str, line: int) -> None:
+    """A trace names code, never supplies it (docs/trace-format.md, "What a trace can make
+    schedcli run"): from its header a policy is built only by a name that is installed or
+    configured here (a built-in, an entry point, a ``cxx:`` name the built-ins or
+    ``pyproject.toml`` give), never from an inline C++ spec or an import string, which only
+    the command line or the configuration may give."""
+    if spec.startswith(CXX_PREFIX) and "=" in spec:
+        what = "an inline C++ spec (HEADER=FACTORY(ARGS))"
+        allow = (
+            "give it with -p on the command line, or name it in pyproject.toml "
+            "[tool.schedcli.cxx] policies and record that name"
+        )
+    elif ":" in spec and not spec.startswith(CXX_PREFIX):
+        what = "an import string (module:Class)"
+        allow = (
+            "give it with -p on the command line, as a folder's policy in pyproject.toml "
+            "[tool.schedcli], or register it as a schedcli.policies entry point"
+        )
+    else:
+        return
+    raise InputError(
+        trace_name,
+        line,
+        f"the header names policy {_short(spec)!r}, {what}: a trace may name a policy that "
+        f"is installed or configured, never supply code to build or import; to run it, {allow}",
+    )
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def _recorded_class(recorded: RecordedPolicy, trace_name: str, level: Level) -> type[Policy]:
     """The header's policy: one that does not load here, or a recording's unnamed class,
     is bad input naming what was recorded (replaying it under decode-first instead would
@@ -171,6 +203,7 @@ def _recorded_class(recorded: RecordedPolicy, trace_name: str, level: Level) -> 
             f"name; replay it with -p {recorded.recorded_class}",
         )
     spec = recorded.policy or DEFAULT_POLICY
+    _named_not_supplied(spec, trace_name, recorded.line)
     try:
         return resolve_policy(spec, level)
     except UsageError as e:

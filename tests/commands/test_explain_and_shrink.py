@@ -298,9 +298,12 @@ def test_shrink_at_max_time_abandons_a_candidate_whose_policy_never_returns(
     and what was found before it is written."""
     from schedcli.engine.shrink.reduce import GRACE
 
-    trace = few_tasks_left(tmp_path, "tests.plugin_policies:HangsWhenFew")
+    hangs = "tests.plugin_policies:HangsWhenFew"  # given with -p: a header may only name it
+    trace = few_tasks_left(tmp_path, hangs)
     small = tmp_path / "small.jsonl"
-    r = shrink_bounded(str(trace), "--until", "check", "-o", str(small), "--max-time", "1.5")
+    r = shrink_bounded(
+        str(trace), "-p", hangs, "--until", "check", "-o", str(small), "--max-time", "1.5"
+    )
     assert r.returncode == 0, r.stderr.decode()
     assert took(r.stderr) <= 1.5 + GRACE, r.stderr.decode()
     said = r.stderr.decode()
@@ -311,7 +314,9 @@ def test_shrink_at_max_time_abandons_a_candidate_whose_policy_never_returns(
     assert kept[-1] == {"op": "get_work", "expect": [4]}
     # A second path to the verdict: replay --check of what was written (it queues enough
     # tasks not to hang) finds the same difference, 4 expected and 3 dispatched.
-    check = run_process("replay", str(small), "--check", "-o", str(tmp_path / "d"), timeout=60)
+    check = run_process(
+        "replay", str(small), "-p", hangs, "--check", "-o", str(tmp_path / "d"), timeout=60
+    )
     assert check.returncode == 1, check.stderr.decode()
     assert b"moved out (expected, not dispatched): [4]" in check.stderr
     assert b"moved in (dispatched, not expected): [3]" in check.stderr
@@ -345,9 +350,12 @@ def test_shrink_at_max_time_says_when_the_trace_itself_never_finishes_replaying(
 ) -> None:
     from schedcli.engine.shrink.reduce import GRACE
 
-    trace = few_tasks_left(tmp_path, "tests.plugin_policies:HangsWhenFew")
+    hangs = "tests.plugin_policies:HangsWhenFew"  # given with -p: a header may only name it
+    trace = few_tasks_left(tmp_path, hangs)
     start = time.monotonic()
-    r = shrink_bounded(str(trace), "--until", "check", "-P", "few=20", "--max-time", "0.5")
+    r = shrink_bounded(
+        str(trace), "-p", hangs, "--until", "check", "-P", "few=20", "--max-time", "0.5"
+    )
     assert time.monotonic() - start < 0.5 + GRACE + 30  # a process's start included
     assert r.returncode == 2, r.stderr.decode()
     assert b"was still running at the time limit" in r.stderr
@@ -359,9 +367,12 @@ def test_shrink_at_max_time_says_a_policy_that_ends_the_process_broke_the_contra
 ) -> None:
     """Under --max-time candidates are replayed in a process of their own: a policy that
     ends it is a broken contract (exit 3), never a shrink that ends without a word."""
-    trace = few_tasks_left(tmp_path, "tests.plugin_policies:EndsWhenFew")
+    ends = "tests.plugin_policies:EndsWhenFew"
+    trace = few_tasks_left(tmp_path, ends)
     small = tmp_path / "small.jsonl"
-    r = shrink_bounded(str(trace), "--until", "check", "-o", str(small), "--max-time", "30")
+    r = shrink_bounded(
+        str(trace), "-p", ends, "--until", "check", "-o", str(small), "--max-time", "30"
+    )
     assert r.returncode == 3, r.stderr.decode()
     assert b"ended during a replay (exit status 0)" in r.stderr
 
@@ -418,7 +429,7 @@ def test_explain_step_of_a_request_trace_drained_at_its_end(cli: Cli, tmp_path: 
             {
                 "schedcli": 1,
                 "level": "request",
-                "policy": "tests.doubles:ToyRequests",
+                "policy": "toy-requests",
                 "params": {"max_num_batched_tokens": 16, "max_num_seqs": 2},
             },
             {"op": "arrive", "rid": "a", "prompt_tokens": 20, "max_tokens": 2},

@@ -224,6 +224,10 @@ def test_the_pytest_plugin_takes_both_levels(
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the request level's tests.doubles policy
     suite = pytester.path / "suite"
     suite.mkdir()
+    if level_trace.name == "r.jsonl":  # the toy has no name in that process: the folder's
+        (pytester.path / "pyproject.toml").write_text(
+            f'[tool.schedcli.folders."suite"]\npolicy = "{TOY}"\n'
+        )
     (suite / level_trace.name).write_bytes(level_trace.read_bytes())
     result = pytester.runpytest_subprocess(
         "--schedcli=suite", "--schedcli-update", "-p", "no:randomly"

@@ -292,7 +292,7 @@ def test_a_request_trace_drained_at_its_end_shows_each_step_s_held_requests(
         {
             "schedcli": 1,
             "level": "request",
-            "policy": "tests.doubles:ToyRequests",
+            "policy": "toy-requests",
             "params": {"max_num_batched_tokens": 16, "max_num_seqs": 2},
         },
     ]

@@ -251,9 +251,10 @@ def trace_writer(
     out: Any, policy: Policy, spec: str, params: dict[str, Any], meta: Any
 ) -> TraceWriter | RequestTraceWriter:
     """The writer of a simulated run's trace at the policy's level, its header written:
-    the policy named so that a replay loads it (a request-level one as given)."""
+    the policy named so that a replay loads it (its registered name where it has one: a
+    trace header may name an import string, but a replay refuses to import it)."""
     if isinstance(policy, RequestScheduler):
-        return RequestTraceWriter(out, spec, params, meta)
+        return RequestTraceWriter(out, policy_reference(type(policy)), params, meta)
     writer = TraceWriter(out)
     writer.header(policy_reference(type(policy)), params, meta)
     return writer

@@ -109,6 +109,21 @@ _TASKS = re.compile(r" \(tasks: [^)]*\)")
 _CONTRACT = re.compile(r"broke the Scheduler contract at step (\d+) \(([^)]*)\): (.*)", re.S)
 
 
+def refusal(
+    path: str, policy: str | None, params: Mapping[str, object], drain: bool
+) -> SchedcliError | None:
+    """The bad input (exit 2) that replaying ``path`` ends with, if it does: its header's
+    policy refused, a malformed line."""
+    try:
+        with open_replay(
+            path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
+        ) as opened:
+            opened.run(opened.replayer(discard, check=False, drain=drain))
+    except SchedcliError as e:
+        return e if e.exit_code == 2 else None
+    return None
+
+
 def _replay_fails(
     path: str,
     data: bytes | None,

@@ -18,7 +18,7 @@ from ...model.errors import InputError, UsageError
 from ...model.task import id_key
 from .bounded import Abandoned, Worker, can_bound
 from .candidates import HELD, SMALL, Candidate, Lines, Ranges
-from .failures import Failure, Test, failure_test
+from .failures import Failure, Test, failure_test, refusal
 from .focus import Queue, queues_at, window, window_steps
 from .units import Keeping, Units, free, units_of
 
@@ -335,7 +335,17 @@ def shrink(
                 return queues_at(path, policy, params, steps, drain)
 
         deadline = None if max_time is None else began + max_time
-        return _shrink(lines, until, test, deadline, keep_expects, progress, observe)
+        try:
+            return _shrink(lines, until, test, deadline, keep_expects, progress, observe)
+        except _NoFailure:
+            # Said as what it is when the trace itself is bad input (a candidate's bad input
+            # only means it does not fail): a refused header policy is not "nothing to shrink".
+            refused = None if until.startswith("cmd:") else refusal(path, policy, params, drain)
+            if refused is not None:
+                raise refused from None
+            raise InputError(
+                lines.name, None, f"does not fail --until {until}: nothing to shrink"
+            ) from None
     except BaseException:
         lines.close()
         raise
@@ -358,6 +368,10 @@ def _shrink(
             shrinker.worker.close()
 
 
+class _NoFailure(Exception):
+    """The trace itself does not fail as asked."""
+
+
 def _search(shrinker: _Shrinker, lines: Lines, until: str, keep_expects: bool) -> Shrunk:
     """Under a deadline, the search's replays end by it; the first (which finds the
     failure) and the final check, which a result needs, by GRACE after it."""
@@ -374,7 +388,7 @@ def _search(shrinker: _Shrinker, lines: Lines, until: str, keep_expects: bool) -
         ) from None
     shrinker.until = deadline
     if failure is None:
-        raise InputError(lines.name, None, f"does not fail --until {until}: nothing to shrink")
+        raise _NoFailure
     shrinker.signature = failure.signature
     shrinker.best = candidate
     if failure.line > 0:

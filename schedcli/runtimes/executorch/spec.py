@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,45 +100,194 @@ class CxxSpec:
         )
 
 
-_CALL = re.compile(r"^\s*(?P<callee>[A-Za-z_][\w:<>, ]*?)\s*\((?P<args>[^()]*)\)\s*$")
-_ARG = re.compile(r"^(?:(?P<name>[A-Za-z_]\w*)\s*=\s*)?(?P<value>\d+)$")
+MAX_SPEC = 4096  # characters: a spec is one line a person writes
+MAX_DIGITS = 20  # an argument's digits: past 64 bits is refused by value anyway
 
 
 def parse_line(name: str, line: str, base: Path, where: str) -> tuple[str, str, tuple[Any, ...]]:
-    """``HEADER=FACTORY(ARGS)`` as (absolute header, callee, args); ``where`` names the
-    option or key in a message."""
+    """``HEADER=FACTORY(ARGS)`` as (absolute header, callee, args), by a strict grammar (the
+    header is one path or one ``<name>``, the factory a qualified C++ name, each argument
+    ``name=INTEGER`` or an ``INTEGER``); ``where`` names the option or key in a message.
+
+    Invariant: what the generated C++ holds of a spec is only what this grammar produced
+    (the callee is rebuilt from its tokens), so no spec can put other code before the
+    compiler. Linear in the line's length, which is bounded."""
+    if len(line) > MAX_SPEC:
+        raise UsageError(
+            f"{where}: a C++ policy spec is one line of at most {MAX_SPEC} characters, not "
+            f"{len(line)}"
+        )
+    bad = next((c for c in line if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise UsageError(
+            f"{where}: a C++ policy spec is one line of printable characters; it holds "
+            f"{bad!r}"
+        )
     header, sep, call = line.partition("=")
     if not sep or not header.strip():
         raise UsageError(
             f"{where}: a C++ policy is HEADER=FACTORY(ARGS), e.g. "
-            f"'fifo.h=FifoScheduler::create(max_batch_tokens=512)', not {line!r}"
+            f"'fifo.h=FifoScheduler::create(max_batch_tokens=512)', not {_short(line)!r}"
         )
-    match = _CALL.match(call)
-    if match is None:
-        raise UsageError(
-            f"{where}: {call.strip()!r} is not a factory call NAME(ARGS) (ARGS: name=default "
-            "or integer literals, comma-separated)"
-        )
-    args: list[tuple[str | None, int]] = []
-    text = match["args"].strip()
-    for part in text.split(",") if text else []:
-        arg = _ARG.match(part.strip())
-        if arg is None:
-            raise UsageError(
-                f"{where}: factory argument {part.strip()!r} is not name=INTEGER or an INTEGER"
-            )
-        value = int(arg["value"])
-        if value > INT_MAX:
-            raise UsageError(f"{where}: factory argument {part.strip()!r} is past 64 bits")
-        args.append((arg["name"], value))
+    callee, args = _Call(call, where).parse()
     names = [n for n, _ in args if n is not None]
     if len(set(names)) != len(names):
-        raise UsageError(f"{where}: a factory parameter is named twice in {call.strip()!r}")
-    head = header.strip()
-    path = head if head.startswith("<") else str((base / Path(head).expanduser()).resolve())
-    if not head.startswith("<") and not Path(path).is_file():
+        raise UsageError(f"{where}: a factory parameter is named twice in {_short(call.strip())!r}")
+    return _header(header.strip(), base, where), callee, tuple(args)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# What #include cannot hold in a header name (C++ [lex.header]: a quote, a newline, the
+# other delimiter; ' \ // /* are conditionally supported): refused, never escaped.
+_NOT_IN_HEADER = ('"', "'", "<", ">", "\\", "//", "/*")
+
+
+def _header(head: str, base: Path, where: str) -> str:
+    """The header as the generated ``#include`` names it: ``<name>`` as given, or the
+    absolute path of a file that exists."""
+    if head.startswith("<") and head.endswith(">") and len(head) > 2:
+        inner = head[1:-1]
+        if any(bad in inner for bad in _NOT_IN_HEADER) or inner != inner.strip():
+            raise UsageError(f"{where}: {_short(head)!r} is not one <header> name")
+        return head
+    if any(bad in head for bad in _NOT_IN_HEADER[:4]):
+        raise UsageError(
+            f"{where}: the header {_short(head)!r} is one path or one <name>, with no quote "
+            "or angle bracket"
+        )
+    try:
+        path = str((base / expand_user(Path(head), where)).resolve())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{where}: the header {_short(head)!r}: {e}") from None
+    if any(bad in path for bad in _NOT_IN_HEADER) or any(ord(c) < 32 for c in path):
+        raise UsageError(
+            f"{where}: the header's path {path!r} has a character an #include cannot hold "
+            f"(one of {' '.join(_NOT_IN_HEADER)} or a control character)"
+        )
+    if not Path(path).is_file():
         raise UsageError(f"{where}: no such header {path}")
-    return path, match["callee"].strip(), tuple(args)
+    return path
+
+
+def expand_user(path: Path, where: str) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; an unknown user is bad usage."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise UsageError(f"{where}: {str(path)!r}: no such user's home folder") from None
+
+
+class _Call:
+    """A scanner over ``FACTORY(ARGS)``: one pass, each character looked at once or twice.
+
+    call   := name '(' [arg (',' arg)*] ')'
+    name   := ['::'] part ('::' part)*
+    part   := IDENT ['<' targ (',' targ)* '>']
+    targ   := name | DIGITS
+    arg    := [IDENT '='] DIGITS
+    (spaces allowed between tokens; nothing else)"""
+
+    def __init__(self, text: str, where: str) -> None:
+        self.text, self.where, self.at = text, where, 0
+
+    def parse(self) -> tuple[str, list[tuple[str | None, int]]]:
+        callee = self.name(depth=0)
+        self.expect("(")
+        args: list[tuple[str | None, int]] = []
+        self.space()
+        if self.peek() != ")":
+            args.append(self.arg())
+            while self.take(","):
+                args.append(self.arg())
+        self.expect(")")
+        self.space()
+        if self.at != len(self.text):
+            self.fail(f"{_short(self.text[self.at :])!r} after the factory call")
+        return callee, args
+
+    def fail(self, what: str) -> None:
+        raise UsageError(
+            f"{self.where}: {_short(self.text.strip())!r} is not a factory call NAME(ARGS) "
+            f"({what}; NAME a qualified C++ name such as ns::Fifo::create or "
+            "std::make_unique<ns::Fifo>, ARGS name=INTEGER or INTEGER, comma-separated)"
+        )
+
+    def space(self) -> None:
+        while self.at < len(self.text) and self.text[self.at] == " ":
+            self.at += 1
+
+    def peek(self) -> str:
+        return self.text[self.at] if self.at < len(self.text) else ""
+
+    def take(self, token: str) -> bool:
+        self.space()
+        if self.text.startswith(token, self.at):
+            self.at += len(token)
+            return True
+        return False
+
+    def expect(self, token: str) -> None:
+        if not self.take(token):
+            self.fail(f"{token!r} expected at column {self.at + 1}")
+
+    def ident(self) -> str:
+        self.space()
+        start = self.at
+        if self.peek().isascii() and (self.peek().isalpha() or self.peek() == "_"):
+            self.at += 1
+            while self.at < len(self.text) and (
+                self.text[self.at].isascii()
+                and (self.text[self.at].isalnum() or self.text[self.at] == "_")
+            ):
+                self.at += 1
+        if self.at == start:
+            self.fail(f"a name expected at column {start + 1}")
+        return self.text[start : self.at]
+
+    def digits(self) -> str:
+        self.space()
+        start = self.at
+        while self.at < len(self.text) and self.text[self.at] in "0123456789":
+            self.at += 1
+        if self.at == start:
+            self.fail(f"an integer expected at column {start + 1}")
+        number = self.text[start : self.at]
+        if len(number) > MAX_DIGITS or int(number) > INT_MAX:
+            raise UsageError(
+                f"{self.where}: factory argument {_short(number)!r} is past 64 bits"
+            )
+        return number
+
+    def name(self, depth: int) -> str:
+        if depth > 8:
+            self.fail("template arguments nested too deep")
+        out = "::" if self.take("::") else ""
+        while True:
+            out += self.ident()
+            if self.take("<"):
+                targs = [self.targ(depth)]
+                while self.take(","):
+                    targs.append(self.targ(depth))
+                self.expect(">")
+                out += "<" + ", ".join(targs) + ">"
+            if not self.take("::"):
+                return out
+            out += "::"
+
+    def targ(self, depth: int) -> str:
+        self.space()
+        return self.digits() if self.peek().isdigit() else self.name(depth + 1)
+
+    def arg(self) -> tuple[str | None, int]:
+        self.space()
+        if self.peek().isdigit():
+            return None, int(self.digits())
+        name = self.ident()
+        self.expect("=")
+        return name, int(self.digits())
 
 
 def _config(cwd: Path) -> tuple[Path | None, dict[str, Any]]:
@@ -156,7 +304,24 @@ def _config(cwd: Path) -> tuple[Path | None, dict[str, Any]]:
 def _strings(file: Path, key: str, value: object) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise UsageError(f"{file}: {SECTION} {key} must be a list of strings, not {value!r}")
+    for v in value:
+        _printable(v, f"{file}: {SECTION} {key}")
     return list(value)
+
+
+def _printable(value: str, where: str) -> str:
+    """``value`` (a path or a flag) with no NUL or other control character in it."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise UsageError(f"{where}: {value!r} holds a control character")
+    return value
+
+
+def _folder(base: Path, value: str, where: str) -> Path:
+    """A configured folder, absolute."""
+    try:
+        return (base / expand_user(Path(_printable(value, where)), where)).resolve()
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{where}: {value!r}: {e}") from None
 
 
 def executorch_root(
@@ -167,15 +332,15 @@ def executorch_root(
     given = env.get(ENV_ROOT)
     where = f"${ENV_ROOT} (or --executorch)"
     if given:
-        root = Path(given).expanduser()
+        root = _folder(Path.cwd(), given, where)
     elif file is not None and "executorch" in table:
         value = table["executorch"]
         if not isinstance(value, str):
             raise UsageError(f"{file}: {SECTION} executorch must be a path, not {value!r}")
-        root, where = file.parent / Path(value).expanduser(), f"{file}: {SECTION} executorch"
+        where = f"{file}: {SECTION} executorch"
+        root = _folder(file.parent, value, where)
     else:
         return None
-    root = root.resolve()
     if not (root / CHECKOUT_MARK).is_file():
         raise UsageError(
             f"{where}: {root} is not an ExecuTorch checkout (it has no {CHECKOUT_MARK})"
@@ -198,7 +363,7 @@ def resolve(name: str, env: Mapping[str, str] = os.environ, cwd: Path | None = N
     flags: list[str] = []
     if file is not None:
         folders = _strings(file, "include", table.get("include", []))
-        includes = [str((base / d).resolve()) for d in folders]
+        includes = [str(_folder(base, d, f"{file}: {SECTION} include")) for d in folders]
         flags = _strings(file, "flags", table.get("flags", []))
     flags += shlex.split(env.get("CXXFLAGS", ""))
     body = ALIASES.get(body, body)
@@ -208,9 +373,9 @@ def resolve(name: str, env: Mapping[str, str] = os.environ, cwd: Path | None = N
                 f"policy {name!r} builds ExecuTorch's own scheduler: say where the checkout "
                 f"is with --executorch PATH, ${ENV_ROOT}, or {SECTION} executorch"
             )
-        line, where = "=".join(BUILTINS[body]), f"policy {name!r}"
+        line, where = "=".join(BUILTINS[body]), f"policy {_short(name)!r}"
     elif "=" in body:
-        line, where = body, f"--policy {name!r}"
+        line, where = body, f"--policy {_short(name)!r}"
     else:
         policies = table.get("policies", {}) if file is not None else {}
         if not isinstance(policies, dict) or body not in policies:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import io
-import multiprocessing
 import os
 import signal
 import stat
@@ -19,9 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from ....engine.pool import Vanished, answers
 from ....engine.replay import Record
 from ....engine.run import open_replay
 from ....formats.output import atomic_output
+from ....formats.source import open_binary
 from ....formats.writer import JsonlWriter
 from ....model.errors import (
     CheckFailed,
@@ -31,6 +34,7 @@ from ....model.errors import (
     StepMismatch,
     UsageError,
 )
+from ....runtimes.executorch.spec import PREFIX as CXX_PREFIX
 from ...config import Config
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -303,29 +307,47 @@ def golden_of(trace: Path, golden_dir: str | None) -> Path:
 
 def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
     """Each trace's verdict, in the suite's order, the traces checked on ``req.jobs``
-    processes."""
+    processes; in this one when there is one job at a time and no C++ policy, which alone
+    can end the process it runs in (a worker that ends without a verdict fails its trace)."""
     jobs = suite_jobs(req, suite)
     workers = min(req.jobs or 1, len(jobs), os.cpu_count() or 1)  # no more than the cores
-    if workers < 2:
+    if workers < 2 and not any(map(may_end_the_process, jobs)):
         yield from map(check_job, jobs)
         return
-    pool = multiprocessing.Pool(workers, initializer=_worker_signals)
-    answered = False
+    yield from checked_apart(jobs, max(workers, 1))
+
+
+def checked_apart(jobs: Sequence[Job], workers: int) -> Iterator[Verdict]:
+    """Each job's verdict from worker processes: one that ends without answering (its
+    policy ended the process) fails its trace, with how it ended."""
+    for job, answer in zip(jobs, answers(check_job, jobs, workers, _worker_signals), strict=True):
+        yield answer if isinstance(answer, Verdict) else _vanished(job, answer)
+
+
+def _vanished(job: Job, ended: Vanished) -> Verdict:
+    detail = (
+        f"{job.trace}: the process checking it ended ({ended.how}) without a verdict: its "
+        "policy ended the process (a C++ scheduler must return from every call)"
+    )
+    verdict = Verdict(job.trace, None, ERROR, "", detail, None)
+    verdict.exit_code = 3
+    verdict.job = job
+    return verdict
+
+
+def may_end_the_process(job: Job) -> bool:
+    """Whether ``job`` may run a C++ scheduler: its folder's policy, or (with none) its
+    trace's header, names one."""
+    if job.policy is not None:
+        return job.policy.startswith(CXX_PREFIX)
     try:
-        yield from pool.imap(check_job, jobs)
-        answered = True
-    finally:
-        if answered:
-            # Every job is answered: the workers are told there is no more work and leave
-            # on their own. Not terminate(): its SIGTERM can reach an idle worker just
-            # before it blocks on the pool's queue lock, which the pool then holds, and the
-            # worker never runs its handler (a hang, seen in the tests).
-            pool.close()
-        else:
-            # Leaving early (a stop signal, an error): the traces being checked stop (each
-            # worker's own stop handler cleans up) and no more start.
-            pool.terminate()
-        pool.join()
+        with open_binary(job.trace) as f:
+            first = f.readline(1 << 20)
+        header = orjson.loads(first)
+    except (SchedcliError, OSError, ValueError, EOFError):
+        return False  # a trace that does not open says so when it is checked
+    policy = header.get("policy") if isinstance(header, dict) else None
+    return isinstance(policy, str) and policy.startswith(CXX_PREFIX)
 
 
 def _worker_signals() -> None:
