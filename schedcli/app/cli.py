@@ -337,8 +337,8 @@ def debug(
     """Step through a replay, forwards and backwards: the queue and every reason at each
     step, breakpoints, and where it parts from --check, --golden or --against.
 
-    Exit codes (after quitting): 0 ok; 1 a step differs; 2 bad input or usage; 3 the policy
-    broke the contract.
+    Exit codes (after quitting): 0 ok; 1 a step or another record differs (as replay --check,
+    replay --golden, diff); 2 bad input or usage; 3 the policy broke the contract.
     """
     from ..engine.travel import Compare
     from .commands.debug import DebugRequest, debug_command

@@ -190,6 +190,62 @@ async def test_against_a_second_policy_both_batches_show_and_differences_are_mar
         assert "against:" in str(batch) or app.step in app.nav.mark_steps("div")
 
 
+def marks_line(app: DebugApp) -> str:
+    return str(app.query_one("#timeline").render()).split("\n")[2]
+
+
+@in_loop
+async def test_a_golden_that_differs_only_in_a_cancel_is_a_divergence_and_exit_1(
+    cli: Cli, tmp_path: Path
+) -> None:
+    import schedcli.app.commands.debug as command
+
+    trace = ROOT / "traces/cancel-and-rejoin.jsonl"
+    golden = [
+        json.loads(x)
+        for x in (ROOT / "traces/golden/cancel-and-rejoin.dump.jsonl").read_text().splitlines()
+    ]
+    cancel = [r for r in golden if r.get("op") == "cancel" and r["dropped"]][-1]
+    cancel["dropped"] = []  # a cancel before step 1
+    path = write_lines(tmp_path / "g.dump.jsonl", golden)
+    assert cli("replay", trace, "--golden", path, "-f", "jsonl").code == 1
+    compare = Compare(golden=str(path))
+    async with driving(app_for(trace, compare)) as pilot:
+        app = pilot.app
+        await indexed(pilot)
+        await keys(pilot, "d")
+        assert app.step == 1
+        assert f"div: line {cancel['line']}: cancel differs" in app.status_text
+        assert marks_line(app)[len("marks    ") + 1] == "x"  # step 1's column
+        assert command.verdict(app.travel, compare) == 1
+
+
+@in_loop
+async def test_against_a_policy_that_drops_a_session_in_another_order_is_exit_1(
+    tmp_path: Path,
+) -> None:
+    import schedcli.app.commands.debug as command
+
+    trace = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            {"schedcli": 1, "policy": "decode-first"},
+            {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4},
+            {"op": "submit", "tid": 2, "sid": 1, "kind": "decode", "size": 1},
+            {"op": "submit", "tid": 3, "sid": 1, "kind": "prefill", "size": 2},
+            {"op": "cancel", "sid": 1},  # decode-first drops [1, 3, 2], fcfs [1, 2, 3]
+            {"op": "get_work"},
+        ],
+    )
+    compare = Compare(against="fcfs")
+    async with driving(app_for(trace, compare)) as pilot:
+        app = pilot.app
+        await indexed(pilot)
+        await keys(pilot, "F")
+        assert app.step == 0 and "div: line 5: cancel differs" in app.status_text
+        assert command.verdict(app.travel, compare) == 1
+
+
 @in_loop
 async def test_find_by_tid_then_its_life_shows_explain_task_s_reasons() -> None:
     async with driving(app_for(ROTATION)) as pilot:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...engine.travel import Compare, Travel
+from ...engine.travel.verdict import verdict as judged
 from ...formats.interrupt import Stopped
 from ...model.errors import SchedcliError, UsageError
 
@@ -124,26 +125,12 @@ def _run_until_stopped(app: App[None]) -> int | None:
 
 
 def verdict(travel: Travel, compare: Compare) -> int:
+    """What the replay found, said on stderr, and its exit code: ``engine.travel.verdict``
+    of the index's end (the comparison of every record, as replay --golden and diff)."""
     notes = travel.messages().strip()
     if notes:
         print(notes, file=sys.stderr)
-    if travel.indexed is None:
-        print(
-            f"debug: quit with {travel.steps:,} steps indexed, before the end: no verdict",
-            file=sys.stderr,
-        )
-        return 0
-    ending = travel.indexed.get("ending")
-    if ending is not None:
-        print(ending["message"], file=sys.stderr)
-        return int(ending["exit"])
-    divergences = sorted({s for s, kind, _ in travel.marks if kind == "div"})
-    if compare.label is not None and divergences:
-        n = len(divergences)
-        print(
-            f"debug: {n} {'step differs' if n == 1 else 'steps differ'} from the "
-            f"{compare.label}, the first at step {divergences[0]}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    found = judged(travel.indexed, compare.label, travel.steps)
+    if found.said is not None:
+        print(found.said, file=sys.stderr)
+    return found.exit

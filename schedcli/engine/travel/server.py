@@ -115,7 +115,9 @@ class Server:
         spec = self.spec
         ending: dict[str, Any] | None = None
         with self._open(lambda m: print(m, file=sys.stderr)) as opened:
-            session = self.session = Session(opened, Compare(**spec["compare"]), self)
+            compare = Compare(**spec["compare"])
+            incomplete = spec.get("allow_incomplete", False)
+            session = self.session = Session(opened, compare, self, incomplete)
             self.position = opened.reader.position
             self.size = _size(spec["path"])
             self.forkable = self.forkable and type(opened.policy).forkable
@@ -133,7 +135,11 @@ class Server:
             if not self.serving:
                 self._worker_ended(None)
             self._flush()
-            send(self.out, {"indexed": {"steps": session.steps, "ending": ending}})
+            compared = session.compared()  # the verdict's: what differs, to the end
+            send(
+                self.out,
+                {"indexed": {"steps": session.steps, "ending": ending, "compared": compared}},
+            )
             self._serve()
 
     def _open(self, note: Callable[[str], None]) -> AbstractContextManager[OpenReplay]:
@@ -315,7 +321,8 @@ class Server:
         """No checkpoint to fork (a policy that cannot be forked): a replay from the start."""
         spec = self.spec
         with self._open(lambda _: None) as opened:
-            session = Session(opened, Compare(**spec["compare"]), self)
+            compare = Compare(**spec["compare"])
+            session = Session(opened, compare, self, spec.get("allow_incomplete", False))
             hooks = worker_for(task, session, -1, lambda m: send(self.out, m))
             try:
                 session.run()

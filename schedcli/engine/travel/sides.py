@@ -30,6 +30,8 @@ class Sink(Protocol):
 
     def diverged(self, side: int, step: int, expected: Any) -> None: ...
 
+    def ended(self, side: int, record: Record) -> None: ...  # the side's end record
+
 
 class Side(Protocol):
     name: str  # the policy's label
@@ -168,6 +170,8 @@ class TaskSide:
                     self.sink.diverged(self.index, step, expect)
         elif "end" not in record:
             self.sink.event(self.index, record, self.engine.upcoming_step)
+        else:
+            self.sink.ended(self.index, record)
 
     def _view(self, record: Record) -> list[Entry]:
         still = self.queue.queued  # after the batch left it
@@ -309,6 +313,8 @@ class RequestSide:
             self.unstarted.pop(id_key(record["rid"]), None)
         if "end" not in record:
             self.sink.event(self.index, record, self.engine.totals.steps)
+        else:
+            self.sink.ended(self.index, record)
 
     def _forget(self, finished: Any) -> None:
         for rid in finished:
