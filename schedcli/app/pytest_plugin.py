@@ -131,15 +131,8 @@ class TraceItem(_SuiteItem):
         self.job, self.req = job, req
 
     def runtest(self) -> None:
-        from .commands.check.suite import (
-            ERROR,
-            FAIL,
-            PASS,
-            UNCHECKED,
-            check_job,
-            checked_apart,
-            may_end_the_process,
-        )
+        from .commands.check.running import checked_apart, may_end_the_process
+        from .commands.check.suite import ERROR, FAIL, PASS, UNCHECKED, check_job
 
         # A trace whose policy may end the process (a C++ scheduler) is checked in a
         # process of its own, as `check` checks it: its end fails the item, not pytest.

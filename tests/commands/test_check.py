@@ -180,7 +180,7 @@ def test_parallel_jobs_give_the_same_report_as_one(tmp_path: Path) -> None:
 # is no more work rather than signalled.
 _DEAF_WORKERS = """
 import signal, sys
-from schedcli.app.commands.check import suite as checking
+from schedcli.app.commands.check import running as checking
 from schedcli.app.entry import run
 def deaf():
     signal.signal(signal.SIGINT, signal.SIG_IGN)

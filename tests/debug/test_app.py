@@ -465,12 +465,15 @@ async def _go(pilot: Pilot[Any], *pressed: str) -> None:
     await settle(pilot)
 
 
+THRASHES = "tests.doubles:Thrashes"  # given with -p: a trace header may only name a policy
+
+
 def thrashing_trace(tmp_path: Path) -> Path:
     """A request-level trace whose policy preempts one request for the other every step."""
     return write_lines(
         tmp_path / "thrash.jsonl",
         [
-            {"schedcli": 1, "level": "request", "policy": "tests.doubles:Thrashes"},
+            {"schedcli": 1, "level": "request"},  # its policy given: THRASHES
             {"op": "arrive", "rid": "a", "prompt_tokens": 20, "max_tokens": 4},
             {"op": "arrive", "rid": "b", "prompt_tokens": 20, "max_tokens": 4},
             *[{"op": "step"} for _ in range(6)],
@@ -483,10 +486,10 @@ async def test_a_request_level_trace_shows_held_requests_and_stops_at_a_preempti
     cli: Cli, tmp_path: Path
 ) -> None:
     trace = thrashing_trace(tmp_path)
-    dump = [json.loads(x) for x in cli("replay", trace, "-f", "jsonl").lines]
+    dump = [json.loads(x) for x in cli("replay", trace, "-p", THRASHES, "-f", "jsonl").lines]
     preempted = [r["step"] for r in dump if r.get("preempted")]
     assert preempted
-    async with driving(app_for(trace)) as pilot:
+    async with driving(app_for(trace, policy=THRASHES)) as pilot:
         app = pilot.app
         table = app.query_one("#queue-table")
         assert [table.get_row_at(i)[1] for i in range(table.row_count)] == ['"a"', '"b"']

@@ -17,7 +17,7 @@ from schedcli.engine.diff import Config, diff_trace
 from schedcli.engine.explain import explain_step
 from schedcli.engine.travel import Compare, Travel
 from tests.conftest import Cli
-from tests.helpers import write_lines
+from tests.helpers import TOY, TOY_NAME, write_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_TRACES = sorted((ROOT / "traces").glob("*.jsonl"))
@@ -78,7 +78,7 @@ def request_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_request_level_step_shows_the_requests_held_and_why_each_waits(
     request_trace: Path,
 ) -> None:
-    assert views_agree(request_trace, 7) > 100
+    assert views_agree(request_trace, 7, TOY) > 100  # the server is a process of its own
 
 
 def _trace_lines(draw: st.DrawFn) -> list[dict[str, object]]:
@@ -165,8 +165,8 @@ def test_a_cancelled_task_s_life_ends_cancelled(tmp_path: Path) -> None:
             assert sorted(json.dumps(e[2]) for e in events if e[1] == "cancelled") == cancelled
 
 
-def _divergences(path: Path, compare: Compare) -> list[int]:
-    with Travel(str(path), compare=compare, every=2) as travel:
+def _divergences(path: Path, compare: Compare, policy: str | None = None) -> list[int]:
+    with Travel(str(path), policy=policy, compare=compare, every=2) as travel:
         assert travel.wait("indexed", 60)
         return sorted({s for s, kind, _ in travel.marks if kind == "div"})
 
@@ -292,20 +292,21 @@ def test_a_request_trace_drained_at_its_end_shows_each_step_s_held_requests(
         {
             "schedcli": 1,
             "level": "request",
-            "policy": "toy-requests",
+            "policy": TOY_NAME,
             "params": {"max_num_batched_tokens": 16, "max_num_seqs": 2},
         },
     ]
     for i in range(5):
         lines.append({"op": "arrive", "rid": f"r{i}", "prompt_tokens": 10 + 7 * i, "max_tokens": 3})
     path = write_lines(tmp_path / "drained.jsonl", lines)
-    assert views_agree(path, 2) > 5
-    with Travel(str(path), every=2) as travel:
+    # The server is a process of its own, where the toy has no name: given, as -p gives it.
+    assert views_agree(path, 2, TOY) > 5
+    with Travel(str(path), policy=TOY, every=2) as travel:
         travel.wait("indexed", 60)
         assert all(travel.view(s)["queues"][0] for s in travel.numbers[:3])
 
 
-def _request_trace(tmp_path: Path, policy: str = "tests.doubles:ToyRequests") -> Path:
+def _request_trace(tmp_path: Path, policy: str = TOY_NAME) -> Path:
     lines: list[dict[str, object]] = [
         {
             "schedcli": 1,
@@ -337,13 +338,13 @@ def test_at_the_request_level_check_marks_where_replay_check_stops(
         }
     good = write_lines(tmp_path / "expected.jsonl", lines)
     assert cli("replay", good, "--check", "-f", "jsonl").code == 0
-    assert _divergences(good, Compare(check=True)) == []
+    assert _divergences(good, Compare(check=True), TOY) == []
     lines[step_lines[5]]["expect"]["batch"] = [["r9", 1]]
     bad = write_lines(tmp_path / "planted.jsonl", lines)
     replayed = cli("replay", bad, "--check", "-f", "jsonl")
     assert replayed.code == 1
     said = int(replayed.stderr.split(": step ")[1].split()[0])
-    assert _divergences(bad, Compare(check=True)) == [said]
+    assert _divergences(bad, Compare(check=True), TOY) == [said]
 
 
 def test_at_the_request_level_against_a_second_policy_diff_s_steps_are_marked(
@@ -352,7 +353,8 @@ def test_at_the_request_level_against_a_second_policy_diff_s_steps_are_marked(
     trace = _request_trace(tmp_path)
     b = ("tests.doubles:Thrashes", {"max_num_batched_tokens": 8, "max_num_seqs": 1})
     result = diff_trace(str(trace), Config(None, {}), Config(*b))
-    with Travel(str(trace), compare=Compare(against=b[0], against_params=b[1]), every=3) as t:
+    against = Compare(against=b[0], against_params=b[1])
+    with Travel(str(trace), policy=TOY, compare=against, every=3) as t:
         t.wait("indexed", 60)
         marked = sorted({s for s, kind, _ in t.marks if kind == "div"})
     assert len(marked) == result.steps_differing > 0
@@ -361,7 +363,7 @@ def test_at_the_request_level_against_a_second_policy_diff_s_steps_are_marked(
 
 def test_a_request_s_life_is_what_explain_session_says(tmp_path: Path) -> None:
     trace = _request_trace(tmp_path)
-    with Travel(str(trace), every=2) as travel:
+    with Travel(str(trace), policy=TOY, every=2) as travel:
         travel.wait("indexed", 60)
         for rid in ("r1", "r3"):
             (life,) = explain_lives(str(trace), sid=rid)

@@ -359,7 +359,9 @@ def test_a_threaded_recording_of_the_cpp_replays_exactly_under_it_clear_included
     recording = tmp_path / "rec.jsonl"
     subprocess.run([str(binary), str(recording)], check=True)
     assert recording.read_bytes().splitlines()[-1] == b'{"op":"clear"}'
-    done = cli("replay", recording, "--check", "--require-all")
+    # Its header names the inline spec it was built from: a trace may only name code, so
+    # the replay gives it with -p (#55).
+    done = cli("replay", recording, "-p", policy, "--check", "--require-all")
     assert done.code == 0, done.stderr
     assert "checked" in done.stderr
 
@@ -690,7 +692,12 @@ def test_a_suite_whose_cpp_worker_ends_fails_that_trace_and_checks_the_rest(
 ) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
-    _three_tasks(suite / "a_breaks.jsonl", crashing(3, how), expect=True)
+    # The folder names the C++ policy (a trace header may not supply its spec); the FIFO it
+    # is until its third call passes the fine trace.
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.schedcli.folders."suite"]\npolicy = "{crashing(3, how)}"\n'
+    )
+    _three_tasks(suite / "a_breaks.jsonl", expect=True)
     write(
         suite / "b_fine.jsonl",
         {"schedcli": 1, "policy": "fcfs"},
@@ -699,7 +706,7 @@ def test_a_suite_whose_cpp_worker_ends_fails_that_trace_and_checks_the_rest(
             {"op": "get_work", "expect": [1]},
         ],
     )
-    done = cli("check", suite, "--jobs", jobs, "--no-strict", "--update")
+    done = cli("check", suite, "--jobs", jobs, "--no-strict", "--update", cwd=tmp_path)
     assert done.code != 0, done.stdout
     shown = done.stdout.decode() + done.stderr
     assert "a_breaks.jsonl" in shown and "b_fine.jsonl" in shown
@@ -714,9 +721,10 @@ def test_pytest_fails_the_item_of_a_trace_whose_cpp_scheduler_ends_the_process(
 ) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
-    _three_tasks(suite / "breaks.jsonl", crashing(3, 11), expect=True)
+    _three_tasks(suite / "breaks.jsonl", expect=True)
     (tmp_path / "pyproject.toml").write_text(
         '[tool.schedcli]\ntraces = ["suite"]\npytest = true\ngolden = "optional"\n'
+        f'[tool.schedcli.folders."suite"]\npolicy = "{crashing(3, 11)}"\n'
     )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--schedcli",

@@ -16,6 +16,7 @@ from ....formats.junit import ERROR, FAILURE, SKIPPED, Case, write_junit
 from ....formats.output import atomic_output, refuse_overwriting
 from ....model.errors import CheckFailed, UsageError
 from ...config import load_config
+from .running import run_suite
 from .suite import ERROR as ERRORED
 from .suite import (
     FAIL,
@@ -26,7 +27,6 @@ from .suite import (
     Verdict,
     exit_code,
     find_suite,
-    run_suite,
 )
 
 ORPHANED = "orphaned"
