@@ -881,3 +881,78 @@ def test_a_cpp_scheduler_that_hands_back_what_it_should_not_breaks_where_a_pytho
     )
     assert ours.code == twin.code, (ours.stderr, twin.stderr)
     assert _where_broken(ours.stderr) == _where_broken(twin.stderr), (ours.stderr, twin.stderr)
+
+
+def test_an_earlier_task_under_a_reused_tid_is_not_taken_for_the_one_queued_now(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    """#55: what comes back is matched to the task object handed in, not to its number. The
+    scheduler hands back, at its second get_work, the task it handed back at its first;
+    tid 1 is queued again by then, with the same fields."""
+    ops: list[dict[str, object]] = [
+        {"op": "submit", "tid": 1, "sid": 5, "kind": "decode", "size": 1},
+        {"op": "get_work"},
+        {"op": "submit", "tid": 1, "sid": 5, "kind": "decode", "size": 1},
+        {"op": "get_work"},
+    ]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1}, ops)
+    done = cli("replay", trace, "-p", crashing(2, 15))
+    assert done.code == 3, done.stderr
+    assert (
+        "broke the Scheduler contract at step 1 (line 5): get_work: the C++ scheduler returned "
+        "from get_work an earlier task with tid 1, not the one queued under that tid now (its "
+        "get_work had returned that one, 1 call before this one)"
+    ) in done.stderr
+    twin = cli("replay", trace, "-p", TWIN, "-P", "crash_at=2", "-P", "how=15")
+    assert twin.code == 3 and _where_broken(twin.stderr) == _where_broken(done.stderr)
+
+
+def _verdict(cli: Cli, trace: Path, *policy: str) -> tuple[int, str | None, list[object]]:
+    """A replay's exit code, where it broke the contract, and its records: a rejection's
+    words and the order of clear()'s dropped tasks (an unordered map's, in the C++) aside."""
+    done = cli("replay", trace, *policy, "-f", "jsonl", "--drain")
+    records: list[object] = []
+    for line in done.lines:
+        r = orjson.loads(line)
+        r.pop("reason", None)
+        if r.get("op") == "clear" or "dropped" in r:
+            r["dropped"] = sorted(r.get("dropped", []), key=repr)
+        if "partial" in r:
+            r["partial"].pop("reason", None)
+        records.append(r)
+    return done.code, _where_broken(done.stderr), records
+
+
+@needs_checkout
+@settings(max_examples=int(os.environ.get("SCHEDCLI_DIFFERENTIAL_EXAMPLES", "200")),
+          deadline=None, suppress_health_check=list(HealthCheck))  # fmt: skip
+@given(ops=traffic())
+def test_executorchs_decode_first_and_our_reference_port_give_one_verdict_line_and_records(
+    monkeypatch: pytest.MonkeyPatch, cxx_cache: Path, cli: Cli,
+    tmp_path_factory: pytest.TempPathFactory, ops: list[dict[str, object]]
+) -> None:
+    """#55: the C++ and the port replay every trace alike, through the same ledger: a stale
+    task ExecuTorch's scheduler hands back after a tid is reused is the contract broken at
+    the same step and line under both, never credited to the task queued under that tid."""
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(CHECKOUT))
+    params = {"max_batch_tokens": 12, "max_decode_sequences": 3, "max_prefill_chunk_size": 6}
+    trace = write(tmp_path_factory.mktemp("d") / "t.jsonl", {"schedcli": 1, "params": params}, ops)
+    cpp = _verdict(cli, trace, "-p", "cxx:decode-first")
+    port = _verdict(cli, trace, "-p", "decode-first", "-P", "compat=reference")
+    assert cpp == port
+
+
+@needs_checkout
+def test_executorchs_stale_decode_after_a_reused_tid_is_cancelled_twice_breaks_as_the_port(
+    monkeypatch: pytest.MonkeyPatch, cxx_cache: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """The case #55 found: ExecuTorch's cancel hands back its earlier entry for the tid."""
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(CHECKOUT))
+    decode = {"op": "submit", "tid": 1, "sid": 5, "kind": "decode", "size": 1}
+    ops = [decode, {"op": "cancel", "sid": 5}, decode, {"op": "cancel", "sid": 5}]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1}, [*ops, {"op": "get_work"}])
+    cpp = _verdict(cli, trace, "-p", "cxx:decode-first")
+    assert cpp[:2] == (3, "broke the Scheduler contract at step 0 (line 5)")
+    assert cpp == _verdict(cli, trace, "-p", "decode-first", "-P", "compat=reference")

@@ -402,6 +402,8 @@ bool to_task(PyObject* obj, et::Task& t) {
   return true;
 }
 
+using Tokens = std::shared_ptr<const std::vector<et::Token>>;
+
 // The first field of `got` that differs from `sent` (the task as it went in): its name and
 // both values, written to `out`; false when every field is as it went in.
 template <class T>
@@ -477,6 +479,35 @@ bool changed(const et::Task& got, const et::Task& sent, const char*& field, char
   return false;
 }
 
+// Whether `got` is (a copy of) the very task handed in as `sent`, not another task that
+// had the same tid: their token pointers share one owner (submit marks every task).
+bool same_task(const et::Task& got, const et::Task& sent) {
+  return !got.input.tokens.owner_before(sent.input.tokens) &&
+         !sent.input.tokens.owner_before(got.input.tokens);
+}
+
+// `tid` is queued, but what came back is another task that had that tid: one handed back
+// or dropped before, which the scheduler kept.
+PyObject* stale(Handle* h, et::TaskId tid, const char* what) {
+  const Returned* last = nullptr;
+  for (const Returned& r : h->recent) {
+    if (r.tid == tid && (last == nullptr || r.serial > last->serial)) last = &r;
+  }
+  const long long id = static_cast<long long>(tid);
+  if (last == nullptr) {
+    return PyErr_Format(g_aborted,
+                        "the C++ scheduler returned from %s an earlier task with tid %lld, not "
+                        "the one queued under that tid now",
+                        what, id);
+  }
+  const unsigned long long ago = h->calls - last->serial;
+  return PyErr_Format(g_aborted,
+                      "the C++ scheduler returned from %s an earlier task with tid %lld, not "
+                      "the one queued under that tid now (its %s had returned that one, %llu "
+                      "call%s before this one)",
+                      what, id, last->call, ago, ago == 1 ? "" : "s");
+}
+
 // Why `tid`, handed back by this call (`what`), is not queued: handed back before (by which
 // call), or never held.
 PyObject* not_queued(Handle* h, et::TaskId tid, const char* what) {
@@ -524,6 +555,10 @@ PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* wha
                           "the C++ scheduler returned task %lld with %s %s, but it was "
                           "submitted with %s %s",
                           static_cast<long long>(tasks[i].tid), field, now, field, was);
+    }
+    if (!same_task(tasks[i], it->second.sent)) {  // every field alike, yet another task
+      Py_DECREF(out);
+      return stale(h, tasks[i].tid, what);
     }
     PyObject* task = it->second.task;
     h->queued.erase(it);
@@ -619,6 +654,12 @@ PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (!to_task(PyList_GET_ITEM(args[1], i), tasks[static_cast<std::size_t>(i)])) {
       return nullptr;
     }
+  }
+  // Each task goes in marked as this very task: its token slice, or (without tokens) a
+  // null pointer sharing ownership of this submit's mark, which a copy of the task keeps.
+  const std::shared_ptr<const void> mark = std::make_shared<const char>('\0');
+  for (et::Task& t : tasks) {
+    if (!t.input.tokens) t.input.tokens = Tokens(mark, nullptr);
   }
   std::vector<et::Task> sent(tasks);  // as they went in: what comes back must match
   PyObject* ok = guarded(h, SUBMIT, [&] { return PyBool_FromLong(h->s->submit(std::move(tasks))); });
