@@ -135,6 +135,103 @@ def test_any_trace_any_checkpoint_spacing_answers_as_explain(
     views_agree(write_lines(tmp_path / "t.jsonl", lines), every)
 
 
+DECODE_FIRST = {
+    "schedcli": 1,
+    "policy": "decode-first",
+    "params": {"max_batch_tokens": 8, "max_decode_sequences": 2, "max_prefill_chunk_size": 4},
+}
+
+
+def reasons_agree(path: Path, every: int) -> list[str]:
+    """Every reason explain --step gives, the debugger gives too: in each step's view, to a
+    ``reason=`` breakpoint forward and backward from every step number (those the replay
+    never ran included), and in the life of each task from the step it was submitted at.
+    The reason codes found."""
+    views_agree(path, every)
+    with Travel(str(path), every=every) as travel:
+        assert travel.wait("indexed", 60)
+        steps = list(travel.numbers)
+        given = {s: explain_step(str(path), s).to_json()["left"] or [] for s in steps}
+        codes = sorted({e["reason"] for left in given.values() for e in left})
+        for code in codes:
+            at = [s for s in steps if any(e["reason"] == code for e in given[s])]
+            for start in range(steps[-1] + 2):
+                found = travel.scan([{"kind": "reason", "code": code}], start, True)
+                first = next((s for s in at if s >= start), None)
+                assert (found or {}).get("step") == first, (code, start)
+                found = travel.scan([{"kind": "reason", "code": code}], start, False)
+                last = next((s for s in reversed(at) if s <= start), None)
+                assert (found or {}).get("step") == last, (code, start)
+        tids = {e["tid"] for left in given.values() for e in left}
+        for tid in sorted(tids):
+            for life in explain_lives(str(path), tid=tid):
+                events = travel.life({"tid": tid}, life.step)
+                passed = [(s, d.split(":")[0]) for s, what, _, d in events if what == "passed over"]
+                assert passed == [(s, code) for s, code, _ in life.passed_over], tid
+        return codes
+
+
+def _with_gaps(draw: st.DrawFn, explicit: bool) -> list[dict[str, object]]:
+    """A trace whose step numbers skip some: stepped (a step's events carry its number, and
+    the numbers of steps without work are never run) or explicit (each get_work carries
+    its own number)."""
+    lines: list[dict[str, object]] = [DECODE_FIRST]
+    step = tid = 0
+    for _ in range(draw(st.integers(1, 8))):
+        step += draw(st.integers(0, 5))
+        for _ in range(draw(st.integers(1, 3))):
+            if draw(st.integers(0, 5)) == 0:
+                line: dict[str, object] = {"op": "cancel", "sid": draw(st.integers(1, 4))}
+            else:
+                tid += 1
+                kind = draw(st.sampled_from(["prefill", "decode"]))
+                line = {
+                    "op": "submit",
+                    "tid": tid,
+                    "sid": draw(st.integers(1, 4)),
+                    "kind": kind,
+                    "size": 1 if kind == "decode" else draw(st.integers(1, 4)),
+                }
+            if not explicit:
+                line["step"] = step
+            lines.append(line)
+        if explicit:
+            lines.append({"op": "get_work", "step": step})
+    return lines
+
+
+def test_a_step_after_numbers_the_replay_skipped_shows_its_reasons(tmp_path: Path) -> None:
+    """Regression: reasons were turned on after step N - 1; in a stepped trace that skips
+    numbers (no work between its events), step 5 follows step 0, and showed none, nor did
+    a reason= breakpoint or a task's life find them."""
+    prefill = {"op": "submit", "kind": "prefill", "size": 4}
+    lines = [
+        DECODE_FIRST,
+        {**prefill, "step": 0, "tid": 1, "sid": 1},
+        *({**prefill, "step": 5, "tid": t, "sid": t} for t in (2, 3, 4)),
+        {**prefill, "step": 9, "tid": 5, "sid": 5},
+    ]
+    trace = write_lines(tmp_path / "gaps.jsonl", lines)
+    with Travel(str(trace)) as travel:
+        assert travel.wait("indexed", 60)
+        assert list(travel.numbers) == [0, 5, 6, 9]
+        (waiting,) = [e for e in travel.view(5)["queues"][0] if not e["ran"]]
+        assert (waiting["tid"], waiting["reason"]) == (4, "budget_spent")
+    for every in (1, 2, 1000):
+        assert reasons_agree(trace, every) == ["budget_spent"]
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data(), explicit=st.booleans(), every=st.sampled_from([1, 3, 1000]))
+def test_any_trace_whose_step_numbers_skip_gives_explain_s_reasons_at_every_step(
+    tmp_path: Path, data: st.DataObject, explicit: bool, every: int
+) -> None:
+    lines = data.draw(st.composite(lambda draw: _with_gaps(draw, explicit))())
+    reasons_agree(write_lines(tmp_path / "t.jsonl", lines), every)
+
+
 def test_a_task_s_life_is_what_explain_task_says(tmp_path: Path) -> None:
     trace = ROOT / "traces/rotation-fairness.jsonl"
     with Travel(str(trace), every=1) as travel:

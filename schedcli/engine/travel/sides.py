@@ -7,12 +7,13 @@ about (``want``) it keeps the queue its policy saw and the policy's reasons ther
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ...formats.requests.schema import Arrive, Schedule, Step
 from ...formats.trace import Event
 from ...model.records import Record
 from ...model.requests import StepPlan
+from ...model.scheduler import Scheduler
 from ...model.task import Id, Task, id_key, same_id
 from ..replay import Replayer, few_collections
 from ..requests.replay import OpenRequestTrace, RequestReplayer
@@ -41,7 +42,7 @@ class Side(Protocol):
 
     def want(self, step: int) -> None: ...  # keep the queue and reasons of ``step``
 
-    def explaining(self) -> None: ...
+    def explain_from(self, step: int) -> None: ...  # reasons at every step >= ``step``
 
     def feed(self, line: int, item: Any) -> None: ...
 
@@ -79,19 +80,36 @@ def side_for(opened: OpenReplay, index: int, sink: Sink, check: bool) -> Side:
     return TaskSide(opened, index, sink, check)
 
 
+_NEVER: Final = 1 << 62
+
+
 class _Queue:
     """The engine's observer: each queued task with its submit line and step, oldest
-    first; at step ``want``, the queue as get_work saw it."""
+    first; at step ``want``, the queue as get_work saw it; from ``explain_at`` on, the
+    policy explaining."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: Scheduler) -> None:
         self.queued: dict[int, tuple[Task, int, int]] = {}  # by object id
         self.want = -1
         self.seen: list[tuple[Task, int, int]] = []
         self.engine: Replayer | None = None
         self.follow: Follow | None = None
+        self.policy = policy
+        self.explain_at = _NEVER
+
+    def upcoming(self, step: int) -> None:
+        """The engine's next get_work is numbered ``step`` (or more): reasons on, if
+        wanted from there. Every get_work follows a call to this with its number: the
+        batch before it (``step + 1``) or, past a gap in the numbers (a stepped trace
+        moving on), the calls of the events of its step."""
+        if step >= self.explain_at:
+            self.policy.explaining = True
+            self.explain_at = _NEVER
 
     def accepted(self, tasks: list[Task], step: int) -> None:
         assert self.engine is not None
+        if step >= self.explain_at:
+            self.upcoming(step)
         line = self.engine.current_line
         for t in tasks:
             self.queued[id(t)] = (t, line, step)
@@ -103,13 +121,18 @@ class _Queue:
             self.seen = list(self.queued.values())
         for t in batch:
             self.queued.pop(id(t), None)
+        if step + 1 >= self.explain_at:
+            self.upcoming(step + 1)
 
     def dropped(self, tasks: list[Task], step: int) -> None:
         for t in tasks:
             self.queued.pop(id(t), None)
+        if step >= self.explain_at:
+            self.upcoming(step)
 
     def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
-        pass
+        if step >= self.explain_at:
+            self.upcoming(step)
 
 
 class TaskSide:
@@ -117,7 +140,7 @@ class TaskSide:
         self.index, self.sink, self.check = index, sink, check
         self.name = opened.policy_name
         self.policy = opened.policy
-        self.queue = _Queue()
+        self.queue = _Queue(opened.policy)
         self.engine = opened.replayer(self._emit, observer=self.queue)
         self.queue.engine = self.engine
         self.expect: list[Id] | None = None  # the expect of the get_work being applied
@@ -127,8 +150,13 @@ class TaskSide:
     def want(self, step: int) -> None:
         self.queue.want = step
 
-    def explaining(self) -> None:
-        self.policy.explaining = True
+    def explain_from(self, step: int) -> None:
+        """Reasons from the first step numbered ``step`` or more that this side runs,
+        turned on before its get_work: keyed on the steps the replay runs, since the
+        number before it (``step - 1``) may never run (a stepped trace skips the numbers
+        of steps without work)."""
+        self.queue.explain_at = step
+        self.queue.upcoming(self.engine.upcoming_step)
 
     def feed(self, line: int, item: Any) -> None:
         if self.check and isinstance(item, Event) and item.op == "get_work":
@@ -266,7 +294,7 @@ class RequestSide:
     def want(self, step: int) -> None:
         self._want = step
 
-    def explaining(self) -> None:
+    def explain_from(self, step: int) -> None:
         """A request-level policy gives its reasons after every step."""
 
     def feed(self, line: int, event: Any) -> None:

@@ -39,19 +39,17 @@ def worker_for(task: dict[str, Any], session: Session, bound: int, reply: Reply)
 class _Worker:
     def __init__(self, task: dict[str, Any], session: Session, bound: int, reply: Reply) -> None:
         self.task, self.session, self.reply = task, session, reply
-        self._explain_at: int | None = None  # the step after which reasons are wanted
         session.hooks = self
 
-    def explain_from(self, step: int, bound: int) -> None:
-        """Reasons from ``step`` on, on every side (asked for at step - 1)."""
-        self._explain_at = step - 1
-        if step - 1 <= bound:
-            for side in self.session.sides:
-                side.explaining()
+    def explain_from(self, step: int) -> None:
+        """Reasons at every step from ``step`` on, on every side: each turns them on
+        before the first get_work it runs numbered ``step`` or more (not after step - 1,
+        which may never run)."""
+        for side in self.session.sides:
+            side.explain_from(step)
 
     def side_step(self, side: int, step: int, record: Record) -> None:
-        if step == self._explain_at:
-            self.session.sides[side].explaining()
+        pass
 
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None:
         pass
@@ -77,7 +75,7 @@ class _View(_Worker):
         self.step = task["step"]
         for side in session.sides:
             side.want(self.step)
-        self.explain_from(self.step, bound)
+        self.explain_from(self.step)
 
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None:
         if step < self.step:
@@ -112,7 +110,7 @@ class _Scan(_Worker):
         self.a, self.b, self.first = task["from"], task["to"], task["want"] == "first"
         self.conds = task["conds"]
         if any(c["kind"] == "reason" for c in self.conds):
-            self.explain_from(self.a, bound)
+            self.explain_from(self.a)
         self.found: dict[str, Any] | None = None
 
     def side_step(self, side: int, step: int, record: Record) -> None:
@@ -173,7 +171,7 @@ class _Life(_Worker):
                     self.events.append([since, "submitted", tid, f"line {line}"])
                     self.live[id_key(tid)] = True
         side.follow = self._accepted
-        self.explain_from(self.a, bound)
+        self.explain_from(self.a)
 
     def _accepted(self, who: list[tuple[Id, Id]], line: int, step: int) -> None:
         if self.a <= step <= self.b:
