@@ -1,12 +1,16 @@
 """C++ built on first use (#41, the build half): cached by everything the compiler read, an
 edited header rebuilt, a compile error or a missing compiler said as bad input, and
 concurrent first uses built once; reused only while the compiler would read the same files
-now (#54: a repointed link, a header found first, a probe flipped)."""
+now (#54: a repointed link, a header found first, a probe flipped); what it read is read
+back exactly under folders named with make's characters, and a flag that changes what the
+compiler makes refused, nothing cached (#55), with g++ and clang++."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -278,3 +282,175 @@ def test_a_build_always_holds_what_the_compiler_reads_now(
                 built(build, lambda _: None, env)
         else:
             assert _answer(built(build, lambda _: None, env)) == expected
+
+
+# Folders named with make's own characters (#55): the compiler's dependency list is read
+# exactly, with g++ and clang++ (clang writes a backslash as "/"), so such a build is
+# reused; and a flag that changes what the compiler makes is exit 2, nothing cached.
+REQUIRED = bool(os.environ.get("SCHEDCLI_REQUIRE_GXX"))
+COMPILERS = [c for c in ("g++", "clang++") if shutil.which(c) or REQUIRED]
+needs_compilers = pytest.mark.skipif(
+    not COMPILERS, reason="no g++ or clang++ here (CI installs both and requires this)"
+)
+ODD = ["d$ollar", "$$", "h#ash", "sp ace", "back\\slash", "tab\tx", "\\ $#:%", "end\\", "x\\#"]
+
+
+def _odd_env(tmp_path: Path, compiler: str) -> dict[str, str]:
+    env = {**os.environ, "SCHEDCLI_CXX_CACHE": str(tmp_path / "cache"), "CXX": compiler}
+    for name in ("CXXFLAGS", "CPATH", "CPLUS_INCLUDE_PATH"):
+        env.pop(name, None)
+    return env
+
+
+@needs_compilers
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("odd", ODD)
+@pytest.mark.parametrize("where", ["above the include folder", "the include folder itself"])
+def test_a_header_under_a_folder_named_with_make_characters_is_built_once_and_reused(
+    tmp_path: Path, compiler: str, odd: str, where: str
+) -> None:
+    include = tmp_path / odd / "inc" if where.startswith("above") else tmp_path / odd
+    _header(include / "answer.h", 42)
+    (include / "wrapper.h").write_text(WRAPPER)  # a quoted include from the odd folder
+    build = Build((("tag.cpp", TAGGED),), (str(include),), ("-std=c++17", "-fPIC", "-shared"))
+    env = _odd_env(tmp_path, compiler)
+    notes: list[str] = []
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1
+    assert _answer(built(build, notes.append, env)) == 42 and len(notes) == 1  # reused
+    _header(include / "answer.h", 7)  # the header it read is the one recorded
+    assert _answer(built(build, notes.append, env)) == 7 and len(notes) == 2
+
+
+NAMES = st.text(st.sampled_from(" $#\\\t:%*a\n"), min_size=1, max_size=6).filter(
+    lambda n: n not in (".", "..")
+)
+
+
+@needs_compilers
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(folders=st.lists(st.lists(NAMES, min_size=1, max_size=3), min_size=1, max_size=4))
+def test_the_dependency_list_names_exactly_the_headers_the_compiler_read(
+    tmp_path_factory: pytest.TempPathFactory, folders: list[list[str]]
+) -> None:
+    # The second path: the headers this test put there, against what g++ and clang++ say
+    # they read (each name read back on disk, as the build does).
+    from schedcli.runtimes.executorch import _compiler
+
+    tmp_path = tmp_path_factory.mktemp("deps")
+    headers, source = [], ""
+    for i, parts in enumerate(folders):
+        header = tmp_path.joinpath(f"f{i}", *parts, f"h{i}.h")
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.write_text(f"#pragma once\nint v{i};\n")
+        headers.append(str(header))
+        source += f"#include <h{i}.h>\n"
+    (tmp_path / "m.cpp").write_text(source)
+    for compiler in COMPILERS:
+        folders_flags = [f"-I{os.path.dirname(h)}" for h in headers]
+        rule = tmp_path / f"{compiler}.d"
+        argv = [compiler, *folders_flags, "-MD", "-MF", str(rule), "-MT", "schedcli"]
+        subprocess.run([*argv, "-fsyntax-only", "m.cpp"], cwd=tmp_path, check=True)
+        named = _compiler.rule_names(rule.read_bytes())
+        assert named[0] == "m.cpp"
+        read = [r for n in named[1:] for r in _compiler.readings(n, os.path.exists)]
+        assert [r for r in read if r.startswith(f"{tmp_path}/")] == headers, compiler
+        assert all(os.path.exists(r) for r in read)  # g++'s stdc-predef.h besides
+
+
+MODES = [
+    ("-E",),
+    ("-M",),
+    ("-MM",),
+    ("-fsyntax-only",),
+    ("-S",),
+    ("-c",),
+    ("-o", "elsewhere.so"),
+    ("-MD",),
+    ("-MF", "mine.d"),
+    ("-###",),
+    ("--version",),
+    ("-print-search-dirs",),
+    ("-Wp,-MD,mine.d",),
+    ("-x", "c++-header"),
+]
+
+
+def _cached_files(cache: Path) -> list[str]:
+    """What a later run could load: every file in the cache but a key's lock."""
+    if not cache.exists():
+        return []
+    return [str(p) for p in cache.rglob("*") if p.is_file() and p.name != "lock"]
+
+
+@needs_compilers
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("flags", MODES, ids=[" ".join(f) for f in MODES])
+def test_a_flag_that_changes_what_the_compiler_makes_is_bad_input_and_nothing_is_cached(
+    tmp_path: Path, compiler: str, flags: tuple[str, ...]
+) -> None:
+    build, _ = _setup(tmp_path)
+    env = _odd_env(tmp_path, compiler)
+    odd = Build(build.sources, build.include_dirs, (*build.flags, *flags))
+    shown = " ".join(flags) if flags[0] == "-x" else flags[0].removeprefix("-Wp,").split(",")[0]
+    named = f"the C\\+\\+ compiler flag {re.escape(shown)}: "
+    with pytest.raises(UsageError, match=named):
+        built(odd, lambda _: None, env)
+    assert _cached_files(tmp_path / "cache") == []
+    env["CXX"] = shlex.join([compiler, *flags])  # in $CXX too
+    with pytest.raises(UsageError, match=named):
+        built(build, lambda _: None, env)
+    assert _cached_files(tmp_path / "cache") == []
+    env["CXX"] = compiler
+    assert _call(built(build, lambda _: None, env)) == 42  # without it, it builds
+
+
+@needs_compilers
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("flag", ["-Wl,--version", "-Wl,--help"])
+def test_a_build_that_exits_0_without_a_library_is_bad_input_and_nothing_is_cached(
+    tmp_path: Path, compiler: str, flag: str
+) -> None:
+    # A flag no list names: the compiler's exit 0 is not taken for a library.
+    build, _ = _setup(tmp_path)
+    env = _odd_env(tmp_path, compiler)
+    odd = Build(build.sources, build.include_dirs, (*build.flags, flag))
+    with pytest.raises(UsageError, match=f"made no library .*{re.escape(flag)}"):
+        built(odd, lambda _: None, env)
+    assert _cached_files(tmp_path / "cache") == []
+    assert not list((tmp_path / "cache").glob("*/build-*"))  # no build folder left
+
+
+def _replay_odd(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """``replay -p cxx:HEADER=...`` with the header under a folder named with ``$`` and
+    ``#`` and the ExecuTorch checkout under one with a backslash, ``:`` and a space."""
+    header = tmp_path / "we$ird #dir" / "fifo_scheduler.h"
+    checkout = tmp_path / "back\\slash $#: x" / "executorch"
+    if not header.exists():
+        header.parent.mkdir()
+        shutil.copy(ROOT / "tests" / "cpp" / "schedulers" / "fifo_scheduler.h", header)
+        shutil.copytree(ROOT / "tests" / "cpp" / "seed" / "executorch", checkout)
+    spec = f"cxx:{header}=schedcli_test::FifoScheduler::create(544, 64, 256)"
+    trace = ROOT / "traces" / "rotation-fairness.jsonl"
+    argv = [sys.executable, "-m", "schedcli", "replay", str(trace), "-p", spec]
+    env = {**env, "EXECUTORCH_ROOT": str(checkout)}
+    return subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=300)
+
+
+@needs_compilers
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_a_cxx_policy_under_odd_folders_is_built_on_the_first_replay_only(
+    tmp_path: Path, compiler: str
+) -> None:
+    env = _odd_env(tmp_path, compiler)
+    first, second = _replay_odd(tmp_path, env), _replay_odd(tmp_path, env)
+    assert first.returncode == 0 and b"note: built" in first.stderr, first.stderr
+    assert second.returncode == 0 and b"note: built" not in second.stderr, second.stderr
+    assert second.stdout == first.stdout
+
+
+def test_cxxflags_that_only_preprocess_are_exit_2_naming_the_flag(tmp_path: Path) -> None:
+    env = {**_odd_env(tmp_path, "c++"), "CXXFLAGS": "-O1 -E"}
+    done = _replay_odd(tmp_path, env)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr
+    assert b"the C++ compiler flag -E: only preprocesses" in done.stderr
+    assert _cached_files(tmp_path / "cache") == []

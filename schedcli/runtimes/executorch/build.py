@@ -5,17 +5,19 @@ kept under ``$XDG_CACHE_HOME/schedcli/cxx/KEY`` (``SCHEDCLI_CXX_CACHE`` override
 folder). KEY covers the compiler's path and version, the flags, the include folders, the
 include-path variables ($CPATH, $CPLUS_INCLUDE_PATH) and the sources. A build is reused only
 while the compiler would read the same files now (``_unchanged``): the build records every
-file the compiler read (its own ``-MD`` output) as the compiler named it, with where that
-name led (links resolved) and a digest, and the places on the include search that were
-empty then and would now be found first (a new header shadowing a recorded one). Builds of
-one key take turns on a lock: concurrent first uses (sweep workers) build once.
-"""
+file the compiler read (its own ``-MD`` output, read exactly by ``_compiler``) as the
+compiler named it, with where that name led (links resolved) and a digest, and the places
+on the include search that were empty then and would now be found first (a new header
+shadowing a recorded one). Builds of one key take turns on a lock: concurrent first uses
+(sweep workers) build once. A flag that changes what the compiler makes is refused before
+it runs, and a build that made no shared library is never cached."""
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -30,9 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-import orjson
-
 from ...model.errors import UsageError
+from . import _compiler
 
 COMPILERS = ("c++", "g++", "clang++")
 INSTALL = (
@@ -122,6 +123,8 @@ def built(
     """The compiled ``build``, from the cache when nothing it read has changed, else
     compiled now (``note`` says so, and how long it took)."""
     command = find_compiler(env)
+    for refusal in _compiler.refused([*command[1:], *build.flags]):  # nothing cached yet
+        raise UsageError(refusal)
     version = compiler_version(command)
     key = _key(build, command, version, env)
     folder = cache_root(env) / key
@@ -146,10 +149,10 @@ INCLUDE_VARIABLES = ("CPATH", "CPLUS_INCLUDE_PATH")
 def _key(build: Build, command: list[str], version: str, env: Mapping[str, str]) -> str:
     includes = [str(Path(d).resolve()) for d in build.include_dirs]
     variables = [env.get(name) for name in INCLUDE_VARIABLES]
-    blob = orjson.dumps(
+    blob = json.dumps(  # ASCII: a path that is not UTF-8 is kept, escaped
         [command, version, build.flags, includes, variables, build.sources, build.output]
     )
-    return hashlib.sha256(blob).hexdigest()[:32]
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
 @contextmanager
@@ -163,7 +166,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 # The record's shape; a record of another shape (an older schedcli's) is rebuilt.
-FORMAT = 2
+FORMAT = 3
 
 
 def _unchanged(manifest: Path) -> bool:
@@ -174,8 +177,8 @@ def _unchanged(manifest: Path) -> bool:
     time is taken as unchanged (a start reads hundreds of system headers); any other is
     compared by its digest. A stat per recorded header and about two per empty place."""
     try:
-        record = orjson.loads(manifest.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        record = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
         return False
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         return False
@@ -236,11 +239,13 @@ class _Search:
     missing: tuple[str, ...]
 
 
+_MISSING = re.compile(rb'^ignoring nonexistent directory "(.*)"$')
+
+
 def _search(argv: list[str], fallback: list[str], here: Path, env: Mapping[str, str]) -> _Search:
     done = subprocess.run(
         [*argv, "-E", "-v", "-x", "c++", os.devnull, "-o", os.devnull],
         capture_output=True,
-        text=True,
         cwd=here,
         env=dict(env),
     )
@@ -248,17 +253,18 @@ def _search(argv: list[str], fallback: list[str], here: Path, env: Mapping[str, 
     angle: list[str] = []
     missing: list[str] = []
     into: list[str] | None = None
-    for line in done.stderr.splitlines():
-        if line.startswith("ignoring nonexistent directory "):
-            missing.append(line.split(" ", 3)[3].strip('"'))
-        elif line.startswith('#include "..." search starts here'):
+    # A folder is printed as is after one space (bytes, a trailing space or tab kept).
+    for line in done.stderr.split(b"\n"):
+        if found := _MISSING.match(line):
+            missing.append(os.fsdecode(found.group(1)))
+        elif line.startswith(b'#include "..." search starts here'):
             into = quote
-        elif line.startswith("#include <...> search starts here"):
+        elif line.startswith(b"#include <...> search starts here"):
             into = angle
-        elif line.startswith("End of search list"):
+        elif line.startswith(b"End of search list"):
             into = None
-        elif into is not None and line.startswith(" ") and "(framework" not in line:
-            into.append(line.strip())
+        elif into is not None and line.startswith(b" ") and b" (framework" not in line:
+            into.append(os.fsdecode(line[1:]))
     if done.returncode != 0 or not angle:  # a compiler that does not say: the -I folders
         return _Search((), tuple(fallback), ())
     return _Search(tuple(quote), tuple(angle), tuple(missing))
@@ -342,12 +348,12 @@ def _unseen(named: str | None, text: bytes, search: _Search, places: _Places) ->
     own = () if named is None else (os.path.dirname(named),)
     for head in own:
         for include in _QUOTED.findall(text):
-            rel = include.decode(errors="replace")
+            rel = os.fsdecode(include)
             missing = None if os.path.isabs(rel) else places.first_missing(head, rel)
             if missing is not None:
                 empty.add(missing)
     for quoted, angled in _PROBE.findall(text):
-        rel = (quoted or angled).decode(errors="replace")
+        rel = os.fsdecode(quoted or angled)
         if os.path.isabs(rel):
             continue
         folders = [*(own if quoted else ()), *search.quote, *search.angle]
@@ -369,8 +375,11 @@ def _record(
     absent: set[str] = set(search.missing)
     for text in sources:  # the build folder is made afresh: only its probes count
         absent |= _unseen(None, text, search, places)
-    for dep in dict.fromkeys(deps):
-        named = os.path.join(here, dep)  # as named: a lexical ".." may cross a link
+    # As named (a lexical ".." may cross a link), in each spelling that exists: a name
+    # none of whose spellings exists is recorded as gone, and the next check rebuilds.
+    named_as = [os.path.join(here, dep) for dep in dict.fromkeys(deps)]
+    readings = (r for n in named_as for r in _compiler.readings(n, places.exists) or [n])
+    for named in dict.fromkeys(readings):
         target = os.path.realpath(named)  # where it led, every link resolved
         if Path(target).is_relative_to(inside):
             continue
@@ -400,20 +409,24 @@ def _compile(build: Build, command: list[str], folder: Path, env: Mapping[str, s
         includes = [str(Path(d).resolve()) for d in build.include_dirs]
         target = here / build.output
         compiler = [*command, *build.flags, *(f"-I{d}" for d in includes)]
-        argv = [*compiler, "-MD", "-MF", str(here / "deps.d")]
+        deps = here / "deps.d"
+        argv = [*compiler, "-MD", "-MF", str(deps), "-MT", _compiler.TARGET.decode()]
         done = subprocess.run(
-            [*argv, *sources, "-o", str(target)],
-            capture_output=True,
-            text=True,
-            cwd=here,
-            env=dict(env),
+            [*argv, *sources, "-o", str(target)], capture_output=True, cwd=here, env=dict(env)
         )
+        stderr = done.stderr.decode(errors="replace")
         if done.returncode != 0:
-            raise UsageError(f"the C++ build failed: {_first_error(done.stderr, here)}")
+            raise UsageError(f"the C++ build failed: {_first_error(stderr, here)}")
+        made = _compiler.made(target, deps)
+        if made is not None:  # exit 0 without the library: nothing is cached
+            flags = shlex.join([*command, *build.flags])
+            raise UsageError(f"the C++ compiler made {made} ({flags}): {_compiler.MODE}")
         search = _search(compiler, includes, here, env)
         texts = [text.encode() for _, text in build.sources]
-        record = _record(_dependencies(here / "deps.d"), texts, here, search)
-        (here / "inputs.json").write_bytes(orjson.dumps(record, option=orjson.OPT_SORT_KEYS))
+        record = _record(_compiler.rule_names(deps.read_bytes()), texts, here, search)
+        (here / "inputs.json").write_text(json.dumps(record, sort_keys=True))
+        # The old record goes first: a library is never beside a record not its own.
+        (folder / "inputs.json").unlink(missing_ok=True)
         os.replace(target, folder / build.output)
         os.replace(here / "inputs.json", folder / "inputs.json")
 
@@ -427,14 +440,3 @@ def _first_error(stderr: str, here: Path) -> str:
 
 
 _ERROR = re.compile(r"(^|: )(fatal )?error: ")
-
-
-def _dependencies(path: Path) -> list[str]:
-    """The files a make-style dependency file lists (after the target's colon)."""
-    text = path.read_text().replace("\\\n", " ")
-    found: list[str] = []
-    for rule in text.splitlines():
-        _, sep, deps = rule.partition(": ")
-        if sep:  # an escaped space is part of a name
-            found.extend(d.replace("\0", " ") for d in deps.replace("\\ ", "\0").split())
-    return found
