@@ -2,11 +2,18 @@
 
 Subprocesses (``tests.helpers.run_cli``) are for what needs a real process: signals,
 pipes, and the installed console script.
+
+``@pytest.mark.needs("vllm")`` (or ``pytestmark`` for a module) marks a test that needs an
+extra: skipped, with the reason, where the extra is absent (the README's ``pytest`` on a
+fresh clone), and failed where ``SCHEDCLI_REQUIRE_<EXTRA>`` is set (CI installs them all).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +32,61 @@ def toy_is_a_named_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(REQUEST_POLICIES, TOY_NAME, TOY_WHERE)
 
 pytest_plugins = ["pytester"]
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An extra of pyproject.toml that some tests need, as a test can see it installed."""
+
+    modules: tuple[str, ...]  # what it installs, as imported
+    require: str  # set where it is installed (CI): a test that needs it must then run
+    program: tuple[str, ...] = ()  # and one of these on PATH (Debian's, not pip's)
+
+    @functools.cached_property
+    def missing(self) -> str | None:
+        absent = [m for m in self.modules if importlib.util.find_spec(m) is None]
+        if self.program and not any(shutil.which(p) for p in self.program):
+            absent.append(f"{' or '.join(self.program)} on PATH")
+        return ", ".join(absent) or None
+
+
+# Every extra a test needs; `dev` (the README's install) holds the rest, textual and
+# matplotlib included. The fuzz extra (atheris) is fuzz/run.py's alone: no test needs it.
+EXTRAS = {
+    "vllm": Extra(("vllm",), "SCHEDCLI_REQUIRE_VLLM"),
+    "ray": Extra(("ray",), "SCHEDCLI_REQUIRE_RAY"),
+    "browser": Extra(
+        ("playwright",), "SCHEDCLI_REQUIRE_BROWSER", program=("chromium", "chromium-browser")
+    ),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs(*extras): the test needs these extras of pyproject.toml (tests/conftest.py "
+        "EXTRAS); skipped where one is absent, failed where its SCHEDCLI_REQUIRE_* is set",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers("needs"):
+        for name in marker.args:
+            if name not in EXTRAS:
+                raise pytest.UsageError(f"needs({name!r}): not an extra in tests/conftest.py")
+            extra = EXTRAS[name]
+            if extra.missing is None:
+                continue
+            if os.environ.get(extra.require):
+                pytest.fail(
+                    f"{extra.require} is set, so this test must run, but the {name} extra "
+                    f"is not all here (missing: {extra.missing})",
+                    pytrace=False,
+                )
+            pytest.skip(
+                f"needs the {name} extra (missing: {extra.missing}; pip install -e "
+                f"'.[dev,{name}]'); CI installs it and requires this test"
+            )
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:

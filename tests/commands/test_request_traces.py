@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import Cli
+from tests.helpers import TOY
 
 HEADER = {"schedcli": 1, "level": "request", "policy": "vllm", "params": {"max_num_seqs": 4}}
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -60,6 +61,7 @@ def test_validate_names_every_bad_line_of_a_request_trace(cli: Cli, tmp_path: Pa
     assert "7 problem(s)" in lines[7]
 
 
+@pytest.mark.needs("vllm")  # validate refuses -p vllm where it could not be built
 def test_a_good_request_trace_validates_without_building_vllm(cli: Cli, tmp_path: Path) -> None:
     trace = _write(
         tmp_path / "t.jsonl",
@@ -260,7 +262,7 @@ def test_an_update_with_no_schedule_to_answer_is_refused_alike(cli: Cli, tmp_pat
         ],
     )
     message = f"{trace}:5: update with no schedule before it to answer"
-    r = cli("validate", trace)
+    r = cli("validate", trace, "-p", TOY)  # any request-level policy: vLLM's needs its extra
     assert r.code == 2 and r.stderr.splitlines()[0] == message
     r = cli("convert", "auto", trace)
     assert r.code == 2 and message in r.stderr

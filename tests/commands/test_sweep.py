@@ -4,7 +4,6 @@ backend; cached; failures reported without stopping the rest; capacity searched.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import orjson
@@ -198,9 +197,8 @@ def test_usage_errors_name_the_option(tmp_path: Path, workload: Path) -> None:
     assert r.returncode == 2 and b"at least one workload and one policy" in r.stderr
 
 
+@pytest.mark.needs("ray")
 def test_ray_gives_the_records_the_local_pool_gives(tmp_path: Path, workload: Path) -> None:
-    if not os.environ.get("SCHEDCLI_REQUIRE_RAY"):  # CI installs the extra and requires it
-        pytest.importorskip("ray", reason="the ray extra is not installed")
     args = [
         str(workload),
         "-p",

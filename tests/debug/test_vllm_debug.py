@@ -4,8 +4,6 @@ ends where replay says the contract broke. Skipped without the extra, except und
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from schedcli.engine.explain import explain_step
@@ -13,8 +11,7 @@ from schedcli.engine.travel import Travel
 from tests.conftest import Cli
 from tests.helpers import ROOT
 
-if not os.environ.get("SCHEDCLI_REQUIRE_VLLM"):
-    pytest.importorskip("vllm", reason="the vllm extra is not installed")
+pytestmark = pytest.mark.needs("vllm")
 
 DEADLOCK = ROOT / "docs/examples/vllm-kv-deadlock/deadlock.jsonl"
 

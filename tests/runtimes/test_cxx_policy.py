@@ -452,11 +452,10 @@ def test_a_worker_started_anywhere_resolves_the_spec_its_parent_resolved(
     assert resolve("cxx:fifo", env=worker_env(here), cwd=elsewhere) == here
 
 
+@pytest.mark.needs("ray")
 def test_a_ray_sweep_gives_the_records_the_local_pool_gives(
     cxx: str, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not os.environ.get("SCHEDCLI_REQUIRE_RAY"):  # CI installs the extra and requires it
-        pytest.importorskip("ray", reason="the ray extra is not installed")
     monkeypatch.delenv("EXECUTORCH_ROOT")
     workload = _project(tmp_path, cxx)
     args = [workload, "-p", "cxx:fifo", "--grid", "max_num_seqs=2,64", "--fresh", "-j", "2"]

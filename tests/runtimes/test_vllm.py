@@ -1,7 +1,8 @@
 """vLLM's own scheduler inside schedcli (``-p vllm``, the ``vllm`` extra): simulated, swept,
 recorded through the subclass, replayed exactly.
 
-Skipped without the extra, except under CI (``SCHEDCLI_REQUIRE_VLLM``), which installs it.
+Skipped without the extra, except under CI (``SCHEDCLI_REQUIRE_VLLM``), which installs it
+(tests/conftest.py's ``needs`` marker).
 vLLM loads once per test process (about 20 s); each test builds its own small scheduler.
 """
 
@@ -21,8 +22,7 @@ import pytest
 from tests.conftest import Cli
 from tests.helpers import ROOT
 
-if not os.environ.get("SCHEDCLI_REQUIRE_VLLM"):
-    pytest.importorskip("vllm", reason="the vllm extra is not installed")
+pytestmark = pytest.mark.needs("vllm")
 
 SMALL = {
     "max_num_batched_tokens": 256,
@@ -402,9 +402,8 @@ def test_a_recording_converts_to_traffic_every_policy_runs(cli: Cli, tmp_path: P
         assert orjson.loads(r.stdout)["requests"] == 30
 
 
+@pytest.mark.needs("ray")
 def test_a_sweep_of_vllm_on_ray_gives_the_records_of_the_local_pool(tmp_path: Path) -> None:
-    if not os.environ.get("SCHEDCLI_REQUIRE_RAY"):  # CI installs the extra and requires it
-        pytest.importorskip("ray", reason="the ray extra is not installed")
     from tests.helpers import run_cli
 
     workload, _ = _workload(tmp_path, n=10)

@@ -2,7 +2,8 @@
 schedcli says so at once: a bare loop over vLLM's Scheduler is the second path to each
 answer. The shipped reproduction (docs/examples/vllm-kv-deadlock) fails as documented.
 
-Skipped without the extra, except under CI (``SCHEDCLI_REQUIRE_VLLM``), which installs it.
+Skipped without the extra, except under CI (``SCHEDCLI_REQUIRE_VLLM``), which installs it
+(tests/conftest.py's ``needs`` marker).
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from tests.conftest import Cli
 from tests.helpers import ROOT
 from tests.runtimes.test_vllm import _bare_loop, _steps
 
-if not os.environ.get("SCHEDCLI_REQUIRE_VLLM"):
-    pytest.importorskip("vllm", reason="the vllm extra is not installed")
+pytestmark = pytest.mark.needs("vllm")
 
 EXAMPLE = ROOT / "docs" / "examples"
 BARE = {"skip_kv_startup_check": "true"}
