@@ -7,14 +7,18 @@ break by a built-in policy (exit 3). Hangs and memory are the fuzzer's own limit
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
 
+import orjson
+
 from schedcli import Scheduler, Task
 from schedcli.app.inprocess import run_cli_in_process
-from schedcli.policies import FcfsScheduler
+from schedcli.policies import REQUEST_POLICIES, FcfsScheduler
 from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 from schedcli.runtimes.vllm import policy as vllm_policy
@@ -30,6 +34,9 @@ if not os.environ.get("SCHEDCLI_FUZZ_VLLM"):
 # The request level without vLLM: the tests' toy policy (tests/plugin_policies.py).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOY = "tests.doubles:ToyRequests"
+# A trace header names a policy that is installed or configured, never an import string: the
+# toy is registered under its name here, as an installed plugin's would be.
+REQUEST_POLICIES["toy-requests"] = "tests.doubles.requests:ToyRequests"
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -357,7 +364,8 @@ def _request_trace(data: bytes, policy: str) -> bytes:
     params = b'{"max_num_seqs":%d,"max_num_batched_tokens":%d}' % (seqs, budget)
     if policy == "vllm":
         params = params[:-1] + b',"num_gpu_blocks":64,"block_size":16,"max_model_len":1008}'
-    return REQUEST_HEADER % (policy.encode(), params) + data
+    named = "toy-requests" if policy == TOY else policy
+    return REQUEST_HEADER % (named.encode(), params) + data
 
 
 def _requests(data: bytes, policy: str) -> None:
@@ -559,3 +567,133 @@ def stalls(data: bytes) -> None:
 
 
 TARGETS["stalls"] = stalls
+
+
+# --- a trace is data: C++ specs, and the C++ boundary (#55) --------------------------------
+
+# What the generated C++ may hold of a spec: an #include of one path or <name>, the factory
+# built from grammar tokens, and the parameters' declarations.
+_GENERATED = re.compile(
+    rb'#include (?:"/[^"<>\\\n]*"|<[^"<>\\\n]*>)'
+    rb"|static auto schedcli_factory\(const std::size_t\* schedcli_params\) \{"
+    rb"|  const std::size_t [A-Za-z_][A-Za-z0-9_]* = schedcli_params\[\d+\];"
+    rb"|  return (?:::)?[A-Za-z_][A-Za-z0-9_:<>, ]*\((?:[A-Za-z0-9_]+u?(?:, )?)*\);"
+    rb"|\}"
+    rb'|#define SCHEDCLI_MODULE "_schedcli_cxx_[0-9a-f]+"|#define SCHEDCLI_INIT \S+'
+    rb"|#include <Python\.h>|#include <cstddef>"
+)
+
+
+def cxx_spec(data: bytes) -> None:
+    """The input as a C++ spec, given on the command line, in a trace header and in a
+    project's configuration: a spec outside the grammar is exit 2 before a compiler runs; a
+    header's inline spec is never built; what reaches the compiler holds only lines the
+    grammar makes (a spy compiler keeps the source it was handed)."""
+    text = data.decode("utf-8", "replace")
+    fifo = os.path.join(ROOT_DIR, "tests", "cpp", "schedulers", "fifo_scheduler.h")
+    spec = text if data[:1] != b"=" else f"{fifo}{text}"
+
+    def body(path: str, tmp: str) -> None:
+        seen = os.path.join(tmp, "sources")
+        spy = os.path.join(tmp, "spy")
+        with open(spy, "w") as f:
+            f.write(f'#!/bin/sh\n[ "$1" = --version ] && echo spy 1 && exit 0\n'
+                    f'for a in "$@"; do case "$a" in *.cpp) cat "$a" >> {seen};; esac; done\n'
+                    "exit 1\n")  # fmt: skip
+        os.chmod(spy, 0o755)
+        saved = {k: os.environ.get(k) for k in ("CXX", "SCHEDCLI_CXX_CACHE")}
+        os.environ.update(CXX=spy, SCHEDCLI_CXX_CACHE=os.path.join(tmp, "cache"))
+        try:
+            with open(path, "wb") as f:
+                f.write(orjson.dumps({"schedcli": 1, "policy": f"cxx:{spec}"}) + b"\n")
+                f.write(b'{"op":"submit","tid":1,"sid":1,"kind":"decode","size":1}\n')
+            code, err = run("validate", path)
+            expect(code, err, (0, 2), "validate of a header naming a cxx: spec")
+            if "=" in spec and code != 2:
+                raise AssertionError(f"a trace header supplied a C++ spec:\n{err}")
+            code, err = run("replay", path, "-p", f"cxx:{spec}", "-o", os.devnull)
+            expect(code, err, (0, 2), "replay -p cxx:SPEC")
+            project = os.path.join(tmp, "pyproject.toml")
+            with open(project, "w") as f:
+                f.write(f"[tool.schedcli.cxx.policies]\nx = {json.dumps(spec)}\n")
+            code, err = run_in(tmp, "replay", path, "-p", "cxx:x")
+            expect(code, err, (0, 2), "a configured cxx: spec")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        if os.path.exists(seen):
+            with open(seen, "rb") as f:
+                source = f.read()
+            head = source.split(b"// schedcli's boundary", 1)[0]
+            for line in head.splitlines():
+                if line.strip() and _GENERATED.fullmatch(line) is None:
+                    raise AssertionError(f"the compiler was handed {line!r} from {spec!r}")
+
+    _with_file(data, ".jsonl", body)
+
+
+def run_in(folder: str, *args: str) -> tuple[int, str]:
+    """``run`` with ``folder`` as the current folder (its pyproject.toml is read)."""
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        return run(*args, "-o", os.devnull)
+    finally:
+        os.chdir(here)
+
+
+def cxx_boundary(data: bytes) -> None:
+    """A trace the input spells, through a C++ scheduler that hands back what it should not
+    (tests/cpp/schedulers/crashing_scheduler.h: a task changed in a field, one returned
+    twice, an earlier one kept under a reused tid) at the call the input picks, and through
+    its Python twin (tests/plugin_policies.py BreakingTwin): the same exit code, and the
+    contract broken at the same step and line."""
+    b = (data + bytes(4))[:4]
+    crash_at, how = 1 + b[0] % 6, (5, 15, 16, 17, 18, 19, 20, 21, 22, 23)[b[1] % 10]
+    header = os.path.join(ROOT_DIR, "tests", "cpp", "schedulers", "crashing_scheduler.h")
+    cxx = (f"cxx:{header}=std::make_unique<schedcli_test::CrashingScheduler>("
+           f"crash_at={crash_at}, how={how})")  # fmt: skip
+    twin = ["-p", "tests.plugin_policies:BreakingTwin", "-P", f"crash_at={crash_at}",
+            "-P", f"how={how}"]  # fmt: skip
+    ops: list[bytes] = []
+    for i, x in enumerate(data[4:200]):
+        op = x % 10
+        if op < 5:
+            tid, sid = (x >> 2) % 9 if i % 2 else i + 9, x % 4
+            kind = b"decode" if x % 3 == 0 else b"prefill"
+            size = 1 if kind == b"decode" else x % 7
+            ops.append(b'{"op":"submit","tid":%d,"sid":%d,"kind":"%s","size":%d}' % (
+                tid, sid, kind, size))  # fmt: skip
+        elif op < 8:
+            ops.append(b'{"op":"get_work"}')
+        elif op == 8:
+            ops.append(b'{"op":"cancel","sid":%d}' % (x % 4))
+        else:
+            ops.append(b'{"op":"clear"}')
+
+    def body(path: str, tmp: str) -> None:
+        with open(path, "wb") as f:
+            f.write(b'{"schedcli":1}\n' + b"".join(o + b"\n" for o in ops))
+        os.environ.setdefault("EXECUTORCH_ROOT", LATER)
+        ours = run_cli_in_process(["replay", path, "-p", cxx, "--drain", "-o", os.devnull])
+        other = run_cli_in_process(["replay", path, *twin, "--drain", "-o", os.devnull])
+        a, b_ = ours.stderr.decode("utf-8", "replace"), other.stderr.decode("utf-8", "replace")
+        expect(ours.code, a, (0, 2, 3), "replay under the C++ scheduler")
+        if ours.code != other.code or _broken_at(a) != _broken_at(b_):
+            raise AssertionError(f"the C++ and its Python twin part ways:\n{a}\n---\n{b_}")
+
+    _with_file(data, ".jsonl", body)
+
+
+def _broken_at(stderr: str) -> str | None:
+    found = re.search(r"broke the Scheduler contract at step \d+ \([^)]*\)", stderr)
+    return found.group(0) if found else None
+
+
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LATER = os.path.join(ROOT_DIR, "tests", "cpp", "later", "executorch")
+TARGETS["cxx-spec"] = cxx_spec
+TARGETS["cxx-boundary"] = cxx_boundary

@@ -53,6 +53,9 @@ SEEDS = {
         b'{"op":"schedule","expect":{"batch":[["a",16]],"preempted":[]}}\n'
         b'{"op":"schedule"}\n{"op":"update"}\n{"op":"update","expect":{"finished":[]}}\n'
     ),
+    # cxx-spec: a spec in the grammar, "=" first for the bundled FIFO header's path.
+    "cxx-spec.txt": b"=schedcli_test::FifoScheduler::create(max_batch_tokens=512, 8, 256)",
+    "cxx-spec-template.txt": b"=std::make_unique<schedcli_test::FifoScheduler>(64, 4, 16)",
     "clocked.jsonl": b"".join(
         b'{"op":"submit","tid":%d,"sid":%d,"kind":"decode","size":1}\n'
         b'{"op":"get_work","expect":[%d],"t":%f}\n' % (i, i, i, 0.01 * i + 0.001 * (i % 3))

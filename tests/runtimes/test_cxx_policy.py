@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -23,9 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedcli import Scheduler, Task
-from schedcli.model.scheduler import Param
-from schedcli.model.task import Id, settle_outputs
+from schedcli import Task
 from tests.conftest import Cli
 from tests.helpers import ROOT
 
@@ -788,71 +785,7 @@ def test_a_task_the_cpp_scheduler_changed_breaks_the_contract_naming_the_field(
     assert STEP_2 + "the C++ scheduler " + said in done.stderr
 
 
-class BreakingTwin(Scheduler):
-    """The Python twin of tests/cpp/schedulers/crashing_scheduler.h's ways of handing back
-    what it should not (``how`` 5 and 15-23): the same batches, broken at the same call."""
-
-    name = "breaking-twin"
-    PARAMS = (
-        Param("crash_at", int, 1, "the get_work call that breaks", minimum=1),
-        Param("how", int, 5, "how it breaks", minimum=0),
-    )
-
-    def __init__(self, crash_at: int = 1, how: int = 5) -> None:
-        self.crash_at, self.how = crash_at, how
-        self.calls = 0
-        self.queue: list[Task] = []
-        self.last: Task | None = None
-
-    def try_submit(self, tasks: Iterable[Task]) -> str | None:
-        group = list(tasks)
-        settle_outputs(group)
-        self.queue += group
-        return None
-
-    def has_work(self) -> bool:
-        return bool(self.queue)
-
-    def get_work(self) -> list[Task]:
-        self.calls += 1
-        if self.calls == self.crash_at:
-            if self.how == 15 and self.last is not None:
-                return [self.last]
-            if self.queue and self.how in (5, 16, *range(17, 24)):
-                front = self.queue[0] if self.how == 5 else self.queue.pop(0)
-                if self.how == 16:
-                    return [front, front]
-                # another object: what a C++ copy is to Python
-                changed = Task(
-                    999999 if self.how == 5 else front.tid,
-                    front.sid,
-                    front.kind,
-                    front.size,
-                    position=front.position,
-                    produce_output=front.produce_output,
-                    tokens=front.tokens,
-                )
-                return [changed]
-        if not self.queue:
-            return []
-        self.last = self.queue.pop(0)
-        return [self.last]
-
-    def cancel(self, sid: Id) -> list[Task]:
-        dropped = [t for t in self.queue if t.sid == sid]
-        self.queue = [t for t in self.queue if t.sid != sid]
-        for t in dropped:
-            t.cancelled = True
-        return dropped
-
-    def clear(self) -> list[Task]:
-        dropped, self.queue = self.queue, []
-        for t in dropped:
-            t.cancelled = True
-        return dropped
-
-
-TWIN = f"{__name__}:BreakingTwin"
+TWIN = "tests.plugin_policies:BreakingTwin"
 
 
 def _where_broken(stderr: str) -> str | None:
