@@ -413,6 +413,35 @@ def test_an_unknown_policy_is_the_same_usage_error_as_replay_s(cli: Cli) -> None
     assert str(said.value) in replayed.stderr
 
 
+@in_loop
+async def test_a_view_whose_workers_were_killed_says_so_and_r_asks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a worker killed while it answered left the view asked for forever, and
+    no view loaded again. Both workers killed (the server asks twice), the status says so;
+    r asks again, and the view comes."""
+    monkeypatch.setenv("SCHEDCLI_TEST_DIES", str(tmp_path / "pids"))
+    monkeypatch.setenv("SCHEDCLI_TEST_DEATHS", "2")
+    submit = {"op": "submit", "kind": "prefill", "size": 4}
+    tasks = [{**submit, "tid": t, "sid": t} for t in (1, 2, 3)]
+    trace = write_lines(tmp_path / "t.jsonl", [*tasks, *[{"op": "get_work"}] * 3])
+    app = app_for(trace, policy="tests.doubles.dying:DiesAnswering")
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            deadline = time.monotonic() + 30
+            while "r asks again" not in app.status_text and time.monotonic() < deadline:
+                await pilot.pause(0.02)
+            assert app.status_text == (
+                "step 0: no answer about step 0: the worker answering it was killed "
+                "(SIGKILL) · r asks again"
+            )
+            assert app.shown is None and not app.loading
+            await keys(pilot, "r")
+            assert app.shown == 0 and app.status_text.startswith("step 0: 3 queued")
+    finally:
+        app.travel.close()
+
+
 # --- snapshots: the main screens at 80x24 ----------------------------------------------
 
 

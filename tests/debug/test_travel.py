@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +20,7 @@ from hypothesis import strategies as st
 from schedcli.app.commands.explain import explain_lives
 from schedcli.engine.diff import Config, diff_trace
 from schedcli.engine.explain import explain_step
-from schedcli.engine.travel import Compare, Travel
+from schedcli.engine.travel import Compare, Travel, Unanswered
 from tests.conftest import Cli
 from tests.helpers import TOY, TOY_NAME, write_lines
 
@@ -508,3 +513,91 @@ def test_a_gzipped_trace_travels_as_the_plain_one(tmp_path: Path) -> None:
     packed = tmp_path / "t.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert views_agree(packed, 1) == views_agree(plain, 1)
+
+
+# --- a worker that ends without answering ------------------------------------------------
+
+DIES = "tests.doubles.dying:DiesAnswering"
+SMALL = [{"op": "submit", "tid": t, "sid": t, "kind": "prefill", "size": 4} for t in (1, 2, 3)]
+
+
+def _dying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deaths: int, how: str) -> Path:
+    """A trace for DiesAnswering, whose first ``deaths`` workers end ``how``; the file its
+    workers' pids are added to."""
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("SCHEDCLI_TEST_DIES", str(pids))
+    monkeypatch.setenv("SCHEDCLI_TEST_DEATHS", str(deaths))
+    monkeypatch.setenv("SCHEDCLI_TEST_HOW", how)
+    write_lines(tmp_path / "t.jsonl", [*SMALL, *[{"op": "get_work"}] * 3])
+    return pids
+
+
+def _view(travel: Travel, step: int) -> dict[str, Any]:
+    """The view of ``step``, waited for 30 s at most (a question must never wait on)."""
+    return travel.ask({"op": "view", "step": step, "at": step}, timeout=30)["view"]
+
+
+def _pid_in(pids: Path, nth: int) -> int:
+    """The pid of the ``nth`` worker to have given reasons, once it has."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = pids.read_text().split() if pids.exists() else []
+        if len(seen) > nth:
+            return int(seen[nth])
+        time.sleep(0.01)
+    raise AssertionError(f"no worker {nth} in {pids}")
+
+
+def test_a_worker_killed_while_answering_is_asked_again_and_the_view_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a worker killed while it answered left its question unanswered for good
+    (the app asks with no timeout: the view never loaded again)."""
+    pids = _dying(tmp_path, monkeypatch, 1, "wait")
+    with Travel(str(tmp_path / "t.jsonl"), policy=DIES, every=1) as travel:
+        assert travel.wait("indexed", 60)
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(_view, travel, 1)
+            os.kill(_pid_in(pids, 0), signal.SIGKILL)
+            view = asked.result()
+    assert len(pids.read_text().split()) == 2  # asked again: a second worker answered
+    want = explain_step(str(tmp_path / "t.jsonl"), 1, DIES).to_json()
+    assert [e["tid"] for e in view["records"][0]["batch"]] == [e["tid"] for e in want["batch"]]
+    assert [e["tid"] for e in view["queues"][0]] == [e["tid"] for e in want["queue"]]
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [("kill", "was killed (SIGKILL)"), ("exit", "ended (exit status 0) without an answer")],
+)
+def test_a_question_whose_workers_all_end_is_an_error_and_asking_again_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, said: str
+) -> None:
+    """Asked twice, both workers ended: the loss is the answer (never a wait), and the
+    next question is asked afresh."""
+    pids = _dying(tmp_path, monkeypatch, 2, how)
+    with Travel(str(tmp_path / "t.jsonl"), policy=DIES, every=1) as travel:
+        assert travel.wait("indexed", 60)
+        with pytest.raises(Unanswered, match=rf"step 1: the worker answering it {re.escape(said)}"):
+            _view(travel, 1)
+        assert len(pids.read_text().split()) == 2
+        assert [e["tid"] for e in _view(travel, 1)["records"][0]["batch"]] == [2]
+        found = travel.scan([{"kind": "reason", "code": "any"}], 0, True)
+        assert found is None  # a scan's workers answer as well
+
+
+def test_a_checkpoint_killed_while_its_worker_answers_has_the_question_asked_of_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = _dying(tmp_path, monkeypatch, 1, "wait")
+    with Travel(str(tmp_path / "t.jsonl"), policy=DIES, every=1) as travel:
+        assert travel.wait("indexed", 60)
+        assert 1 in travel.checkpoints
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(_view, travel, 2)
+            worker = _pid_in(pids, 0)
+            checkpoint = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            os.kill(checkpoint, signal.SIGKILL)
+            os.kill(worker, signal.SIGKILL)
+            view = asked.result()
+        assert [e["tid"] for e in view["records"][0]["batch"]] == [3]

@@ -24,6 +24,7 @@ KEYS = (
     ("b / B", "add a breakpoint / clear them all"),
     ("c / C", "continue / reverse-continue to a breakpoint"),
     ("y", "copy the command that shows this step (explain --step)"),
+    ("r", "ask again for a view whose answer was lost"),
     ("t", "the policy's own state (decode queue, chunks, rotation) / the queue"),
     ("o", "with --against: the other policy's queue and state / the replay's"),
     ("?", "these keys"),
@@ -90,3 +91,8 @@ class LifeScreen(ModalScreen[None]):
             console.print(table)
         self.life_text = console.export_text()
         self.query_one("#life-body", Static).update(table)
+
+    def lost(self, why: str) -> None:
+        """The life could not be followed (a worker ended without answering)."""
+        self.life_text = why
+        self.query_one("#life-body", Static).update(why)

@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Static
 
-from ...engine.travel import ServerGone, Travel
+from ...engine.travel import ServerGone, Travel, Unanswered
 from ...model.errors import UsageError
 from ...model.task import show_id
 from . import panes
@@ -74,6 +74,7 @@ class DebugApp(App[None]):
         _p("c", "go(1)", "cont", show=False),
         _p("C", "go(-1)", "rev", show=False),
         _p("y", "copy", "copy"),
+        _p("r", "retry", "ask again", show=False),
         _p("t", "state", "state", show=False),
         _p("o", "other_side", "other side", show=False),
         _p("question_mark", "help", "keys"),
@@ -199,7 +200,24 @@ class DebugApp(App[None]):
         except ServerGone as e:
             self.call_from_thread(self.say, f"the replay's process ended: {e}")
             return
+        except Unanswered as e:
+            self.call_from_thread(self.unanswered, step, str(e))
+            return
         self.call_from_thread(self.arrived, step, view)
+
+    def unanswered(self, step: int, why: str) -> None:
+        """The view of ``step`` lost (its worker ended twice): said, and asked for again
+        by ``r`` or by coming back to it; never waited for."""
+        self.loading = False
+        if step == self.step:
+            self.say(f"step {step}: {why} · r asks again")
+        else:
+            self.load_view()  # the cursor moved on while this one was asked for
+
+    def action_retry(self) -> None:
+        """The view at the cursor asked for again, if it was lost (a view is cached only
+        once answered)."""
+        self.load_view()
 
     def arrived(self, step: int, view: dict[str, Any]) -> None:
         self.loading = False
@@ -338,6 +356,9 @@ class DebugApp(App[None]):
         except ServerGone as e:
             self.call_from_thread(self.say, f"the replay's process ended: {e}")
             return
+        except Unanswered as e:
+            self.call_from_thread(self.say, f"{e} · the same key asks again")
+            return
         if stop.is_set():
             return
         self.call_from_thread(self._hit, hit, none)
@@ -382,6 +403,9 @@ class DebugApp(App[None]):
             events = self.travel.life(key, since)
         except ServerGone as e:
             self.call_from_thread(self.say, f"the replay's process ended: {e}")
+            return
+        except Unanswered as e:
+            self.call_from_thread(screen.lost, f"{e} · close, then i asks again")
             return
         self.call_from_thread(screen.show, panes.life_table(what, events, True))
 

@@ -30,6 +30,11 @@ class ServerGone(Exception):
     """The server died (a crash, or killed): every question after it fails."""
 
 
+class Unanswered(Exception):
+    """A question the server could not answer: the worker answering it ended without an
+    answer, twice (killed, or its policy ended the process). Asking again may answer."""
+
+
 class Travel:
     def __init__(
         self,
@@ -146,6 +151,8 @@ class Travel:
     # --- questions -----------------------------------------------------------------------
 
     def ask(self, task: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """The server's answer to ``task``. The wait ends: the server answers every
+        question, or says it is lost (``Unanswered``), or ends (``ServerGone``)."""
         n = next(self._ids)
         with self._lock:
             if self.gone:
@@ -156,7 +163,10 @@ class Travel:
                 raise TimeoutError(f"no answer to {task['op']} in {timeout} s")
             if n not in self._answers:
                 raise ServerGone(self.messages())
-            return self._answers.pop(n)
+            answer = self._answers.pop(n)
+        if "lost" in answer:
+            raise Unanswered(f"no answer about step {task['at']}: {answer['lost']}")
+        return answer
 
     def view(self, step: int) -> dict[str, Any]:
         """Step ``step`` on every side; ``{"ended": ...}`` if the replay has no such step."""

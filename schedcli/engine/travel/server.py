@@ -6,9 +6,13 @@ batch size) and its marks as it goes. Every ``every`` steps it forks a *checkpoi
 copy of the whole replay, stopped there, whatever the policy (compiled, C++ or vLLM's,
 all are process state). A question about step t goes to the checkpoint nearest before t,
 which forks a *worker* that replays on from there and answers (``worker.py``), so an answer
-costs at most the steps between two checkpoints. Checkpoints are capped at ``CAP``; past
-it, the one whose neighbours are nearest is dropped for each new one, and new ones come
-further apart, so memory follows the cap, not the trace, and the gaps stay even.
+costs at most the steps between two checkpoints. A worker answers its checkpoint, which
+passes the answer on whole; a worker that ends without one (killed, or its policy ending
+the process) is told of as ``lost``, and the server asks once more before passing the loss
+to the client: every question gets an answer, a loss, or the server's end. Checkpoints are
+capped at ``CAP``; past it, the one whose neighbours are nearest is dropped for each new
+one, and new ones come further apart, so memory follows the cap, not the trace, and the
+gaps stay even.
 
 Invariant: a checkpoint at ``bound`` has run every side's steps up to ``bound`` and none
 past it, so it answers questions about steps after ``bound`` only.
@@ -16,7 +20,7 @@ past it, so it answers questions about steps after ``bound`` only.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import gc
 import os
 import select
@@ -26,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
 import orjson
@@ -35,11 +39,12 @@ from ...model.errors import InvariantError, SchedcliError
 from ...model.records import Record
 from ..run import OpenReplay, open_replay
 from .session import Compare, Session
-from .wire import receive, send
+from .wire import receive, send, whole, write_all
 from .worker import Done, worker_for
 
 CAP: Final = 32
 FLUSH_SECONDS: Final = 0.05  # the index reaches the client at least this often
+ASKED: Final = 2  # times a question is asked before its loss is passed on
 
 
 @dataclass
@@ -47,8 +52,8 @@ class _Checkpoint:
     bound: int
     pid: int
     requests: int  # fd: questions to it
-    replies: int  # fd: its workers' answers
-    pending: int = 0
+    replies: int  # fd: its workers' answers, passed on whole (or their loss)
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)  # questions, by id
 
 
 def _offsets() -> dict[int, int]:
@@ -234,14 +239,22 @@ class Server:
             if task is None:
                 os._exit(0)
             offsets = _offsets()
+            answer_r, answer_w = os.pipe()
             worker = os.fork()
             if worker == 0:
                 os.close(requests_r)
+                os.close(replies_w)
+                os.close(answer_r)
                 _reopen(offsets)
-                worker_for(task, self.session, bound, lambda m: send(replies_w, m))
+                worker_for(task, self.session, bound, functools.partial(send, answer_w))
                 return  # on with the replay, as the worker
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(worker, 0)
+            os.close(answer_w)
+            written, status = _outcome(worker, answer_r)
+            os.close(answer_r)
+            if whole(written):
+                write_all(replies_w, written)
+            else:  # never a question left without an answer
+                send(replies_w, {"id": task["id"], "lost": _lost(status)})
 
     def _leave_server(self) -> None:
         """In a new checkpoint: no part of the server's conversation, its own file offsets."""
@@ -265,7 +278,7 @@ class Server:
         gaps = [
             (kept[i + 1].bound - kept[i - 1].bound, i)
             for i in range(1, len(kept) - 1)
-            if kept[i].pending == 0
+            if not kept[i].pending
         ]
         if gaps:
             _, i = min(gaps)
@@ -301,9 +314,16 @@ class Server:
             else:
                 answer = receive(fd)
                 checkpoint = by_fd[fd]
-                checkpoint.pending -= 1
-                if answer is None:  # a worker died: the checkpoint with it
+                if answer is None:  # the checkpoint ended: its questions asked elsewhere
                     self.checkpoints.remove(checkpoint)
+                    os.close(checkpoint.requests)
+                    os.close(checkpoint.replies)
+                    for task in checkpoint.pending.values():
+                        self._again(task, "the checkpoint answering it ended")
+                    continue
+                task = checkpoint.pending.pop(answer["id"], None)
+                if "lost" in answer and task is not None:
+                    self._again(task, answer["lost"])
                     continue
                 send(self.out, answer)
 
@@ -311,11 +331,23 @@ class Server:
         at = task["at"]
         usable = [c for c in self.checkpoints if c.bound < at]
         if not usable:
-            self._inline(task)
+            if self.forkable:  # the first checkpoint ended: no replay here to risk
+                send(self.out, {"id": task["id"], "lost": "no checkpoint before it is left"})
+            else:
+                self._inline(task)
             return
         checkpoint = max(usable, key=lambda c: c.bound)
-        checkpoint.pending += 1
+        checkpoint.pending[task["id"]] = task
         send(checkpoint.requests, task)
+
+    def _again(self, task: dict[str, Any], why: str) -> None:
+        """A question whose worker ended without answering: asked once more, then its loss
+        passed on (a policy that ends the process there ends every worker alike)."""
+        asked = task.get("asked", 1)
+        if asked >= ASKED:
+            send(self.out, {"id": task["id"], "lost": why})
+            return
+        self._ask({**task, "asked": asked + 1})
 
     def _inline(self, task: dict[str, Any]) -> None:
         """No checkpoint to fork (a policy that cannot be forked): a replay from the start."""
@@ -332,6 +364,52 @@ class Server:
                 hooks.ended(ending_of(e, session.steps))
                 return
             hooks.ended(None)
+
+
+def _outcome(worker: int, answers: int) -> tuple[bytes, int]:
+    """What ``worker`` wrote on ``answers`` until it ended, and its wait status. Read to
+    the pipe's end, or to the worker's end where a process it started holds the pipe."""
+    os.set_blocking(answers, False)
+    written = bytearray()
+    status: int | None = None
+    while True:
+        ready, _, _ = select.select([answers], [], [], 0.1 if status is None else 0)
+        if ready:
+            try:
+                chunk = os.read(answers, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            written += chunk
+        elif status is not None:
+            break
+        else:
+            try:
+                pid, got = os.waitpid(worker, os.WNOHANG)
+            except ChildProcessError:
+                pid, got = worker, 0
+            if pid:
+                status = got
+    if status is None:
+        try:
+            _, status = os.waitpid(worker, 0)
+        except ChildProcessError:
+            status = 0
+    return bytes(written), status
+
+
+def _lost(status: int) -> str:
+    """How a worker ended without answering, from its wait status."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"the worker answering it was killed ({name})"
+    code = os.waitstatus_to_exitcode(status)
+    return f"the worker answering it ended (exit status {code}) without an answer"
 
 
 def _end_of_everything() -> NoReturn:

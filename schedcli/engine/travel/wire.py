@@ -13,9 +13,22 @@ _HEAD = struct.Struct("<I")
 
 def send(fd: int, message: Any) -> None:
     body = orjson.dumps(message)
-    data = memoryview(_HEAD.pack(len(body)) + body)
-    while data:
-        data = data[os.write(fd, data) :]
+    write_all(fd, _HEAD.pack(len(body)) + body)
+
+
+def whole(data: bytes) -> bool:
+    """Whether ``data`` is exactly one message (what a worker ended having written)."""
+    if len(data) < _HEAD.size:
+        return False
+    size: int = _HEAD.unpack_from(data)[0]
+    return len(data) == _HEAD.size + size
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``data`` (messages already framed) written whole."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def receive(fd: int) -> Any:
