@@ -249,10 +249,11 @@ class Server:
                 worker_for(task, self.session, bound, functools.partial(send, answer_w))
                 return  # on with the replay, as the worker
             os.close(answer_w)
-            written, status = _outcome(worker, answer_r)
+            written, status = _answer_of(worker, answer_r)
             os.close(answer_r)
-            if whole(written):
+            if status is None:  # passed on at once; the worker reaped after
                 write_all(replies_w, written)
+                _reap(worker)
             else:  # never a question left without an answer
                 send(replies_w, {"id": task["id"], "lost": _lost(status)})
 
@@ -366,9 +367,10 @@ class Server:
             hooks.ended(None)
 
 
-def _outcome(worker: int, answers: int) -> tuple[bytes, int]:
-    """What ``worker`` wrote on ``answers`` until it ended, and its wait status. Read to
-    the pipe's end, or to the worker's end where a process it started holds the pipe."""
+def _answer_of(worker: int, answers: int) -> tuple[bytes, int | None]:
+    """What ``worker`` wrote on ``answers``: one whole message (and None), or what it had
+    written when it ended, and its wait status. Its end is its pipe's end, or its exit where
+    a process it started holds the pipe open."""
     os.set_blocking(answers, False)
     written = bytearray()
     status: int | None = None
@@ -382,6 +384,8 @@ def _outcome(worker: int, answers: int) -> tuple[bytes, int]:
             if not chunk:
                 break
             written += chunk
+            if whole(written):
+                return bytes(written), None
         elif status is not None:
             break
         else:
@@ -391,12 +395,15 @@ def _outcome(worker: int, answers: int) -> tuple[bytes, int]:
                 pid, got = worker, 0
             if pid:
                 status = got
-    if status is None:
-        try:
-            _, status = os.waitpid(worker, 0)
-        except ChildProcessError:
-            status = 0
-    return bytes(written), status
+    return bytes(written), _reap(worker) if status is None else status
+
+
+def _reap(worker: int) -> int:
+    """The worker waited for; its wait status (0 if it was reaped already)."""
+    try:
+        return os.waitpid(worker, 0)[1]
+    except ChildProcessError:
+        return 0
 
 
 def _lost(status: int) -> str:

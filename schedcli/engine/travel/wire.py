@@ -16,7 +16,7 @@ def send(fd: int, message: Any) -> None:
     write_all(fd, _HEAD.pack(len(body)) + body)
 
 
-def whole(data: bytes) -> bool:
+def whole(data: bytes | bytearray) -> bool:
     """Whether ``data`` is exactly one message (what a worker ended having written)."""
     if len(data) < _HEAD.size:
         return False
