@@ -72,20 +72,22 @@ def test_a_request_level_policy_is_one_module_and_one_line_in_request_policies(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # The recipe's example is the test double: a RequestScheduler in a module of its own.
-    monkeypatch.setitem(REQUEST_POLICIES, "toy", "tests.doubles.requests:ToyRequests")
+    # Registered under the name its class gives (ToyRequests.name), so that a trace it
+    # simulates names it by that name, which a replay resolves.
+    monkeypatch.setitem(REQUEST_POLICIES, "toy-requests", "tests.doubles.requests:ToyRequests")
     listed = orjson.loads(run_cli("policies", "-f", "json").stdout)
-    [toy] = [p for p in listed if p["name"] == "toy"]
+    [toy] = [p for p in listed if p["name"] == "toy-requests"]
     assert (toy["level"], toy["origin"]) == ("request", "built-in, request-level")
     work = tmp_path / "w.jsonl"
     work.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 3}\n')
     trace = tmp_path / "t.jsonl"
-    r = run_cli("simulate", str(work), "-p", "toy", "-o", str(trace), "-f", "json")
+    r = run_cli("simulate", str(work), "-p", "toy-requests", "-o", str(trace), "-f", "json")
     assert r.returncode == 0, r.stderr
-    assert orjson.loads(trace.read_bytes().splitlines()[0])["policy"] == "toy"
+    assert orjson.loads(trace.read_bytes().splitlines()[0])["policy"] == "toy-requests"
     again = run_cli("replay", str(trace), "--check", "--require-all", "-o", "/dev/null")
     assert again.returncode == 0, again.stderr
-    wrong = run_cli("replay", str(TRACE), "-p", "toy")
-    assert wrong.returncode == 2 and b"'toy' is request-level" in wrong.stderr
+    wrong = run_cli("replay", str(TRACE), "-p", "toy-requests")
+    assert wrong.returncode == 2 and b"'toy-requests' is request-level" in wrong.stderr
 
 
 class CountView(Output):
