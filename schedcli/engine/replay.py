@@ -539,7 +539,14 @@ class Replayer(_Located):
                     f"for batches after the trace, it lost them (tasks: {_some(waiting)})"
                 )
             for t in batch:
-                waiting.pop(t.tid, None)
+                # Only a task still waiting counts as progress: one given back again would
+                # keep this loop asking forever.
+                if waiting.pop(t.tid, None) is not t:
+                    raise self._broken(
+                        f"get_work, asked after the trace for the tasks it holds, returned "
+                        f"task {show_id(t.tid)}, which is not queued (returned twice, or "
+                        "never accepted)"
+                    )
             if batch:
                 watch.busy()
                 continue

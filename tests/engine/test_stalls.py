@@ -371,6 +371,23 @@ def test_tasks_held_at_the_end_by_an_opaque_policy_are_reported_as_seen(
     assert r.code == 3 and "gives none, its state unchanged: it never will" in r.stderr
 
 
+def test_a_task_handed_out_again_after_the_trace_is_the_contract_broken_not_a_hang(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Asked for what it still holds at the end, a policy that keeps giving back a task it
+    # returned already was asked again forever (every batch was "progress"). An explicit
+    # trace that ends with work queued: only that question hands it back.
+    trace = tmp_path / "t.jsonl"
+    lines = [{"op": "get_work", "expect": []}] + [
+        {"op": "submit", "tid": i, "sid": i, "kind": "decode", "size": 1} for i in range(2)
+    ]
+    trace.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    r = cli("replay", trace, "-p", PLUGIN + "DoublesDispatch", "-o", os.devnull)
+    assert r.code == 3, r.stderr
+    assert "returned task 0, which is not queued (returned twice, or never accepted)" in r.stderr
+    assert "after the trace" in r.stderr
+
+
 def test_an_opaque_request_level_policy_that_thrashes_is_stopped_at_the_bound(
     cli: Cli, tmp_path: Path
 ) -> None:
