@@ -504,6 +504,8 @@ def check(
     junit_xml: o.JunitOption = None,
     staged: o.StagedOption = False,
     fmt: o.CheckFormatOption = o.CheckFormat.text,
+    policy: o.CheckPolicyOption = None,
+    param: o.ParamOption = None,
 ) -> None:
     """Check a suite of traces for CI: each against its recorded expects and its golden,
     in parallel; a line each, every failure's first divergence and the command that
@@ -524,6 +526,8 @@ def check(
         update=update,
         dry_run=dry_run,
         staged=staged,
+        policy=policy,
+        params=dict(o.parse_params(param)),
     )
     run_check(req, str(fmt), junit_xml)
 

@@ -541,6 +541,17 @@ CheckFormatOption = Annotated[
         help="text (for people) or json (a record per trace).",
     ),
 ]
+CheckPolicyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--policy",
+        "-p",
+        metavar="NAME",
+        help="Replay every trace under this policy (name, module:Class or cxx:...), in place "
+        "of its folder's policy and parameters and its header's policy.",
+    ),
+]
+
 
 # debug
 DebugCheckOption = Annotated[

@@ -280,6 +280,76 @@ def test_command_line_options_override_the_configuration(
     assert run_cli("check", "-j", "1").returncode == 2  # the configured folder is missing
 
 
+def test_a_policy_given_to_check_replays_every_trace_under_it_in_place_of_its_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The folder's fcfs and its fcfs-only parameter give way to -p: the goldens (made under
+    # decode-first) pass again, and max_num_seqs, which decode-first lacks, is not applied.
+    section = (
+        'traces = ["checks"]\n[tool.schedcli.folders."checks"]\npolicy = "fcfs"\n'
+        "params = { max_num_seqs = 2 }\n"
+    )
+    monkeypatch.chdir(project(tmp_path, section))
+    assert run_cli("check", "checks", "-j", "1").returncode == 1
+    r = run_cli("check", "checks", "-j", "1", "-p", "decode-first")
+    assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+    code, found = verdicts(Path("checks"), "-p", "fcfs", "-P", "max_num_seqs=1")
+    assert code == 1
+    failed = found["rotation-fairness.jsonl"]
+    assert failed["status"] == "fail"
+    assert " -p fcfs -P max_num_seqs=1 --check " in str(failed["command"])
+
+
+def test_a_param_given_to_check_goes_over_the_headers_and_the_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(project(tmp_path, 'traces = ["checks"]\n'))
+    code, found = verdicts(Path("checks"), "-P", "max_decode_sequences=1")
+    assert code == 1
+    assert found["decode-beside-prefill.jsonl"]["status"] == "fail"
+    assert "-P max_decode_sequences=1" in str(found["decode-beside-prefill.jsonl"]["command"])
+    bad = run_cli("check", "checks", "-j", "1", "-P", "nonsense")
+    assert bad.returncode == 2 and b"--param 'nonsense': expected KEY=VALUE" in bad.stderr
+
+
+def test_a_policy_on_the_command_line_gives_the_verdicts_of_a_folder_configured_with_it(
+    tmp_path: Path,
+) -> None:
+    # Two ways to one verdict: `check DIR -p P -P K=V`, and DIR's folder settings saying
+    # the same (policy = P, params = {K = V}); every record, reproduce command included.
+    import tempfile
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    stems = ["rotation-fairness", "rejections", "cancel-and-rejoin", "decode-beside-prefill"]
+    policies = ["decode-first", "fcfs", "prefill-first", "priority", "sjf", "fair"]
+    budgets = st.sampled_from([None, 9, 10, 12, 64])
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(policies), budgets, st.sets(st.sampled_from(stems), min_size=1))
+    def alike(policy: str, budget: int | None, chosen: set[str]) -> None:
+        here = Path(tempfile.mkdtemp(dir=tmp_path))
+        (here / "checks" / "golden").mkdir(parents=True)
+        for stem in chosen:
+            shutil.copy(TRACES / f"{stem}.jsonl", here / "checks")
+            shutil.copy(GOLDENS / f"{stem}.dump.jsonl", here / "checks" / "golden")
+        params = {} if budget is None else {"max_batch_tokens": budget}
+        given_ = ["-p", policy, *[f"-P{k}={v}" for k, v in params.items()]]
+        (here / "pyproject.toml").write_text('[project]\nname = "x"\n')
+        by_option = run_cli("check", "checks", "-j", "1", "-f", "json", *given_, cwd=here)
+        table = ", ".join(f"{k} = {v}" for k, v in params.items())
+        (here / "pyproject.toml").write_text(
+            f'[project]\nname = "x"\n[tool.schedcli.folders."checks"]\npolicy = "{policy}"\n'
+            f"params = {{ {table} }}\n"
+        )
+        by_folder = run_cli("check", "checks", "-j", "1", "-f", "json", cwd=here)
+        assert by_option.returncode == by_folder.returncode, (policy, params)
+        assert by_option.stdout == by_folder.stdout, (policy, params)
+
+    alike()
+
+
 @pytest.mark.parametrize(
     ("section", "said"),
     [

@@ -51,6 +51,10 @@ class CheckRequest:
     update: bool = False
     dry_run: bool = False
     staged: bool = False  # the traces and goldens git says the staged commit touches
+    # -p: every trace's policy, in place of its folder's (and its folder's params) and its
+    # header's; -P: parameters over whatever else applies.
+    policy: str | None = None
+    params: dict[str, object] = field(default_factory=dict)
     config: Config = field(default_factory=Config)
 
     def with_config(self, config: Config) -> CheckRequest:
@@ -65,6 +69,8 @@ class CheckRequest:
             update=self.update,
             dry_run=self.dry_run,
             staged=self.staged,
+            policy=self.policy,
+            params=self.params,
             config=config,
         )
 
@@ -315,16 +321,19 @@ class Job:
 
 
 def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
-    """Each trace of the suite as a job, under its folder's policy and parameters."""
+    """Each trace of the suite as a job, under its folder's policy and parameters, or the
+    command line's: -p replaces a folder's policy and its parameters (they were set for
+    that policy), -P goes over what applies."""
     jobs = []
     for trace, golden in suite.traces:
         settings = req.config.settings_for(trace)
+        folder = {} if req.policy is not None else settings.params
         jobs.append(
             Job(
                 trace,
                 golden,
-                settings.policy,
-                settings.params,
+                req.policy if req.policy is not None else settings.policy,
+                {**folder, **req.params},
                 req.update,
                 req.dry_run,
                 req.golden_required(trace),
