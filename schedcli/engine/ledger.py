@@ -140,6 +140,17 @@ class Ledger:
         if self.queued:
             raise self._broken(f"clear() kept {len(self.queued)} queued tasks")
 
+    def held_back(self, waiting: dict[Id, Task], batch: list[Task]) -> None:
+        """After the trace, ``batch`` hands back tasks still ``waiting`` (the queued ones not
+        yet back). Only a task still waiting is progress: one given back again (or never
+        accepted) is the contract broken, or the replay would ask for batches forever."""
+        for t in batch:
+            if waiting.pop(t.tid, None) is not t:
+                raise self._broken(
+                    f"get_work, asked after the trace for the tasks it holds, returned task "
+                    f"{show_id(t.tid)}, which is not queued (returned twice, or never accepted)"
+                )
+
     def dispatched(self, batch: list[Task], listing: bool = True) -> tuple[int, list[TaskEntry]]:
         """Take a batch back; returns its tokens and its dump entries (none unless
         ``listing``). The hot loop."""

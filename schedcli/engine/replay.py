@@ -538,15 +538,7 @@ class Replayer(_Located):
                     "has_work() is False while tasks it accepted were never returned: asked "
                     f"for batches after the trace, it lost them (tasks: {_some(waiting)})"
                 )
-            for t in batch:
-                # Only a task still waiting counts as progress: one given back again would
-                # keep this loop asking forever.
-                if waiting.pop(t.tid, None) is not t:
-                    raise self._broken(
-                        f"get_work, asked after the trace for the tasks it holds, returned "
-                        f"task {show_id(t.tid)}, which is not queued (returned twice, or "
-                        "never accepted)"
-                    )
+            self.ledger.held_back(waiting, batch)
             if batch:
                 watch.busy()
                 continue

@@ -45,6 +45,19 @@ def test_a_kept_task_is_caught_after_thousands_of_cancels_too() -> None:
         ledger.cancelled(5000, [kept])
 
 
+def test_a_task_handed_back_twice_after_the_trace_is_a_breach_not_progress() -> None:
+    ledger = _ledger()
+    a, b = _chunk(1, 7), _chunk(2, 8)
+    ledger.accept([a, b])
+    waiting = dict(ledger.queued)
+    ledger.held_back(waiting, [a])
+    assert list(waiting) == [2]
+    with pytest.raises(InvariantError, match="returned task 1, which is not queued"):
+        ledger.held_back(waiting, [a])
+    with pytest.raises(InvariantError, match="returned task 2, which is not queued"):
+        ledger.held_back(waiting, [_chunk(2, 8)])  # its tid, not the task handed in
+
+
 def test_a_batch_with_a_decode_beside_its_sessions_chunk_is_a_breach() -> None:
     ledger = _ledger()
     chunk, decode = _chunk(1, 4), Task(2, 4, "decode", 1)
