@@ -533,6 +533,28 @@ def check(
 
 
 @command
+def conformance(
+    parts: o.ConformancePartsArgument = None,
+    policy: o.PolicyOption = None,
+    param: o.ParamOption = None,
+    jobs: o.JobsOption = None,
+    junit_xml: o.JunitOption = None,
+    fmt: o.CheckFormatOption = o.CheckFormat.text,
+) -> None:
+    """Check a scheduler against ExecuTorch's own scheduler tests, shipped with schedcli as
+    traces: the contract any Scheduler keeps (the default), or DecodeFirstScheduler's own
+    batches (decode-first). A verdict per trace, as check gives; exit 1 on any failure, 3
+    where the scheduler broke the contract.
+    """
+    from .commands.check.conformance import conformance_request
+    from .commands.check.report import run_check
+
+    chosen = [str(p) for p in parts or [o.ConformancePart.contract]]
+    req, config = conformance_request(chosen, policy, dict(o.parse_params(param)), jobs)
+    run_check(req, str(fmt), junit_xml, config)
+
+
+@command
 def completion(shell: o.ShellArgument, install: o.InstallOption = False) -> None:
     """Tab completion for your shell: print its script, or --install it
     (eval "$(schedcli completion bash)" in ~/.bashrc does the same)."""

@@ -138,7 +138,7 @@ OUTPUT_PATHS = {
 NOT_PATHS = frozenset(
     {"fmt", "policy", "param", "a_policy", "b_policy", "a_param", "b_param", "steps", "session"}
     | {"task", "until", "grid", "backend", "address", "cache", "golden_dir", "shell"}
-    | {"against", "against_param"}
+    | {"against", "against_param", "parts"}
 )
 
 
@@ -552,6 +552,22 @@ CheckPolicyOption = Annotated[
     ),
 ]
 
+
+# conformance
+class ConformancePart(StrEnum):
+    contract = "contract"
+    decode_first = "decode-first"
+
+
+ConformancePartsArgument = Annotated[
+    list[ConformancePart] | None,
+    typer.Argument(
+        metavar="[PART]...",
+        help="contract (what any Scheduler keeps; the default) and/or decode-first "
+        "(DecodeFirstScheduler's own batches).",
+        show_default=False,
+    ),
+]
 
 # debug
 DebugCheckOption = Annotated[

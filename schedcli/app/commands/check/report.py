@@ -15,7 +15,7 @@ import orjson
 from ....formats.junit import ERROR, FAILURE, SKIPPED, Case, write_junit
 from ....formats.output import atomic_output, refuse_overwriting
 from ....model.errors import CheckFailed, UsageError
-from ...config import load_config
+from ...config import Config, load_config
 from .running import run_suite
 from .suite import ERROR as ERRORED
 from .suite import (
@@ -183,15 +183,19 @@ def refuse_aliases(req: CheckRequest, suite: Suite, junit_xml: str | None) -> No
     refuse_overwriting(inputs + [("orphaned golden", g) for g in suite.orphans], outputs)
 
 
-def run_check(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
+def run_check(
+    req: CheckRequest, fmt: str, junit_xml: str | None, config: Config | None = None
+) -> None:
     """Check every trace of the suite and say so; CheckFailed (exit 1) on a failure,
-    the worst error's code on a trace that could not be checked."""
+    the worst error's code on a trace that could not be checked. ``config``: the suite's
+    own settings, in place of the project's ``[tool.schedcli]``."""
     if req.dry_run and not req.update:
         raise UsageError("--dry-run applies to --update")
     if req.staged:
         _run_staged(req, fmt, junit_xml)
         return
-    config = load_config()
+    if config is None:
+        config = load_config()
     req = req.with_config(config)
     _run(req, find_suite(req.paths, req.golden_dir), relative_to(config.root), fmt, junit_xml)
 
