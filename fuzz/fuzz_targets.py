@@ -697,3 +697,76 @@ ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LATER = os.path.join(ROOT_DIR, "tests", "cpp", "later", "executorch")
 TARGETS["cxx-spec"] = cxx_spec
 TARGETS["cxx-boundary"] = cxx_boundary
+
+
+# --- the debugger's answers (#55): each step's view is explain --step's, at both levels ---
+
+
+def debug_views(data: bytes) -> None:
+    """A trace the input spells, task-level (decode-first, with cancels and step numbers
+    that skip) or request-level (the toy policy, with ids that arrive again while held),
+    indexed by the debugger's time machine: at every step its queue (each entry's line and
+    step), its reasons and its batch must be explain --step's."""
+    from schedcli.engine.explain import explain_step
+    from schedcli.engine.travel import Travel
+
+    request = bool(data[:1]) and data[0] % 2 == 1
+    lines: list[bytes] = []
+    if request:
+        lines.append(b'{"schedcli":1,"level":"request","policy":"toy-requests",'
+                     b'"params":{"max_num_batched_tokens":16,"max_num_seqs":2}}')  # fmt: skip
+        for x in data[1:120]:
+            if x % 3:
+                lines.append(b'{"op":"arrive","rid":"r%d","prompt_tokens":%d,"max_tokens":%d}'
+                             % (x % 5, 1 + x % 29, 1 + x % 3))  # fmt: skip
+            else:
+                lines.append(b'{"op":"step"}')
+        lines.append(b'{"op":"step"}')
+    else:
+        lines.append(b'{"schedcli":1,"policy":"decode-first","params":{"max_batch_tokens":8,'
+                     b'"max_decode_sequences":2,"max_prefill_chunk_size":4}}')  # fmt: skip
+        step = 0
+        for i, x in enumerate(data[1:120]):
+            op = x % 6
+            if op < 3:
+                kind, size = (b"decode", 1) if op == 0 else (b"prefill", 1 + x % 4)
+                lines.append(b'{"op":"submit","tid":%d,"sid":%d,"kind":"%s","size":%d,"step":%d}'
+                             % (i, x % 4, kind, size, step))  # fmt: skip
+            elif op == 3:
+                lines.append(b'{"op":"cancel","sid":%d,"step":%d}' % (x % 4, step))
+            else:
+                step += x % 3  # a step number the trace skips
+    policy = TOY if request else None
+
+    def body(path: str, tmp: str) -> None:
+        with open(path, "wb") as f:
+            f.write(b"".join(line + b"\n" for line in lines))
+        if run("replay", path, *(["-p", TOY] if request else []), "-o", os.devnull)[0] != 0:
+            return  # a trace the replay refuses: the debugger's refusal is the replay's
+        # The time machine's server is a process of its own: it finds tests.doubles so.
+        where = os.environ.get("PYTHONPATH", "")
+        if ROOT_DIR not in where.split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT_DIR, where) if p)
+        with Travel(path, policy=policy, every=1 + len(data) % 3) as travel:
+            if not travel.wait("indexed", 60):
+                raise AssertionError("the debugger never finished indexing")
+            if travel.failed is not None:
+                raise AssertionError(f"the debugger failed where replay passed: {travel.failed}")
+            for step in travel.numbers:
+                view = travel.view(step)
+                want = explain_step(path, step, policy).to_json()
+                queue = view["queues"][0]
+                got = [(e["tid"], e["line"], e["since"]) for e in queue]
+                if [(e["tid"], e["line"], e["step"]) for e in want["queue"]] != got:
+                    raise AssertionError(f"step {step}: queue {got} != {want['queue']}")
+                reasons = sorted(
+                    (json.dumps(e["tid"]), e["reason"]) for e in queue if e["reason"]
+                )
+                given = sorted((json.dumps(e["tid"]), e["reason"]) for e in want["left"] or [])
+                if reasons != given:
+                    raise AssertionError(f"step {step}: reasons {reasons} != {given}")
+
+    _with_file(data, ".jsonl", body)
+
+
+TARGETS["debug-views"] = debug_views
