@@ -51,6 +51,10 @@ class _Int(int):
     pass
 
 
+class _Names:
+    """Where the names of QueueScheduler's caches hold a counter."""
+
+
 class _Str(str):
     pass
 
@@ -139,7 +143,9 @@ class OddState(Scheduler):
             return self._box_default()[0]
         if place == "random_subclass":
             return self._rng.calls
-        return int(getattr(self, place))  # _left, _left_later, _explaining
+        # _left, _left_later, _explaining: on an object of its own (a compiled Scheduler
+        # declares _explaining a bool), as the walk skipped these names in every object.
+        return int(getattr(self._names, place))
 
     def _store(self, count: int) -> None:
         global _GLOBAL
@@ -180,7 +186,9 @@ class OddState(Scheduler):
             if not _DRAWS:
                 _DRAWS.extend(_draws())
         else:
-            setattr(self, place, count)
+            if not hasattr(self, "_names"):
+                self._names: Any = _Names()
+            setattr(self._names, place, count)
 
     def _box_default(self, box: list[int] = [0]) -> list[int]:  # noqa: B006 (the point)
         return box
