@@ -25,6 +25,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
+from ..formats.interrupt import die_with_parent
+
 J = TypeVar("J")
 R = TypeVar("R")
 
@@ -43,7 +45,10 @@ class Vanished:
         return f"exit status {code}"
 
 
-def _serve(conn: Connection, fn: Callable[[Any], Any], setup: Callable[[], None] | None) -> None:
+def _serve(
+    conn: Connection, fn: Callable[[Any], Any], setup: Callable[[], None] | None, parent: int
+) -> None:
+    die_with_parent(parent)  # a worker never outlives the process that waits for it
     if setup is not None:
         setup()
     while True:
@@ -87,7 +92,9 @@ def answers(
 
     def hire() -> None:
         here, there = context.Pipe()
-        process = context.Process(target=_serve, args=(there, fn, setup), daemon=True)
+        process = context.Process(
+            target=_serve, args=(there, fn, setup, os.getpid()), daemon=True
+        )
         process.start()
         there.close()
         worker: _Worker[J] = _Worker(process, here)

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import orjson
 
 from ..formats.kinds import sniff_kind
 from ..formats.workload import Request, read_workload
-from ..model.errors import UsageError
+from ..model.errors import InvariantError, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..model.scheduler import Policy
 from ..policies.registry import build_policy, policy_source, resolve_policy, settled_params
@@ -498,8 +499,23 @@ def _run_local(
         futures = {pool.submit(_guarded, o.point, None, env): o for o in todo}
         for future in as_completed(futures):
             outcome = futures[future]
-            outcome.record, outcome.error, outcome.deps = future.result()
+            try:
+                outcome.record, outcome.error, outcome.deps = future.result()
+            except BrokenProcessPool:
+                # A worker ended without an answer: its point's policy ended the process (a
+                # C++ scheduler), as nothing of ours does; which point cannot be told.
+                raise InvariantError(
+                    "a sweep worker ended without an answer: a policy among the points "
+                    f"running then ended its process (one of {_running(futures)}); run them "
+                    "with --jobs 1 to see which, at its step and line"
+                ) from None
             done(outcome)
+
+
+def _running(futures: Mapping[Any, Outcome]) -> str:
+    names = sorted({f"{o.point.policy} on {o.point.workload}" for f, o in futures.items()
+                    if not f.done() or f.exception() is not None})  # fmt: skip
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _run_ray(

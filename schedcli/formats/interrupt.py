@@ -71,3 +71,19 @@ def raise_held() -> None:
     if held is not None:
         guard.held = None
         raise Stopped(held)
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """This process (just forked from ``parent``) is sent ``sig`` when its parent ends,
+    where the system allows (Linux's PR_SET_PDEATHSIG): a worker or a supervised command
+    never outlives the process that answers for it. A parent that ended before this call
+    ends this process at once."""
+    import os
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, sig)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(128 + sig)

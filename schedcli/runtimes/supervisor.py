@@ -12,7 +12,11 @@ Invariants:
   by every way out of the command: its exit code, an error's, a stop's). A child that ends
   without it did not finish: never exit 0.
 - The child's calls into the C++ write which call is running into one shared byte
-  (``watch``), so an end inside a call is named (exit 3, as the policy's crash would be).
+  (``watch``), so an end inside a call is named: exit 3, as the policy's crash would be; a
+  child killed by a signal (the scheduler's or a sender's outside: not to be told apart)
+  ends the supervisor with that signal, as the shell would see it unsupervised.
+- The child is sent SIGTERM when the supervisor ends (PR_SET_PDEATHSIG): it never runs on
+  alone.
 - The supervisor holds no file of the command's but stdin, stdout and stderr (a reader
   waiting for the end of a pipe sees it when the child ends), and passes on a stop sent to
   it alone; one the terminal sent reached the child too.
@@ -31,6 +35,8 @@ import signal
 import sys
 import threading
 from typing import NoReturn
+
+from ..formats.interrupt import die_with_parent
 
 # The calls as shim.cpp numbers them in the shared byte (its kCalls), 0 for none.
 CALLS = (
@@ -79,11 +85,13 @@ def _start() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         os.close(write_end)
         _supervise(pid, read_end, shared)
     os.close(read_end)
+    die_with_parent(parent)  # the command never outlives the process the shell waits for
     _state.shared = shared
     me = os.getpid()
 
@@ -116,22 +124,29 @@ def _supervise(pid: int, marker: int, shared: mmap.mmap) -> NoReturn:
     if finished:
         _end_as(status)
     call = CALLS[shared[0]] if shared[0] < len(CALLS) else ""
-    how = _how(status)
-    if call:
-        where = f"inside its call {call}"
-    else:
-        where = "while it was loaded, outside any call into it (a thread of its own?)"
+    inside = f" inside its call {call}" if call else ""
+    partial = "anything it was writing may be empty or cut short (a dump without its end record)"
+    if os.WIFSIGNALED(status):
+        # Killed: by the scheduler or from outside, which cannot be told apart here; ended
+        # as the child was, as the shell would see it unsupervised.
+        print(
+            f"schedcli: the process running the command with a C++ scheduler was killed "
+            f"({_how(status)}){inside} before it finished, by the scheduler or from outside; "
+            f"{partial}",
+            file=sys.stderr,
+            flush=True,
+        )
+        _end_as(status)
+    where = inside or " while it was loaded, outside any call into it (a thread of its own?)"
     print(
-        f"schedcli: the process running the C++ scheduler ended ({how}) {where}, before "
-        "the command finished: a scheduler must return from every call, never end the "
-        "process. The verdict is that the policy broke the contract; what the command "
-        "wrote is incomplete (no end record).",
+        f"schedcli: the process running the C++ scheduler ended ({_how(status)}){where}, "
+        "before the command finished: a scheduler must return from every call, never end "
+        f"the process. The verdict is that the policy broke the contract; {partial}.",
         file=sys.stderr,
         flush=True,
     )
-    if os.WIFSIGNALED(status) and not call:
-        _end_as(status)  # killed from outside, as far as can be told: the shell's code
-    os._exit(BROKE_CONTRACT if call or os.waitstatus_to_exitcode(status) == 0 else _code(status))
+    code = _code(status)
+    os._exit(BROKE_CONTRACT if call or code == 0 else code)
 
 
 def _how(status: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -645,7 +646,7 @@ def test_a_trace_reached_through_a_link_is_checked_against_the_golden_of_its_own
     assert b"FAIL " in r.stdout and b"no golden" in r.stdout
 
 
-@pytest.mark.parametrize("kind", ["dangling", "loop", "folder"])
+@pytest.mark.parametrize("kind", ["dangling", "loop", "folder", "fifo"])
 def test_a_link_that_leads_to_no_trace_fails_naming_the_link_and_keeps_its_golden(
     tmp_path: Path, kind: str
 ) -> None:
@@ -656,7 +657,9 @@ def test_a_link_that_leads_to_no_trace_fails_naming_the_link_and_keeps_its_golde
     link = suite / "gone.jsonl.gz"
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "x.jsonl").write_bytes((TRACES / "rejections.jsonl").read_bytes())
-    link.symlink_to({"dangling": "nowhere.jsonl", "loop": "gone.jsonl.gz"}.get(kind, "../folder"))
+    os.mkfifo(tmp_path / "fifo")  # reading it would wait for a writer forever
+    targets = {"dangling": "nowhere.jsonl", "loop": "gone.jsonl.gz", "fifo": "../fifo"}
+    link.symlink_to(targets.get(kind, "../folder"))
     shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "gone.dump.jsonl")
     r = run_cli("check", str(suite), "-j", "1", "-f", "json")
     assert r.returncode == 2, r.stdout
@@ -664,7 +667,9 @@ def test_a_link_that_leads_to_no_trace_fails_naming_the_link_and_keeps_its_golde
     assert set(records) == {str(link), str(suite / "rotation-fairness.jsonl")}  # no orphan
     said = records[str(link)]
     assert said["status"] == "error" and str(said["detail"]).startswith(f"{link}: a link ")
-    why = {"dangling": "does not exist", "loop": "loop", "folder": "folder"}[kind]
+    why = {"dangling": "does not exist", "loop": "loop", "folder": "folder"}.get(
+        kind, "not a regular file"
+    )
     assert why in str(said["detail"])
     r = run_cli("check", str(link), "-j", "1")  # named on the command line: the same
     assert r.returncode == 2 and f"{link}: a link ".encode() in r.stdout

@@ -201,7 +201,7 @@ def test_a_crash_in_the_cpp_is_exit_3_at_its_step_and_line_with_the_dump_kept_pa
     if signal_name is not None:
         assert signal_name in done.stderr
     else:
-        assert "returned tid 999999, which it was never given (not queued)" in done.stderr
+        assert "returned tid 999999, which is not queued: it was never given" in done.stderr
     records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert [r["step"] for r in records if "step" in r and "batch" in r] == [0, 1]
     assert records[-1]["partial"]["steps"] == 2
@@ -659,22 +659,23 @@ def test_a_cpp_scheduler_that_calls_an_exit_function_breaks_the_contract_at_its_
 
 
 @pytest.mark.parametrize(
-    ("how", "ended"),
-    [(6, "called exit(0)"), (11, "exit status 0"), (12, "signal 9, SIGKILL")],
+    ("how", "ended", "code"),
+    [(6, "called exit(0)", 3), (11, "exit status 0", 3), (12, "signal 9, SIGKILL", 137)],
     ids=["exit", "exit_group", "sigkill"],
 )
 def test_a_run_whose_cpp_scheduler_ends_the_process_is_never_exit_0(
-    cxx: str, tmp_path: Path, how: int, ended: str
+    cxx: str, tmp_path: Path, how: int, ended: str, code: int
 ) -> None:
     """The console script, as a user runs it: what the shim cannot catch (a raw exit_group
     system call, SIGKILL) ends the process it runs in, and the process the shell waits for
-    answers: exit 3, naming the call."""
+    answers, naming the call: exit 3 for an exit, the signal's status for a kill (which may
+    have come from outside)."""
     trace = _three_tasks(tmp_path / "t.jsonl", expect=True)
     args = ["replay", str(trace), "-p", crashing(3, how), "--check"]
     done = subprocess.run(
         [sys.executable, "-m", "schedcli", *args], capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 3, done.stderr
+    assert done.returncode == code, done.stderr
     assert ended in done.stderr
     assert "get_work" in done.stderr
     if how != 6:  # the process ended: nothing can say what was checked
@@ -752,7 +753,7 @@ def test_a_stop_signal_the_cpp_scheduler_raises_itself_is_its_fault_not_a_users_
     [
         (15, "returned tid 2 twice: its get_work had returned it already, 1 call before this"),
         (16, "returned tid 3 twice in one get_work"),
-        (5, "returned tid 999999, which it was never given (not queued)"),
+        (5, "returned tid 999999, which is not queued: it was never given"),
     ],
     ids=["a-later-call", "one-answer", "never-given"],
 )
@@ -888,3 +889,80 @@ def test_executorchs_stale_decode_after_a_reused_tid_is_cancelled_twice_breaks_a
     cpp = _verdict(cli, trace, "-p", "cxx:decode-first")
     assert cpp[:2] == (3, "broke the Scheduler contract at step 0 (line 5)")
     assert cpp == _verdict(cli, trace, "-p", "decode-first", "-P", "compat=reference")
+
+
+@pytest.mark.parametrize("how", [24, 25], ids=["tokens-copied", "a-token-past-the-slice"])
+def test_a_task_whose_tokens_the_cpp_scheduler_copied_is_still_that_task(
+    cxx: str, cli: Cli, tmp_path: Path, how: int
+) -> None:
+    """A scheduler may copy a task's token vector: the slice is compared by value, and the
+    task is the one handed in (not 'an earlier task')."""
+    ops: list[dict[str, object]] = [
+        {"op": "submit", "tid": i, "sid": i, "kind": "prefill", "size": 2, "tokens": [i, i + 1]}
+        for i in range(1, 4)
+    ]
+    ops += [{"op": "get_work", "expect": [i]} for i in range(1, 4)]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1}, ops)
+    done = cli("replay", trace, "-p", crashing(2, how), "--check")
+    assert done.code == 0, done.stderr
+
+
+def test_a_task_whose_tokens_pointer_the_cpp_scheduler_reset_is_named_so(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    done = cli("replay", _three_tasks(tmp_path / "t.jsonl"), "-p", crashing(3, 26))
+    assert done.code == 3, done.stderr
+    assert STEP_2 + "the C++ scheduler returned from get_work a task with tid 3 whose " in (
+        done.stderr
+    )
+    assert "tokens pointer was moved out or reset" in done.stderr
+
+
+def test_a_sweep_whose_cpp_worker_ends_its_process_is_the_contract_broken_not_a_crash(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(
+        '{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 5}\n'
+        '{"sid": 2, "arrival": 0.1, "prompt_tokens": 30, "output_tokens": 5}\n'
+    )
+    done = cli("sweep", workload, "-p", crashing(3, 11), "-p", "fcfs", "--jobs", "2", "--fresh")
+    assert done.code == 3, done.stderr
+    assert "a sweep worker ended without an answer" in done.stderr
+    assert "internal error" not in done.stderr
+
+
+def test_the_command_never_outlives_the_process_the_shell_waits_for(
+    cxx: str, tmp_path: Path
+) -> None:
+    """Killed outright while the C++ spins, the supervisor takes the command with it."""
+    ops = [{"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4}, {"op": "get_work"}]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1}, ops)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedcli", "replay", str(trace), "-p", crashing(1, 4)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while _cpu_seconds(proc.pid) < 2.0:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert children, "the command runs in the supervisor's child"
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{c}").exists() and "Z" not in _state(c) for c in children):
+            assert time.monotonic() < deadline, "the command outlived its supervisor"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _state(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

@@ -17,7 +17,6 @@ import contextlib
 import os
 import pickle
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
+from ...formats.interrupt import die_with_parent
 from ...model.errors import InvariantError
 
 
@@ -134,12 +134,7 @@ def _follow(parent: int) -> None:
     which ends the worker), killed with the parent where the system allows (Linux): a
     worker stuck in a policy's loop never outlives shrink."""
     os.setpgid(0, 0)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent ended before the line above
-        os._exit(0)
+    die_with_parent(parent, signal.SIGKILL)
 
 
 def _loop(conn: Connection[Any, Any], serve: Callable[[Any], Any]) -> None:

@@ -80,6 +80,7 @@ struct Returned {
   et::TaskId tid;
   const char* call;
   std::uint64_t serial;  // which call of the scheduler's (1-based)
+  std::weak_ptr<const void> owner;  // its tokens pointer's owner: the task's identity
 };
 constexpr std::size_t kRecent = 4096;
 
@@ -479,25 +480,40 @@ bool changed(const et::Task& got, const et::Task& sent, const char*& field, char
   return false;
 }
 
-// Whether `got` is (a copy of) the very task handed in as `sent`, not another task that
-// had the same tid: their token pointers share one owner (submit marks every task).
-bool same_task(const et::Task& got, const et::Task& sent) {
-  return !got.input.tokens.owner_before(sent.input.tokens) &&
-         !sent.input.tokens.owner_before(got.input.tokens);
+template <class A, class B>
+bool same_owner(const A& a, const B& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
 }
 
-// `tid` is queued, but what came back is another task that had that tid: one handed back
-// or dropped before, which the scheduler kept.
-PyObject* stale(Handle* h, et::TaskId tid, const char* what) {
-  const Returned* last = nullptr;
+// The task remembered as handed back before whose identity `got` carries, if any.
+const Returned* earlier(const Handle* h, const et::Task& got) {
   for (const Returned& r : h->recent) {
-    if (r.tid == tid && (last == nullptr || r.serial > last->serial)) last = &r;
+    if (r.tid == got.tid && same_owner(r.owner, got.input.tokens)) return &r;
   }
-  const long long id = static_cast<long long>(tid);
+  return nullptr;
+}
+
+// Whether `got`, its fields as `sent`'s, is that very task rather than another that had
+// its tid: submit marks every task by its tokens pointer's owner. A pointer the scheduler
+// copied keeps the owner; a vector it copied into a new pointer is a copy of the task too,
+// unless that owner is an earlier task's; a pointer moved out or reset (no owner) is not.
+bool same_task(const Handle* h, const et::Task& got, const et::Task& sent) {
+  if (same_owner(got.input.tokens, sent.input.tokens)) return true;
+  return got.input.tokens.use_count() != 0 && earlier(h, got) == nullptr;
+}
+
+// `got`'s tid is queued, but what came back is another task that had that tid: one handed
+// back or dropped before, which the scheduler kept; or one without its identity.
+PyObject* stale(Handle* h, const et::Task& got, const char* what) {
+  const Returned* last = earlier(h, got);
+  const long long id = static_cast<long long>(got.tid);
   if (last == nullptr) {
     return PyErr_Format(g_aborted,
-                        "the C++ scheduler returned from %s an earlier task with tid %lld, not "
-                        "the one queued under that tid now",
+                        "the C++ scheduler returned from %s a task with tid %lld whose tokens "
+                        "pointer was moved out or reset: an earlier task with that tid that it "
+                        "kept (not the one queued under that tid now), or the task rebuilt; a "
+                        "scheduler carries each task through, its tokens pointer included (a "
+                        "copy of it is fine)",
                         what, id);
   }
   const unsigned long long ago = h->calls - last->serial;
@@ -518,9 +534,9 @@ PyObject* not_queued(Handle* h, et::TaskId tid, const char* what) {
   const long long id = static_cast<long long>(tid);
   if (first == nullptr) {
     return PyErr_Format(g_aborted,
-                        "the C++ scheduler returned tid %lld, which it was never given (not "
-                        "queued)",
-                        id);
+                        "the C++ scheduler returned tid %lld, which is not queued: it was never "
+                        "given, or was returned more than %zu tasks ago",
+                        id, kRecent);
   }
   if (first->serial == h->calls) {
     return PyErr_Format(g_aborted, "the C++ scheduler returned tid %lld twice in one %s", id,
@@ -556,16 +572,17 @@ PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* wha
                           "submitted with %s %s",
                           static_cast<long long>(tasks[i].tid), field, now, field, was);
     }
-    if (!same_task(tasks[i], it->second.sent)) {  // every field alike, yet another task
+    if (!same_task(h, tasks[i], it->second.sent)) {  // every field alike, another task
       Py_DECREF(out);
-      return stale(h, tasks[i].tid, what);
+      return stale(h, tasks[i], what);
     }
     PyObject* task = it->second.task;
     h->queued.erase(it);
+    Returned back{tasks[i].tid, what, h->calls, it->second.sent.input.tokens};
     if (h->recent.size() < kRecent) {
-      h->recent.push_back({tasks[i].tid, what, h->calls});
+      h->recent.push_back(std::move(back));
     } else {
-      h->recent[h->next] = {tasks[i].tid, what, h->calls};
+      h->recent[h->next] = std::move(back);
       h->next = (h->next + 1) % kRecent;
     }
     if (dropped && PyObject_SetAttr(task, g_cancelled_name, Py_True) < 0) {

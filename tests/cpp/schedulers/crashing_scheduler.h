@@ -6,7 +6,9 @@
 // kill(getpid(), SIGKILL); it stops itself with 13 raise(SIGTERM), 14 kill(getpid(),
 // SIGINT); it hands back 15 the task it handed back last time, 16 one task twice; it hands
 // back its front task changed: 17 another sid, 18 a bigger size, 19 the other kind, 20
-// produce_output flipped, 21 another position, 22 another offset, 23 other tokens.
+// produce_output flipped, 21 another position, 22 another offset, 23 other tokens; it hands
+// back its front task as a scheduler may: 24 its tokens copied into a vector of its own, 25
+// the same with a token past the slice; or 26 with its tokens pointer reset.
 #pragma once
 
 #include <sys/syscall.h>
@@ -55,7 +57,7 @@ class CrashingScheduler : public et::Scheduler {
         queue_.pop_front();
         return out;
       }
-      if (how_ >= 17 && how_ <= 23 && !queue_.empty()) {
+      if (how_ >= 17 && how_ <= 26 && !queue_.empty()) {
         et::Task t = queue_.front();
         queue_.pop_front();
         change(t);
@@ -126,6 +128,15 @@ class CrashingScheduler : public et::Scheduler {
         t.input.tokens = other;
         break;
       }
+      case 24:
+      case 25:
+        if (t.input.tokens) {
+          auto copy = std::make_shared<std::vector<et::Token>>(*t.input.tokens);
+          if (how_ == 25) copy->push_back(et::Token{99});
+          t.input.tokens = copy;
+        }
+        break;
+      case 26: t.input.tokens = nullptr; break;
       default: break;
     }
   }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from collections.abc import Iterator, Sequence
 
 import orjson
@@ -52,6 +53,8 @@ def may_end_the_process(job: Job) -> bool:
     if job.policy is not None:
         return job.policy.startswith(CXX_PREFIX)
     try:
+        if not stat.S_ISREG(os.stat(job.trace).st_mode):
+            return False  # a FIFO would wait for a writer: its check says what it is
         with open_binary(job.trace) as f:
             first = f.readline(1 << 20)
         header = orjson.loads(first)

@@ -215,6 +215,8 @@ def link_trouble(path: str) -> str | None:
         return f"a link to {target}, which does not exist"
     if stat.S_ISDIR(st.st_mode):
         return f"a link to the folder {target}, not to a trace"
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or a device: reading it could wait forever
+        return f"a link to {target}, which is not a regular file"
     return None
 
 
