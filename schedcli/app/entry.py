@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from typing import NoReturn
 
 from .._compiled import CORE_IS_STALE, STALE
@@ -138,26 +139,13 @@ def _take_executorch(args: list[str]) -> list[str]:
     """``--executorch PATH``, given to any command, is the ExecuTorch checkout ``-p
     cxx:decode-first`` builds from: it sets ``$EXECUTORCH_ROOT`` for the run (and the
     processes it starts) and leaves the command's own arguments."""
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            return rest + args[i:]
-        if arg == "--executorch" or arg.startswith("--executorch="):
-            value = arg.partition("=")[2] if "=" in arg else None
-            if value is None:
-                if i + 1 >= len(args):
-                    raise UsageError("--executorch needs a PATH (the ExecuTorch checkout)")
-                value = args[i + 1]
-                i += 1
-            if not os.path.isdir(value):
-                raise UsageError(f"--executorch: {value}: no such folder")
-            os.environ[EXECUTORCH_ROOT] = value
-        else:
-            rest.append(arg)
-        i += 1
-    return rest
+
+    def use(value: str) -> None:
+        if not os.path.isdir(value):
+            raise UsageError(f"--executorch: {value}: no such folder")
+        os.environ[EXECUTORCH_ROOT] = value
+
+    return _take(args, "--executorch", "a PATH (the ExecuTorch checkout)", use)
 
 
 STALL_STEPS_ENV = "SCHEDCLI_STALL_STEPS"  # engine/stall.py reads it (not imported here)
@@ -168,24 +156,34 @@ def _take_stall_steps(args: list[str]) -> list[str]:
     row without a batch, with work queued, before a policy not proven stuck is stopped
     (docs/policies.md). It sets ``$SCHEDCLI_STALL_STEPS`` for the run (and the processes
     it starts), checked against its bound in ``limits.OPTIONS``, and leaves the rest."""
+
+    def use(value: str) -> None:
+        try:
+            steps = OPTIONS["--stall-steps"].parse("--stall-steps", value)
+        except BoundError as e:
+            raise UsageError(str(e)) from None
+        os.environ[STALL_STEPS_ENV] = str(steps)
+
+    return _take(args, "--stall-steps", "a number of steps", use)
+
+
+def _take(args: list[str], option: str, needs: str, use: Callable[[str], None]) -> list[str]:
+    """``args`` without ``option VALUE`` / ``option=VALUE`` (each given to ``use``), up to
+    a ``--``, after which everything is the command's own."""
     rest: list[str] = []
     i = 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
             return rest + args[i:]
-        if arg == "--stall-steps" or arg.startswith("--stall-steps="):
+        if arg == option or arg.startswith(option + "="):
             value = arg.partition("=")[2] if "=" in arg else None
             if value is None:
                 if i + 1 >= len(args):
-                    raise UsageError("--stall-steps needs a number of steps")
+                    raise UsageError(f"{option} needs {needs}")
                 value = args[i + 1]
                 i += 1
-            try:
-                steps = OPTIONS["--stall-steps"].parse("--stall-steps", value)
-            except BoundError as e:
-                raise UsageError(str(e)) from None
-            os.environ[STALL_STEPS_ENV] = str(steps)
+            use(value)
         else:
             rest.append(arg)
         i += 1
