@@ -319,8 +319,8 @@ class RecordingScheduler(Scheduler):
 
 def _unrecordable(group: list[Task]) -> str | None:
     """Why a task of ``group`` cannot be written to a trace (an id that is neither a
-    UTF-8 string nor a 64-bit integer, a bool among them; a size past 64 bits; a meta
-    that is not JSON), or None."""
+    UTF-8 string nor a 64-bit integer, a bool among them; a size past 64 bits; a prepared
+    input a trace could not read back; a meta that is not JSON), or None."""
     for t in group:
         for name, value in (("tid", t.tid), ("sid", t.sid)):
             if type(value) is int and INT_MIN <= value <= INT_MAX:
@@ -332,12 +332,28 @@ def _unrecordable(group: list[Task]) -> str | None:
                 )
         if t.size > INT_MAX:
             return f"task size {t.size} cannot be recorded: a trace's sizes fit in 64 bits"
+        if t.prepared is not None and not _prepared_ok(t):
+            return (
+                f"task {t.tid!r}'s prepared {t.prepared!r} cannot be recorded: a trace's is "
+                "(backing size, offset), 64-bit integers, the slice inside it, and no tokens"
+            )
         if t.meta is not None:
             try:
                 orjson.dumps(t.meta)
             except TypeError as e:
                 return f"task {t.tid!r}'s meta cannot be recorded: {e}"
     return None
+
+
+def _prepared_ok(t: Task) -> bool:
+    """The task's ``prepared`` is what a trace reads back (docs/trace-format.md)."""
+    p: Any = t.prepared
+    if type(p) is not tuple or len(p) != 2 or t.tokens is not None:
+        return False
+    backing, offset = p
+    if type(backing) is not int or type(offset) is not int:
+        return False
+    return 1 <= backing <= INT_MAX and offset >= 0 and offset + t.size <= backing
 
 
 def _utf8(s: str) -> bool:
@@ -351,8 +367,14 @@ def _utf8(s: str) -> bool:
 
 
 def _common(t: Task) -> bool:
-    """The common task: no position, priority or meta, its output settled."""
-    return t.position is None and t.meta is None and not t.priority and t.produce_output is not None
+    """The common task: no position, prepared input, priority or meta, its output settled."""
+    return (
+        t.position is None
+        and t.prepared is None
+        and t.meta is None
+        and not t.priority
+        and t.produce_output is not None
+    )
 
 
 def _inline_submit(t: Task, at: float | None) -> Record | None:

@@ -27,10 +27,24 @@ Kind = Annotated[Literal["prefill", "decode"], Meta(extra={"noun": '"prefill" or
 Seconds = Annotated[float, Meta(extra={"noun": "a number of seconds"})]
 Tids = Annotated[list[Id], Meta(extra={"noun": "an array of tids", "item": "each expected tid"})]
 Tokens = Annotated[list[I64], Meta(extra={"noun": "an array of integers", "item": "each token"})]
+Backing = Annotated[int, Meta(ge=1, le=INT_MAX)]
 
 
 # Events are decoded from JSON, a tree: they can hold no reference cycle, so the collector
 # need not track them (gc=False), which makes them cheaper to build and to free.
+
+
+class Prepared(Struct, forbid_unknown_fields=True, gc=False):
+    """A task's opaque payload (ExecuTorch's ``PreparedInput``): the positions of the whole
+    prepared prompt (``size``) and where the task's slice starts in it (``offset``)."""
+
+    size: Backing
+    offset: Count
+
+
+PreparedObject = Annotated[
+    Prepared, Meta(extra={"noun": 'an object {"size": S, "offset": O}', "prefix": "prepared."})
+]
 
 
 class TaskFields(Struct, forbid_unknown_fields=True, gc=False):
@@ -41,6 +55,7 @@ class TaskFields(Struct, forbid_unknown_fields=True, gc=False):
     kind: Kind
     size: Count | None = None
     tokens: Tokens | None = None
+    prepared: PreparedObject | None = None
     position: Count | None = None
     produce_output: bool | None = None
     priority: I64 = 0
@@ -48,7 +63,9 @@ class TaskFields(Struct, forbid_unknown_fields=True, gc=False):
 
 
 TaskList = Annotated[list[TaskFields], Meta(extra={"noun": "an array of task objects"})]
-TASK_FIELDS = ("tid", "sid", "kind", "size", "tokens", "position", "produce_output", "priority")
+TASK_FIELDS = (
+    "tid", "sid", "kind", "size", "tokens", "prepared", "position", "produce_output", "priority"
+)  # fmt: skip
 
 
 class Submit(Struct, tag_field="op", tag="submit", forbid_unknown_fields=True, gc=False):
@@ -60,6 +77,7 @@ class Submit(Struct, tag_field="op", tag="submit", forbid_unknown_fields=True, g
     kind: Kind | None = None
     size: Count | None = None
     tokens: Tokens | None = None
+    prepared: PreparedObject | None = None
     position: Count | None = None
     produce_output: bool | None = None
     priority: I64 = 0
@@ -146,10 +164,13 @@ def _fields(cls: type[Struct]) -> tuple[mi.Field, ...]:
     return info.fields
 
 
-def explain(obj: object, cls: type[Struct], what: str, skip: tuple[str, ...] = ()) -> str | None:
+def explain(
+    obj: object, cls: type[Struct], what: str, skip: tuple[str, ...] = (), prefix: str = ""
+) -> str | None:
     """Why ``obj`` (parsed JSON) is not a ``cls``, in the words of a person; None if it is.
 
-    ``skip`` names keys checked elsewhere (the ``op`` tag).
+    ``skip`` names keys checked elsewhere (the ``op`` tag); ``prefix`` goes before each
+    field's name in a message about its value (``prepared.size``).
     """
     if type(obj) is not dict:
         return f"{what} must be an object, not {json_type(obj)}"
@@ -163,7 +184,7 @@ def explain(obj: object, cls: type[Struct], what: str, skip: tuple[str, ...] = (
             if f.required:
                 return f"{what} has no {f.encode_name}"
             continue
-        problem = _value(obj[f.encode_name], f.type, f.encode_name)
+        problem = _value(obj[f.encode_name], f.type, prefix + f.encode_name)
         if problem is not None:
             return problem
     return None
@@ -219,6 +240,10 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
         return f"{name} must be {noun or 'a number'}, not {json_type(value)}"
     if isinstance(t, mi.StrType):
         return None if type(value) is str else f"{name} must be a string, not {json_type(value)}"
+    if isinstance(t, mi.StructType):  # a nested object: its fields named "prepared.size"
+        if type(value) is not dict:
+            return f"{name} must be {noun or 'an object'}, not {json_type(value)}"
+        return explain(value, t.cls, name, prefix=extra.get("prefix", ""))
     if isinstance(t, mi.DictType):
         return None if type(value) is dict else f"{name} must be an object, not {json_type(value)}"
     if isinstance(t, mi.ListType):

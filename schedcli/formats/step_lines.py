@@ -45,6 +45,7 @@ class StepLines:
                 and t.kind is DECODE
                 and t.size == 1
                 and t.meta is None
+                and t.prepared is None
                 and (type(sid) is int or type(sid) is str)
             ):
                 tail = tails.get(sid)

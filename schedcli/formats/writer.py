@@ -22,6 +22,8 @@ _NEWLINE: Final = orjson.OPT_APPEND_NEWLINE
 def task_record(t: Task, *, outputs: bool = False) -> dict[str, Any]:
     """A task's fields as the trace spells them; ``outputs`` adds ``produce_output``."""
     record: dict[str, Any] = {"tid": t.tid, "sid": t.sid, "kind": t.kind.value, "size": t.size}
+    if t.prepared is not None:
+        record["prepared"] = prepared_record(t.prepared)
     if t.position is not None:
         record["position"] = t.position
     if outputs and t.produce_output is not None:
@@ -33,9 +35,21 @@ def task_record(t: Task, *, outputs: bool = False) -> dict[str, Any]:
     return record
 
 
+def prepared_record(prepared: tuple[int, int]) -> dict[str, int]:
+    """A task's ``prepared`` (backing size, offset) as traces and dumps spell it."""
+    return {"size": prepared[0], "offset": prepared[1]}
+
+
 def task_entry(t: Task) -> TaskEntry:
-    """A task as a step record lists it (``meta`` only when it has one): the one place
-    its shape is spelt, for the engine's records, a simulation's timeline and ``StepLines``."""
+    """A task as a step record lists it (``prepared`` and ``meta`` only when it has them):
+    the one place its shape is spelt, for the engine's records, a simulation's timeline and
+    ``StepLines``."""
+    if t.prepared is not None:
+        entry: TaskEntry = {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
+        entry["prepared"] = prepared_record(t.prepared)
+        if t.meta is not None:
+            entry["meta"] = t.meta
+        return entry
     if t.meta is None:
         return {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size}
     return {"tid": t.tid, "sid": t.sid, "kind": t.kind, "size": t.size, "meta": t.meta}

@@ -27,12 +27,14 @@ def discard(record: Record) -> None:
 
 
 class TaskEntry(TypedDict, total=False):
-    """A task as a batch record lists it (``meta`` only when the task has one)."""
+    """A task as a batch record lists it (``prepared`` and ``meta`` only when the task has
+    them)."""
 
     tid: Id
     sid: Id
     kind: str
     size: int
+    prepared: dict[str, int]
     meta: Any
 
 

@@ -51,6 +51,8 @@ class Task:
     Identity matters: a scheduler tracks the object it was given, so a tid reused
     after dispatch or cancel names a new task. ``produce_output=None`` means "the
     default", settled when the task is submitted (see :func:`settle_outputs`).
+    ``prepared``: ``(backing size, offset)`` when the payload is an opaque prepared prompt
+    (ExecuTorch's ``PreparedInput``) rather than tokens; carried, never read by a policy.
     """
 
     __slots__ = (
@@ -58,6 +60,7 @@ class Task:
         "kind",
         "meta",
         "position",
+        "prepared",
         "priority",
         "produce_output",
         "sid",
@@ -73,6 +76,7 @@ class Task:
     position: int | None
     produce_output: bool | None
     tokens: list[int] | None
+    prepared: tuple[int, int] | None
     priority: int
     meta: Any
     cancelled: bool
@@ -87,6 +91,7 @@ class Task:
         position: int | None = None,
         produce_output: bool | None = None,
         tokens: Sequence[int] | None = None,
+        prepared: tuple[int, int] | None = None,
         priority: int = 0,
         meta: Any = None,
     ) -> None:
@@ -108,6 +113,8 @@ class Task:
             raise ValueError("size is required unless tokens are given")
         if size < 0:
             raise ValueError(f"size must be >= 0, not {size}")
+        if prepared is not None:
+            prepared = _prepared(prepared, size, tokens is not None)
         self.tid = tid
         self.sid = sid
         self.kind = k
@@ -115,6 +122,7 @@ class Task:
         self.position = position
         self.produce_output = produce_output
         self.tokens = tokens
+        self.prepared = prepared
         self.priority = priority
         self.meta = meta
         self.cancelled = False
@@ -132,6 +140,7 @@ class Task:
             meta=self.meta,
         )
         t.tokens = self.tokens
+        t.prepared = self.prepared
         return t
 
     @property
@@ -143,6 +152,26 @@ class Task:
         return (
             f"Task(tid={self.tid!r}, sid={self.sid!r}, {self.kind.value}, size={self.size}{extra})"
         )
+
+
+def _prepared(prepared: object, size: int, has_tokens: bool) -> tuple[int, int]:
+    """``prepared`` as the plain ``(backing size, offset)`` tuple a task keeps (the C++ shim
+    reads exactly that type), or ValueError saying which rule it breaks."""
+    if has_tokens:
+        raise ValueError("a task's payload is tokens or prepared, not both")
+    if not isinstance(prepared, tuple) or len(prepared) != 2:
+        raise ValueError(f"prepared is (backing size, offset), not {prepared!r}")
+    backing, offset = prepared
+    if type(backing) is not int or type(offset) is not int:
+        raise ValueError(f"prepared's backing size and offset are integers, not {prepared!r}")
+    if backing < 1 or offset < 0:
+        raise ValueError(f"prepared needs a backing size >= 1 and an offset >= 0, not {prepared!r}")
+    if offset + size > backing:
+        raise ValueError(
+            f"the slice (offset {offset}, size {size}) runs past its prepared input's "
+            f"{backing} positions"
+        )
+    return (backing, offset)
 
 
 def settle_outputs(tasks: Sequence[Task]) -> None:

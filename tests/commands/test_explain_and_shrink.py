@@ -229,6 +229,29 @@ def test_shrink_keeps_the_failure_signature_and_the_expect_as_recorded(tmp_path:
     assert len({e["tid"] for e in kept if "tid" in e}) >= 2
 
 
+def test_shrink_keeps_each_kept_tasks_prepared_input(tmp_path: Path) -> None:
+    # Groups of chunks of one opaque prepared input, a batch recorded in the wrong order.
+    events: list[dict[str, object]] = []
+    for sid in range(12):
+        chunks = [
+            {"tid": f"{sid}.{c}", "sid": sid, "kind": "prefill", "size": 10,
+             "prepared": {"size": 30, "offset": 10 * c}}
+            for c in range(3)
+        ]  # fmt: skip
+        events.append({"op": "submit", "tasks": chunks})
+        events.append({"op": "get_work", "expect": [f"{sid}.{c}" for c in range(3)]})
+    events[5] = {"op": "get_work", "expect": ["2.2", "2.1", "2.0"]}
+    trace, small = tmp_path / "t.jsonl", tmp_path / "small.jsonl"
+    trace.write_text("".join(json.dumps(e) + "\n" for e in events))
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(small))
+    assert r.returncode == 0, r.stderr.decode()
+    kept = [t for e in map(json.loads, small.read_text().splitlines()) for t in e.get("tasks", [])]
+    assert kept
+    for t in kept:
+        assert t["prepared"] == {"size": 30, "offset": 10 * int(t["tid"].split(".")[1])}
+    assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
+
+
 def test_shrink_does_not_cut_to_a_repro_that_fails_for_another_reason(tmp_path: Path) -> None:
     # The policy orders the batch wrongly; an expect-less submit + empty expect would also
     # "fail --check", but not the same way.

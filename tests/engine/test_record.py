@@ -258,6 +258,38 @@ def test_an_exception_in_the_inner_scheduler_dumps_the_window_first(
     assert r.returncode == 0, r.stderr
 
 
+def test_a_flight_dump_keeps_the_prepared_input_of_a_task_queued_before_its_window(
+    tmp_path: Path,
+) -> None:
+    rec = RecordingScheduler(DecodeFirstScheduler(), ring=2)
+    rec.submit([Task(1, 1, "prefill", 8, position=0, prepared=(20, 0))])
+    for sid in range(2, 6):  # the submit leaves the window, its task still queued
+        rec.cancel(sid)
+    dump = tmp_path / "window.jsonl"
+    rec.dump(dump)
+    first = orjson.loads(dump.read_text().splitlines()[1])
+    assert first["meta"] == {"queued_before_window": True}
+    assert first["tasks"][0]["prepared"] == {"size": 20, "offset": 0}
+    r = run_cli("replay", str(dump), "--check", "-f", "jsonl")
+    assert r.returncode == 0, r.stderr
+    assert b'"prepared":{"size":20,"offset":0}' in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("prepared", "tokens"), [((2**63, 0), None), ((4, -1), None), ((4, 0), [1]), ((1, 0), None)]
+)
+def test_a_prepared_input_a_trace_could_not_read_back_is_refused_by_the_recorder(
+    prepared: tuple[int, int], tokens: list[int] | None
+) -> None:
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(), out)
+    t = Task(1, 1, "prefill", 2)  # (1, 0) holds no slice of 2
+    t.prepared, t.tokens = prepared, tokens  # set past the constructor's checks
+    reason = rec.try_submit([t])
+    assert reason is not None and "prepared" in reason and "cannot be recorded" in reason
+    assert not rec.has_work() and out.getvalue().count(b"\n") == 1  # the header only
+
+
 def test_a_recorder_needs_somewhere_to_write() -> None:
     with pytest.raises(ValueError, match="needs a target"):
         RecordingScheduler(DecodeFirstScheduler())

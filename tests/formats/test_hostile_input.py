@@ -224,6 +224,7 @@ FIELD_NAMES = [
     "step",
     "expect",
     "tokens",
+    "prepared",
     "meta",
     "position",
     "priority",
@@ -235,6 +236,13 @@ FIELD_NAMES = [
 ]
 
 
+# A task's prepared input, valid or not: the wrong types and bounds, missing and unknown keys.
+prepared_values = st.fixed_dictionaries(
+    {"size": st.integers(-2, 2**63) | json_values, "offset": st.integers(-2, 2**63) | json_values},
+    optional={"x": json_values},
+) | st.builds(lambda s, o: {"size": s, "offset": o}, st.integers(1, 600), st.integers(0, 40))
+
+
 @st.composite
 def mutated_traces(draw: st.DrawFn) -> bytes:
     lines = draw(st.sampled_from(EXAMPLES)).read_bytes().splitlines()
@@ -243,7 +251,9 @@ def mutated_traces(draw: st.DrawFn) -> bytes:
             break
         i = draw(st.integers(0, len(lines) - 1))
         how = draw(
-            st.sampled_from(["drop", "dup", "swap", "truncate", "remove", "retype", "rename"])
+            st.sampled_from(
+                ["drop", "dup", "swap", "truncate", "remove", "retype", "rename", "prepare"]
+            )
         )
         if how == "drop":
             del lines[i]
@@ -267,6 +277,10 @@ def mutated_traces(draw: st.DrawFn) -> bytes:
             if has_task and draw(st.booleans()):
                 target = tasks[0]
             if not target:
+                continue
+            if how == "prepare":  # a prepared input on a task (or wherever it lands)
+                target["prepared"] = draw(prepared_values)
+                lines[i] = json.dumps(obj).encode()
                 continue
             key = draw(st.sampled_from(sorted(target)))
             if how == "remove":

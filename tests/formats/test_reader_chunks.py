@@ -42,7 +42,7 @@ class Trickle(io.RawIOBase):
 
 def shape(e: Event) -> tuple[Any, ...]:
     tasks = [
-        (t.tid, t.sid, t.kind, t.size, t.position, t.produce_output, t.priority, t.meta)
+        (t.tid, t.sid, t.kind, t.size, t.position, t.prepared, t.produce_output, t.priority, t.meta)
         for t in e.tasks or []
     ]
     return (e.op, e.line, e.step, e.t, e.sid, e.expect, e.meta, tasks)
@@ -154,6 +154,10 @@ LINES = st.sampled_from(
         b'{"op":"submit","tasks":[{"tid":3,"sid":1,"kind":"prefill","size":4}],"meta":{"a":1}}',
         b'{"op":"submit","tid":4,"sid":1,"kind":"decode","size":1,"meta":{"k":[1,{"x":2}]}}',
         b'{"op":"submit","tid":5,"sid":1,"kind":"decode","tokens":[7]}',
+        b'{"op":"submit","tid":12,"sid":1,"kind":"prefill","size":2,"prepared":{"size":9,"offset":7}}',
+        b'{"op":"submit","tasks":[{"tid":13,"sid":1,"kind":"decode","size":1,"prepared":{"size":1,"offset":0}}]}',
+        b'{"op":"submit","tid":14,"sid":1,"kind":"decode","size":1,"prepared":{"size":1,"size":1,"offset":0}}',
+        b'{"op":"submit","tid":15,"sid":1,"kind":"prefill","size":3,"prepared":{"size":2,"offset":0}}',
         b'{"op":"submit","tid":6,"sid":1,"kind":"decode","size":1,"priority":0}',
         b'{"op":"submit","tid":7,"sid":1,"sid":1,"kind":"decode","size":1}',
         b'{"op":"submit","tid":8,"sid":"x:y","kind":"decode","size":1}',
@@ -240,6 +244,21 @@ def test_the_scan_is_used_where_the_core_is_compiled() -> None:
     from schedcli.formats.trace import scan
 
     assert (schedcli.CORE == "compiled") == scan._SCAN
+
+
+def test_a_read_of_tasks_with_prepared_inputs_is_decoded_at_once() -> None:
+    # Their nested keys are counted as decoded: no repeated key, so no line-by-line re-read.
+    from schedcli.formats.trace import decode_chunk
+
+    body = (
+        b'{"op":"submit","tid":1,"sid":1,"kind":"prefill","size":2,"prepared":{"size":9,"offset":7}}\n'
+        b'{"op":"submit","tasks":[{"tid":2,"sid":1,"kind":"decode","size":1,'
+        b'"prepared":{"size":1,"offset":0}}],"meta":{"a":1}}\n'
+    )
+    decoded = decode_chunk(1, body, 2)
+    assert decoded is not None
+    events = [as_event(x, 1 + i) for i, x in enumerate(decoded[0])]
+    assert [t.prepared for e in events for t in e.tasks or []] == [(9, 7), (1, 0)]
 
 
 def test_recorded_submits_read_as_their_tasks_at_their_lines() -> None:

@@ -78,7 +78,7 @@ def as_event(item: Line, line: int) -> Event:
 
 
 def _task(f: Submit | TaskFields, what: str) -> Task:
-    """A task from validated fields; only the size/tokens rule is left to check."""
+    """A task from validated fields; only the size/tokens/prepared rules are left to check."""
     size = f.size
     tokens = f.tokens
     if tokens is not None:
@@ -88,6 +88,19 @@ def _task(f: Submit | TaskFields, what: str) -> Task:
             raise LineError(f"size {size} does not match the {len(tokens)} tokens given")
     elif size is None:
         raise LineError(f"{what} has no size (and no tokens)")
+    p = f.prepared
+    prepared: tuple[int, int] | None = None
+    if p is not None:
+        # A payload is tokens or an opaque prepared input, never both; the slice lies
+        # inside its backing (the C++ side builds a stand-in of that size).
+        if tokens is not None:
+            raise LineError(f"{what} has both tokens and prepared: a payload is one or the other")
+        if p.offset + size > p.size:
+            raise LineError(
+                f"{what}'s slice runs past its prepared input: prepared.offset {p.offset} "
+                f"+ size {size} > prepared.size {p.size}"
+            )
+        prepared = (p.size, p.offset)
     t = Task(
         f.tid,  # type: ignore[arg-type]  # checked by the caller for inline tasks
         f.sid,  # type: ignore[arg-type]
@@ -100,6 +113,7 @@ def _task(f: Submit | TaskFields, what: str) -> Task:
     )
     if tokens is not None:
         t.tokens = tokens
+    t.prepared = prepared
     return t
 
 
@@ -145,25 +159,27 @@ _SID: Final = 2
 _KIND: Final = 3
 _SIZE: Final = 4
 _TOKENS: Final = 5
-_POSITION: Final = 6
-_OUTPUT: Final = 7
-_PRIORITY: Final = 8
-_STEP: Final = 9
-_T: Final = 10
-_META: Final = 11
+_PREPARED: Final = 6
+_POSITION: Final = 7
+_OUTPUT: Final = 8
+_PRIORITY: Final = 9
+_STEP: Final = 10
+_T: Final = 11
+_META: Final = 12
 if Submit.__struct_fields__ != (
-    "tasks", "tid", "sid", "kind", "size", "tokens", "position", "produce_output",
+    "tasks", "tid", "sid", "kind", "size", "tokens", "prepared", "position", "produce_output",
     "priority", "step", "t", "meta",
 ):  # fmt: skip
     raise ImportError("schema.Submit's fields moved: update the positions in trace/events.py")
 
 
 def _plain_task(v: tuple[Any, ...]) -> Task | None:
-    """The task of the common line, one task written inline with no tokens or meta; None
-    for any other line."""
+    """The task of the common line, one task written inline with no tokens, prepared input
+    or meta; None for any other line."""
     if (
         v[_TASKS] is not None
         or v[_TOKENS] is not None
+        or v[_PREPARED] is not None
         or v[_META] is not None
         or v[_SIZE] is None
         or v[_KIND] is None

@@ -132,8 +132,11 @@ def _keys_of(s: Struct) -> int:
     for v in values:
         if v is not None:
             n += 1
-    if (type(s) is Submit or type(s) is TaskFields) and s.priority == 0:
-        n -= 1
+    if type(s) is Submit or type(s) is TaskFields:
+        if s.priority == 0:
+            n -= 1
+        if s.prepared is not None:
+            n += 2  # its own size and offset
     return n
 
 
