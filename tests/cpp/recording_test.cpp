@@ -7,7 +7,10 @@
 // with no tokens at all, and a chunk longer than its backing vector, with
 // record_tokens(true).
 //
-// Builds against either shape of the interface (tests/cpp/seed, tests/cpp/later): no
+// --prepared (the payload shape) records a prompt prepared as one opaque input, as three
+// chunks, and a chunk whose slice runs past its backing.
+//
+// Builds against every shape of the interface (tests/cpp/{seed,tid64,later,payload}): no
 // member is marked override, so max_prefill_chunk_size() overrides where the interface
 // declares it and is a plain member where it does not.
 
@@ -185,7 +188,7 @@ static int record_tokens(const char* out) {
   const std::size_t sizes[] = {16, 16, 8};
   for (int c = 0; c < 3; ++c) {
     b::Task t = make(c + 1, 7, false, sizes[c]);
-    t.input.tokens = backing;
+    schedcli::shape::set_tokens(t.input, backing);
     t.input.offset = offsets[c];
     t.input.position = 100;
     t.input.produce_output = c == 2;
@@ -203,8 +206,53 @@ static int record_tokens(const char* out) {
   // A chunk of 5 whose backing vector holds 3 tokens: accepted by the scheduler, recorded
   // without tokens (the slice cannot be written whole).
   b::Task short_chunk = make(5, 8, false, 5);
-  short_chunk.input.tokens = std::make_shared<std::vector<b::Token>>(3, 9);
+  schedcli::shape::set_tokens(short_chunk.input, std::make_shared<std::vector<b::Token>>(3, 9));
   rec->submit({std::move(short_chunk)});
+  rec->get_work();
+  rec->flush();
+  return 0;
+}
+
+// `to` holds what `from` holds: the same backing (one pointer, shared).
+template <class I>
+static void share_payload(I& to, const I& from) {
+  if constexpr (schedcli::shape::has_payload<I>::value) {
+    to.payload = from.payload;
+  } else {
+    to.tokens = from.tokens;
+  }
+}
+
+// A prompt of 48 positions prepared as one opaque input at position 200, as three chunks
+// (16 each) naming their slice by offset; a chunk whose slice runs past its backing; and,
+// where the interface has no prepared inputs, nothing (exit 3: the caller knows the shape).
+static int record_prepared(const char* out) {
+  auto rec = schedcli::RecordingScheduler::create(
+      std::make_unique<FirstFree>(), out, "first-free", nullptr);
+  if (rec == nullptr) {
+    return 1;
+  }
+  rec->record_tokens(true);  // prepared inputs are recorded either way; tokens are none here
+  std::vector<b::Task> prompt;
+  b::Task whole = make(1, 9, false, 16);
+  if (!schedcli::shape::set_prepared(whole.input, 48)) {
+    return 3;
+  }
+  for (int c = 0; c < 3; ++c) {
+    b::Task t = make(c + 1, 9, false, 16);
+    share_payload(t.input, whole.input);  // one backing, shared by the three chunks
+    t.input.offset = static_cast<std::size_t>(16 * c);
+    t.input.position = 200;
+    t.input.produce_output = c == 2;
+    prompt.push_back(std::move(t));
+  }
+  rec->submit(std::move(prompt));
+  for (int step = 0; step < 3; ++step) {
+    rec->get_work();
+  }
+  b::Task past = make(4, 10, false, 8);
+  schedcli::shape::set_prepared(past.input, 4);  // 8 positions of a backing of 4
+  rec->submit({std::move(past)});
   rec->get_work();
   rec->flush();
   return 0;
@@ -214,8 +262,11 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--tokens") {
     return record_tokens(argv[2]);
   }
+  if (argc == 3 && std::string(argv[1]) == "--prepared") {
+    return record_prepared(argv[2]);
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s OUT.jsonl [calls] | --tokens OUT.jsonl\n", argv[0]);
+    std::fprintf(stderr, "usage: %s OUT.jsonl [calls] | --tokens OUT.jsonl | --prepared OUT.jsonl\n", argv[0]);
     return 2;
   }
   {

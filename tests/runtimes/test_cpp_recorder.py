@@ -1,8 +1,10 @@
 """The C++ recorder (schedcli/recording_scheduler.h under runtimes/executorch/include,
 package data), built unchanged against our stand-ins of both shapes of ExecuTorch's
-interface (tests/cpp/seed: the five calls and a 32-bit TaskId; tests/cpp/later:
-max_prefill_chunk_size() on the interface and a 64-bit TaskId), with g++ and clang++, and
-under ThreadSanitizer: each recording replays."""
+interface (tests/cpp/seed: the five calls and a 32-bit TaskId; tests/cpp/tid64: a 64-bit
+TaskId; tests/cpp/later: max_prefill_chunk_size() on the interface, ET_EXPERIMENTAL;
+tests/cpp/payload: Input::payload, tokens or an opaque PreparedInput), taken as a
+dependency's headers (-isystem), with g++ and clang++ under -Werror, and under
+ThreadSanitizer: each recording replays."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from tests.helpers import ROOT, run_cli
 # CI installs both compilers and sets SCHEDCLI_REQUIRE_GXX: a missing one then fails.
 REQUIRED = bool(os.environ.get("SCHEDCLI_REQUIRE_GXX"))
 COMPILERS = [c for c in ("g++", "clang++") if shutil.which(c) or REQUIRED]
-SHAPES = ("seed", "later")
+SHAPES = ("seed", "tid64", "later", "payload")
 FLAGS = ["-std=c++17", "-fno-exceptions", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread"]
 pytestmark = pytest.mark.skipif(
     not COMPILERS, reason="no C++ compiler here (CI installs g++ and clang and requires this)"
@@ -30,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def build(source: Path, binary: Path, compiler: str, shape: str, *extra: str) -> Path:
-    includes = [f"-I{include_dir()}", f"-I{ROOT / 'tests' / 'cpp' / shape}"]
+    includes = [f"-I{include_dir()}", "-isystem", str(ROOT / "tests" / "cpp" / shape)]
     built = subprocess.run(
         [compiler, *FLAGS, *extra, *includes, str(source), "-o", str(binary)],
         capture_output=True,
@@ -51,7 +53,7 @@ def recorder_test(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     return build(ROOT / "tests" / "cpp" / "recording_test.cpp", binary, compiler, shape)
 
 
-def test_the_header_builds_unchanged_against_both_interface_shapes(recorder_test: Path) -> None:
+def test_the_header_builds_unchanged_against_every_interface_shape(recorder_test: Path) -> None:
     assert recorder_test.is_file()
 
 
@@ -103,6 +105,30 @@ def test_chunks_of_one_backing_vector_record_their_own_start_and_slice(
     assert [s.context for s in steps][:3] == [116, 132, 140]
 
 
+def test_a_prepared_input_is_recorded_opaque_with_its_backing_size_and_offset(
+    recorder_test: Path, tmp_path: Path
+) -> None:
+    rec = tmp_path / "prepared.jsonl"
+    run = subprocess.run([str(recorder_test), "--prepared", str(rec)], capture_output=True)
+    if "payload" not in recorder_test.name:
+        assert run.returncode == 3  # no prepared inputs in this shape: nothing to record
+        return
+    assert run.returncode == 0, run.stderr
+    lines = [orjson.loads(x) for x in rec.read_bytes().splitlines()]
+    chunks = lines[1]["tasks"]
+    assert [c["prepared"] for c in chunks] == [
+        {"size": 48, "offset": 0},
+        {"size": 48, "offset": 16},
+        {"size": 48, "offset": 32},
+    ]
+    assert [c["position"] for c in chunks] == [200, 216, 232]  # the chunk's own start
+    assert all("tokens" not in c for c in chunks)  # its contents are never written
+    past = lines[5]["tasks"][0]
+    assert past["size"] == 8 and "prepared" not in past  # 8 positions of 4: not recorded
+    end = replays_exactly(rec)
+    assert end["dispatched"] == 4
+
+
 def test_the_cost_per_call_is_printed(recorder_test: Path, tmp_path: Path) -> None:
     run = subprocess.run(
         [str(recorder_test), str(tmp_path / "r.jsonl"), "20000"], capture_output=True, check=False
@@ -110,7 +136,8 @@ def test_the_cost_per_call_is_printed(recorder_test: Path, tmp_path: Path) -> No
     assert run.returncode == 0 and b"ns/call" in run.stdout
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+# The two ends: the seed's tokens, the payload's variant (a sanitized build takes seconds).
+@pytest.mark.parametrize("shape", ("seed", "payload"))
 def test_four_threads_recording_is_clean_under_thread_sanitizer(shape: str, tmp_path: Path) -> None:
     compiler = COMPILERS[0]
     binary = build(

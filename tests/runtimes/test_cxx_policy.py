@@ -33,7 +33,8 @@ pytestmark = pytest.mark.skipif(
 )
 CPP = ROOT / "tests" / "cpp"
 SCHEDULERS = CPP / "schedulers"
-BUILDS = [(c, s) for c in COMPILERS for s in ("seed", "later")]
+SHAPES = ("seed", "tid64", "later", "payload")
+BUILDS = [(c, s) for c in COMPILERS for s in SHAPES]
 
 
 def fifo(b: int = 544, n: int = 64, c: int = 256) -> str:
@@ -93,6 +94,21 @@ def traffic(draw: st.DrawFn) -> list[dict[str, object]]:
                 size = 1 if decode else draw(st.integers(0, 8))
                 task: dict[str, object] = {"tid": tid, "sid": sid, "size": size}
                 task["kind"] = "decode" if decode else "prefill"
+                # Its work: none, token ids (unsigned, as every shape's Token holds them),
+                # or an opaque prepared input with the slice inside it.
+                work = draw(st.sampled_from(["none", "none", "tokens", "prepared"]))
+                if work == "tokens":
+                    task["tokens"] = draw(
+                        st.lists(st.integers(0, 2**40), min_size=size, max_size=size)
+                    )
+                    task["position"] = draw(st.integers(0, 100))
+                elif work == "prepared" and size > 0:
+                    offset = draw(st.integers(0, 8))
+                    task["prepared"] = {
+                        "size": offset + size + draw(st.integers(0, 4)),
+                        "offset": offset,
+                    }
+                    task["position"] = offset + draw(st.integers(0, 100))
                 if not decode and draw(st.booleans()):
                     task["produce_output"] = draw(st.booleans())
                 tasks.append(task)
@@ -262,6 +278,90 @@ def test_an_id_the_interface_cannot_hold_is_bad_input_at_its_line(
     named = write(tmp_path / "n.jsonl", {"schedcli": 1}, [{**ops[0], "tid": "a"}])
     done = cli("replay", named, "-p", fifo())
     assert done.code == 2 and f"{named}:2: tid 'a' is not an integer" in done.stderr
+
+
+@pytest.mark.parametrize("cxx", BUILDS, indirect=True, ids=[f"{c}-{s}" for c, s in BUILDS])
+def test_the_shim_builds_warning_free_under_werror_against_every_interface_shape(
+    cxx: str, cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CXXFLAGS", "-Wall -Wextra -Werror")
+    ops = [
+        {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 2, "tokens": [3, 4]},
+        {"op": "get_work", "expect": [1]},
+    ]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, ops)
+    done = cli("replay", trace, "-p", fifo(), "--check")
+    assert done.code == 0, done.stderr
+
+
+@pytest.mark.parametrize("cxx", BUILDS, indirect=True, ids=[f"{c}-{s}" for c, s in BUILDS])
+def test_a_token_the_interface_cannot_hold_is_bad_input_at_its_line(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    ops = [{"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1, "tokens": [-5]}]
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, ops)
+    done = cli("replay", trace, "-p", fifo())
+    if cxx == "payload":  # Token is std::uint64_t
+        assert done.code == 2
+        assert f"{trace}:2: token -5 does not fit the interface's Token (0.." in done.stderr
+    else:  # std::int64_t
+        assert done.code == 0, done.stderr
+
+
+OPAQUE = [
+    {
+        "op": "submit",
+        "tid": 1,
+        "sid": 1,
+        "kind": "prefill",
+        "size": 4,
+        "position": 12,
+        "prepared": {"size": 16, "offset": 8},
+    },
+    {
+        "op": "submit",
+        "tid": 2,
+        "sid": 2,
+        "kind": "prefill",
+        "size": 2,
+        "position": 5,
+        "tokens": [5, 6],
+    },
+]
+
+
+@pytest.mark.parametrize("cxx", BUILDS, indirect=True, ids=[f"{c}-{s}" for c, s in BUILDS])
+def test_an_opaque_task_crosses_as_a_prepared_input_of_its_backing_size(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    """TokenCheck takes a prepared input whose slice lies inside it, and refuses a task
+    with an offset but no work: what an opaque task is where the shape has none."""
+    policy = (
+        f"cxx:{SCHEDULERS / 'token_check.h'}=std::make_unique<schedcli_test::TokenCheck>"
+        "(untokened_position=40)"
+    )
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, OPAQUE)
+    done = cli("replay", trace, "-p", policy, "-f", "jsonl", "--drain")
+    assert done.code == 0, done.stderr
+    outcomes = {
+        r["tids"][0]: r["accepted"] for r in map(orjson.loads, done.lines) if "accepted" in r
+    }
+    assert outcomes == ({} if cxx == "payload" else {1: False})
+    batches = [r["batch"][0]["tid"] for r in map(orjson.loads, done.lines) if r.get("batch")]
+    assert batches == ([1, 2] if cxx == "payload" else [2])
+
+
+@pytest.mark.parametrize("cxx", [b for b in BUILDS if b[1] == "payload"][:1], indirect=True)
+def test_a_prepared_input_swapped_for_tokens_breaks_the_contract_naming_both(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, OPAQUE)
+    done = cli("replay", trace, "-p", crashing(1, 23))
+    assert done.code == 3, done.stderr
+    assert (
+        "returned task 1 with tokens [out of range], but it was submitted with tokens "
+        "prepared input of 16 positions" in done.stderr
+    )
 
 
 def test_a_factory_that_returns_null_is_bad_usage_naming_the_parameters(cxx: str, cli: Cli) -> None:
@@ -501,6 +601,13 @@ def test_executorchs_decode_first_batches_as_our_reference_port_on_random_traffi
                         s["kind"],
                         s["size"],
                         produce_output=s.get("produce_output"),
+                        tokens=s.get("tokens"),
+                        position=s.get("position"),
+                        prepared=(
+                            (s["prepared"]["size"], s["prepared"]["offset"])
+                            if "prepared" in s
+                            else None
+                        ),
                     )
                     for s in specs
                 ]
@@ -724,8 +831,18 @@ def test_pytest_fails_the_item_of_a_trace_whose_cpp_scheduler_ends_the_process(
         f'[tool.schedcli.folders."suite"]\npolicy = "{crashing(3, 11)}"\n'
     )
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--schedcli",
-         "suite", "-q"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "--schedcli",
+            "suite",
+            "-q",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -801,16 +918,29 @@ def _where_broken(stderr: str) -> str | None:
     how=st.sampled_from([5, 15, 16, 17, 18, 19, 20, 21, 22, 23]),
 )
 def test_a_cpp_scheduler_that_hands_back_what_it_should_not_breaks_where_a_python_one_does(
-    cxx: str, cli: Cli, tmp_path_factory: pytest.TempPathFactory, ops: list[dict[str, object]],
-    crash_at: int, how: int
+    cxx: str,
+    cli: Cli,
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[dict[str, object]],
+    crash_at: int,
+    how: int,
 ) -> None:
     """The second path to the verdict: a Python policy handing back the same wrong thing at
     the same call. Both are the contract broken at the same step and line, or neither is."""
     trace = write(tmp_path_factory.mktemp("twin") / "t.jsonl", {"schedcli": 1}, ops)
     ours = cli("replay", trace, "-p", crashing(crash_at, how), "--drain", "-f", "jsonl")
     twin = cli(
-        "replay", trace, "-p", TWIN, "-P", f"crash_at={crash_at}", "-P", f"how={how}",
-        "--drain", "-f", "jsonl",
+        "replay",
+        trace,
+        "-p",
+        TWIN,
+        "-P",
+        f"crash_at={crash_at}",
+        "-P",
+        f"how={how}",
+        "--drain",
+        "-f",
+        "jsonl",
     )
     assert ours.code == twin.code, (ours.stderr, twin.stderr)
     assert _where_broken(ours.stderr) == _where_broken(twin.stderr), (ours.stderr, twin.stderr)
@@ -861,8 +991,11 @@ def _verdict(cli: Cli, trace: Path, *policy: str) -> tuple[int, str | None, list
           deadline=None, suppress_health_check=list(HealthCheck))  # fmt: skip
 @given(ops=traffic())
 def test_executorchs_decode_first_and_our_reference_port_give_one_verdict_line_and_records(
-    monkeypatch: pytest.MonkeyPatch, cxx_cache: Path, cli: Cli,
-    tmp_path_factory: pytest.TempPathFactory, ops: list[dict[str, object]]
+    monkeypatch: pytest.MonkeyPatch,
+    cxx_cache: Path,
+    cli: Cli,
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[dict[str, object]],
 ) -> None:
     """#55: the C++ and the port replay every trace alike, through the same ledger: a stale
     task ExecuTorch's scheduler hands back after a tid is reused is the contract broken at
@@ -915,7 +1048,7 @@ def test_a_task_whose_tokens_pointer_the_cpp_scheduler_reset_is_named_so(
     assert STEP_2 + "the C++ scheduler returned from get_work a task with tid 3 whose " in (
         done.stderr
     )
-    assert "tokens pointer was moved out or reset" in done.stderr
+    assert "pointer was moved out or reset" in done.stderr
 
 
 def test_a_sweep_whose_cpp_worker_ends_its_process_is_the_contract_broken_not_a_crash(
@@ -966,3 +1099,50 @@ def _state(pid: str) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+VARIANT_TYPES = """
+#pragma once
+// The declarations of upstream's proposal where a Task is a preparation or an execution
+// task (pytorch/executorch extension/llm/batching/types.h in a proposal), trimmed.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <variant>
+namespace executorch { namespace extension { namespace llm { namespace batching {
+using Token = std::uint64_t;
+using SessionId = std::int64_t;
+using Position = std::int32_t;
+using TaskId = std::int64_t;
+class PreparedInput {
+ public:
+  virtual ~PreparedInput() = default;
+  virtual std::size_t position_count() const = 0;
+};
+struct Input {
+  SessionId sid; bool produce_output; std::size_t offset; std::size_t size;
+  std::shared_ptr<const PreparedInput> prepared; Position position;
+};
+struct ExecutionTask { TaskId tid; bool cancelled; Input input; bool is_decode; };
+struct PrepareTask { TaskId tid; };
+using Task = std::variant<PrepareTask, ExecutionTask>;
+}}}}
+"""
+
+
+def test_an_interface_shape_schedcli_does_not_know_is_refused_in_its_own_words(
+    cxx: str, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout = tmp_path / "executorch"
+    batching = checkout / "extension" / "llm" / "batching"
+    batching.mkdir(parents=True)
+    (batching / "types.h").write_text(VARIANT_TYPES)
+    shutil.copy(
+        CPP / "tid64" / "executorch" / "extension" / "llm" / "batching" / "scheduler.h", batching
+    )
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(checkout))
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, OPAQUE[1:])
+    done = cli("replay", trace, "-p", fifo())
+    assert done.code == 2
+    assert "schedcli/shape.h" in done.stderr
+    assert "batching::Task is not a struct with tid and input" in done.stderr

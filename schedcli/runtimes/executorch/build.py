@@ -45,13 +45,15 @@ INSTALL = (
 @dataclass(frozen=True)
 class Build:
     """What to compile: ``sources`` (file name, text) written into the build folder and
-    compiled together into ``output``, with ``include_dirs`` on the include path."""
+    compiled together into ``output``, with ``include_dirs`` on the include path, then
+    ``system_dirs`` as a dependency's (``-isystem``: their own warnings are not ours)."""
 
     sources: tuple[tuple[str, str], ...]
     include_dirs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ("-std=c++17", "-O2", "-fPIC", "-shared")
     output: str = "libscheduler.so"
     label: str = ""  # what the note says was built (default: the first source's name)
+    system_dirs: tuple[str, ...] = ()
 
 
 def extension_build(
@@ -148,9 +150,10 @@ INCLUDE_VARIABLES = ("CPATH", "CPLUS_INCLUDE_PATH")
 
 def _key(build: Build, command: list[str], version: str, env: Mapping[str, str]) -> str:
     includes = [str(Path(d).resolve()) for d in build.include_dirs]
+    system = [str(Path(d).resolve()) for d in build.system_dirs]
     variables = [env.get(name) for name in INCLUDE_VARIABLES]
     blob = json.dumps(  # ASCII: a path that is not UTF-8 is kept, escaped
-        [command, version, build.flags, includes, variables, build.sources, build.output]
+        [command, version, build.flags, includes, system, variables, build.sources, build.output]
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -407,8 +410,14 @@ def _compile(build: Build, command: list[str], folder: Path, env: Mapping[str, s
             (here / name).write_text(text)
             sources.append(str(here / name))
         includes = [str(Path(d).resolve()) for d in build.include_dirs]
+        system = [str(Path(d).resolve()) for d in build.system_dirs]
         target = here / build.output
-        compiler = [*command, *build.flags, *(f"-I{d}" for d in includes)]
+        compiler = [
+            *command,
+            *build.flags,
+            *(f"-I{d}" for d in includes),
+            *(a for d in system for a in ("-isystem", d)),
+        ]
         deps = here / "deps.d"
         argv = [*compiler, "-MD", "-MF", str(deps), "-MT", _compiler.TARGET.decode()]
         done = subprocess.run(
@@ -421,7 +430,7 @@ def _compile(build: Build, command: list[str], folder: Path, env: Mapping[str, s
         if made is not None:  # exit 0 without the library: nothing is cached
             flags = shlex.join([*command, *build.flags])
             raise UsageError(f"the C++ compiler made {made} ({flags}): {_compiler.MODE}")
-        search = _search(compiler, includes, here, env)
+        search = _search(compiler, [*includes, *system], here, env)
         texts = [text.encode() for _, text in build.sources]
         record = _record(_compiler.rule_names(deps.read_bytes()), texts, here, search)
         (here / "inputs.json").write_text(json.dumps(record, sort_keys=True))

@@ -26,6 +26,7 @@ from ...model.scheduler import Param, Scheduler
 from ...model.task import DECODE, Id, Task, settle_outputs
 from .. import supervisor
 from . import build as cxx_build
+from . import include_dir
 from .spec import PREFIX, CxxSpec, resolve, worker_env
 
 
@@ -140,7 +141,15 @@ def _digest(spec: CxxSpec, compiler: tuple[str, ...]) -> str:
     import orjson
 
     shape = [[n, None if n is not None else v] for n, v in spec.args]
-    key = [spec.header, spec.callee, shape, spec.include_dirs, spec.flags, compiler]
+    key = [
+        spec.header,
+        spec.callee,
+        shape,
+        spec.include_dirs,
+        spec.system_dirs,
+        spec.flags,
+        compiler,
+    ]
     return hashlib.sha256(orjson.dumps(key)).hexdigest()
 
 
@@ -148,7 +157,9 @@ def _source(spec: CxxSpec, module: str) -> str:
     """The extension's source: the spec's header and factory, then the shim."""
     shim = resources.files(__package__).joinpath("shim.cpp").read_text(encoding="utf-8")
     header = spec.header if spec.header.startswith("<") else f'"{spec.header}"'
-    lines = [f"#include {header}"]
+    # shape.h first: an interface shape it does not know is refused in its words, before
+    # the policy's header fails on it in the compiler's.
+    lines = ["#include <schedcli/shape.h>", f"#include {header}"]
     lines.append("static auto schedcli_factory(const std::size_t* schedcli_params) {")
     for i, (n, _) in enumerate(spec.args):
         if n is not None:
@@ -179,12 +190,15 @@ def _built(spec: CxxSpec) -> Path:
 @functools.lru_cache(maxsize=64)
 def _library(spec: CxxSpec, compiler: tuple[str, ...]) -> tuple[Path, str]:
     module = f"_schedcli_cxx_{_digest(spec, compiler)[:16]}"
+    # schedcli/shape.h, which the shim includes, is in the package's include folder.
     base = cxx_build.extension_build(
-        module, (("policy.cpp", _source(spec, module)),), spec.include_dirs
+        module, (("policy.cpp", _source(spec, module)),), (*spec.include_dirs, include_dir())
     )
     label = f"the C++ policy {spec.name!r}"
     flags = (*base.flags, *EXITS, *spec.flags)
-    build = cxx_build.Build(base.sources, base.include_dirs, flags, base.output, label)
+    build = cxx_build.Build(
+        base.sources, base.include_dirs, flags, base.output, label, spec.system_dirs
+    )
     try:
         return cxx_build.built(build, _note), module
     except UsageError as e:

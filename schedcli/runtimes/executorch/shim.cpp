@@ -21,7 +21,9 @@
 //   see (a raw exit_group system call, SIGKILL) ends the process; Python's supervisor
 //   (runtimes/supervisor.py) then reads the call in progress from `g_watch`.
 // - Tasks go in with offset 0, position as the trace gives it (-1 for none) and, when the
-//   trace has tokens, the slice's own tokens; what comes back is matched by tid to the
+//   trace has tokens, the slice's own tokens; an opaque task (`prepared`: backing size and
+//   offset) with that offset, its base position (position - offset) and, under the payload
+//   shape, a stand-in PreparedInput of that size (shape.h). What comes back is matched by tid to the
 //   Python tasks submitted (Handle::queued), which are what Python gets, and must carry
 //   every field as it went in (Entry::sent): a scheduler passes its tasks through.
 
@@ -46,6 +48,8 @@
 #include <utility>
 #include <vector>
 
+#include <schedcli/shape.h>  // which interface shape: detected there, handled there once
+
 #pragma GCC diagnostic push
 // Later upstream marks the interface ET_EXPERIMENTAL, a [[deprecated]] attribute.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -61,11 +65,9 @@ constexpr int RAISED = 2000;   // ... for a stop signal the scheduler sent itsel
 constexpr int ENDED = 3000;    // ... for an exit function called inside a call: ENDED + kExits index
 const char* const kExits[] = {"exit", "_exit", "_Exit", "quick_exit"};
 
-template <class T, class = void>
-struct HasChunkLimit : std::false_type {};
+namespace shape = ::schedcli::shape;
 template <class T>
-struct HasChunkLimit<T, std::void_t<decltype(std::declval<const T&>().max_prefill_chunk_size())>>
-    : std::true_type {};
+using HasChunkLimit = shape::declares_chunk_limit<T>;
 
 // A task the scheduler holds: the Python task (a strong reference) and the task as it
 // went in, which what comes back must equal field for field.
@@ -80,7 +82,7 @@ struct Returned {
   et::TaskId tid;
   const char* call;
   std::uint64_t serial;  // which call of the scheduler's (1-based)
-  std::weak_ptr<const void> owner;  // its tokens pointer's owner: the task's identity
+  std::weak_ptr<const void> owner;  // its work pointer's owner: the task's identity
 };
 constexpr std::size_t kRecent = 4096;
 
@@ -135,7 +137,7 @@ void arm(long ms) {
   setitimer(ITIMER_REAL, &t, nullptr);
 }
 
-extern "C" void on_crash(int sig, siginfo_t* info, void* ctx) {
+extern "C" void on_crash(int sig, siginfo_t* info, void*) {
   if (ours()) {
     g_in_call = 0;
     siglongjmp(g_jump, sig);
@@ -310,9 +312,9 @@ bool to_int(PyObject* value, Int& out, const char* field, const char* type_name)
   return true;
 }
 
-enum Field { TID, SID, SIZE, KIND, OUTPUT, POSITION, TOKENS, FIELDS };
-const char* const kFieldNames[FIELDS] = {"tid",  "sid",      "size",  "kind",
-                                         "produce_output", "position", "tokens"};
+enum Field { TID, SID, SIZE, KIND, OUTPUT, POSITION, TOKENS, PREPARED, FIELDS };
+const char* const kFieldNames[FIELDS] = {"tid",      "sid",    "size",    "kind",
+                                         "produce_output", "position", "tokens", "prepared"};
 PyObject* g_names[FIELDS];
 PyObject* g_cancelled_name = nullptr;
 PyObject* g_decode = nullptr;  // TaskKind.DECODE
@@ -371,7 +373,9 @@ bool to_task(PyObject* obj, et::Task& t) {
   Ref output(read(obj, OUTPUT));
   Ref position(read(obj, POSITION));
   Ref tokens(read(obj, TOKENS));
-  if (!tid.p || !sid.p || !size.p || !kind.p || !output.p || !position.p || !tokens.p) {
+  Ref prepared(read(obj, PREPARED));
+  if (!tid.p || !sid.p || !size.p || !kind.p || !output.p || !position.p || !tokens.p ||
+      !prepared.p) {
     return false;
   }
   if (!to_int(tid.p, t.tid, "tid", "TaskId") || !to_int(sid.p, t.input.sid, "sid", "SessionId")) {
@@ -398,12 +402,36 @@ bool to_task(PyObject* obj, et::Task& t) {
       if (!to_int(PyList_GET_ITEM(tokens.p, i), token, "token", "Token")) return false;
       held->push_back(token);
     }
-    t.input.tokens = std::move(held);
+    shape::set_tokens(t.input, std::move(held));
+  } else if (prepared.p != Py_None) {
+    // (backing size, offset): the slice is [offset, offset + size) of an opaque backing
+    // whose base is position - offset.
+    if (!PyTuple_CheckExact(prepared.p) || PyTuple_GET_SIZE(prepared.p) != 2) {
+      PyErr_SetString(PyExc_TypeError, "a task's prepared is a (size, offset) tuple");
+      return false;
+    }
+    std::size_t backing = 0;
+    if (!to_int(PyTuple_GET_ITEM(prepared.p, 0), backing, "prepared.size", "std::size_t") ||
+        !to_int(PyTuple_GET_ITEM(prepared.p, 1), t.input.offset, "prepared.offset",
+                "std::size_t")) {
+      return false;
+    }
+    if (t.input.position >= 0) {
+      et::Position base;
+      const long long b = static_cast<long long>(t.input.position) -
+                          static_cast<long long>(t.input.offset);
+      Ref value(PyLong_FromLongLong(b));
+      if (!value.p || !to_int(value.p, base, "position - prepared.offset", "Position")) {
+        return false;
+      }
+      t.input.position = base;
+    }
+    shape::set_prepared(t.input, backing);
   }
   return true;
 }
 
-using Tokens = std::shared_ptr<const std::vector<et::Token>>;
+using Tokens = shape::Tokens;
 
 // The first field of `got` that differs from `sent` (the task as it went in): its name and
 // both values, written to `out`; false when every field is as it went in.
@@ -418,34 +446,52 @@ void show(char* out, std::size_t n, const T& v) {
   }
 }
 
-// A task's token slice, its first few tokens: "none", "[1, 2, 3]", "[1, 2, 3, 4, ...]".
+// A task's token slice, its first few tokens: "none", "[1, 2, 3]", "[1, 2, 3, 4, ...]";
+// or an opaque prepared input's size: "prepared input of 512 positions".
 void show_tokens(char* out, std::size_t n, const et::Input& in) {
-  if (!in.tokens) {
+  std::size_t backing = 0;
+  if (shape::prepared_of(in, backing)) {
+    std::snprintf(out, n, "prepared input of %zu positions", backing);
+    return;
+  }
+  const Tokens* held = shape::tokens_of(in);
+  if (held == nullptr || !*held) {
     std::snprintf(out, n, "none");
     return;
   }
+  const std::vector<et::Token>& tokens = **held;
   std::size_t used = static_cast<std::size_t>(std::snprintf(out, n, "["));
   for (std::size_t i = 0; i < in.size && used < n; ++i) {
     const std::size_t at = in.offset + i;
     const char* sep = i ? ", " : "";
-    if (i == 4 || at >= in.tokens->size()) {
+    if (i == 4 || at >= tokens.size()) {
       used += static_cast<std::size_t>(
           std::snprintf(out + used, n - used, "%s%s", sep, i == 4 ? "..." : "out of range"));
       break;
     }
     used += static_cast<std::size_t>(std::snprintf(out + used, n - used, "%s%lld", sep,
-                                                   static_cast<long long>((*in.tokens)[at])));
+                                                   static_cast<long long>(tokens[at])));
   }
   if (used < n) std::snprintf(out + used, n - used, "]");
 }
 
+// Whether `a` carries `b`'s work: the same token slice, or an opaque prepared input of the
+// same size (the very one, or a stand-in for it: a scheduler cannot see inside it).
 bool same_tokens(const et::Input& a, const et::Input& b) {
-  if (a.tokens == b.tokens) return true;
-  if (!a.tokens || !b.tokens) return false;
+  std::size_t pa = 0, pb = 0;
+  const bool opaque_a = shape::prepared_of(a, pa), opaque_b = shape::prepared_of(b, pb);
+  if (opaque_a || opaque_b) return opaque_a && opaque_b && pa == pb;
+  const Tokens* ta = shape::tokens_of(a);
+  const Tokens* tb = shape::tokens_of(b);
+  const bool none_a = ta == nullptr || !*ta, none_b = tb == nullptr || !*tb;
+  if (none_a || none_b) return none_a && none_b;
+  if (*ta == *tb) return true;
+  const std::vector<et::Token>& x = **ta;
+  const std::vector<et::Token>& y = **tb;
   const std::size_t end = b.offset + b.size;
-  if (a.tokens->size() < end || b.tokens->size() < end) return false;
+  if (x.size() < end || y.size() < end) return false;
   for (std::size_t i = b.offset; i < end; ++i) {
-    if ((*a.tokens)[i] != (*b.tokens)[i]) return false;
+    if (x[i] != y[i]) return false;
   }
   return true;
 }
@@ -485,10 +531,29 @@ bool same_owner(const A& a, const B& b) {
   return !a.owner_before(b) && !b.owner_before(a);
 }
 
+// The input's work pointer (tokens, or a prepared input) shares `a`'s owner.
+template <class A>
+bool owned_like(const A& a, const et::Input& in) {
+  return shape::with_owner(in, [&](const auto& p) { return same_owner(a, p); });
+}
+
+bool same_owner_inputs(const et::Input& a, const et::Input& b) {
+  return shape::with_owner(a, [&](const auto& p) { return owned_like(p, b); });
+}
+
+long owners(const et::Input& in) {
+  return shape::with_owner(in, [](const auto& p) { return static_cast<long>(p.use_count()); });
+}
+
+std::weak_ptr<const void> owner_of(const et::Input& in) {
+  return shape::with_owner(
+      in, [](const auto& p) { return std::weak_ptr<const void>(std::shared_ptr<const void>(p)); });
+}
+
 // The task remembered as handed back before whose identity `got` carries, if any.
 const Returned* earlier(const Handle* h, const et::Task& got) {
   for (const Returned& r : h->recent) {
-    if (r.tid == got.tid && same_owner(r.owner, got.input.tokens)) return &r;
+    if (r.tid == got.tid && owned_like(r.owner, got.input)) return &r;
   }
   return nullptr;
 }
@@ -498,8 +563,8 @@ const Returned* earlier(const Handle* h, const et::Task& got) {
 // copied keeps the owner; a vector it copied into a new pointer is a copy of the task too,
 // unless that owner is an earlier task's; a pointer moved out or reset (no owner) is not.
 bool same_task(const Handle* h, const et::Task& got, const et::Task& sent) {
-  if (same_owner(got.input.tokens, sent.input.tokens)) return true;
-  return got.input.tokens.use_count() != 0 && earlier(h, got) == nullptr;
+  if (same_owner_inputs(got.input, sent.input)) return true;
+  return owners(got.input) != 0 && earlier(h, got) == nullptr;
 }
 
 // `got`'s tid is queued, but what came back is another task that had that tid: one handed
@@ -509,10 +574,11 @@ PyObject* stale(Handle* h, const et::Task& got, const char* what) {
   const long long id = static_cast<long long>(got.tid);
   if (last == nullptr) {
     return PyErr_Format(g_aborted,
-                        "the C++ scheduler returned from %s a task with tid %lld whose tokens "
-                        "pointer was moved out or reset: an earlier task with that tid that it "
-                        "kept (not the one queued under that tid now), or the task rebuilt; a "
-                        "scheduler carries each task through, its tokens pointer included (a "
+                        "the C++ scheduler returned from %s a task with tid %lld whose tokens (or "
+                        "prepared input) pointer was moved out or reset: an earlier task with "
+                        "that tid that it kept (not the one queued under that tid now), or the "
+                        "task rebuilt; a "
+                        "scheduler carries each task through, that pointer included (a "
                         "copy of it is fine)",
                         what, id);
   }
@@ -577,8 +643,9 @@ PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* wha
       return stale(h, tasks[i], what);
     }
     PyObject* task = it->second.task;
+    // Remembered before the entry goes: `it` is invalid after the erase.
+    Returned back{tasks[i].tid, what, h->calls, owner_of(it->second.sent.input)};
     h->queued.erase(it);
-    Returned back{tasks[i].tid, what, h->calls, it->second.sent.input.tokens};
     if (h->recent.size() < kRecent) {
       h->recent.push_back(std::move(back));
     } else {
@@ -672,11 +739,16 @@ PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       return nullptr;
     }
   }
-  // Each task goes in marked as this very task: its token slice, or (without tokens) a
-  // null pointer sharing ownership of this submit's mark, which a copy of the task keeps.
+  // Each task goes in marked as this very task: its token slice or prepared input, or
+  // (without either) a null token pointer sharing ownership of this submit's mark, which a
+  // copy of the task keeps.
   const std::shared_ptr<const void> mark = std::make_shared<const char>('\0');
   for (et::Task& t : tasks) {
-    if (!t.input.tokens) t.input.tokens = Tokens(mark, nullptr);
+    std::size_t backing = 0;
+    const Tokens* held = shape::tokens_of(t.input);
+    if (!shape::prepared_of(t.input, backing) && (held == nullptr || !*held)) {
+      shape::set_tokens(t.input, Tokens(mark, nullptr));
+    }
   }
   std::vector<et::Task> sent(tasks);  // as they went in: what comes back must match
   PyObject* ok = guarded(h, SUBMIT, [&] { return PyBool_FromLong(h->s->submit(std::move(tasks))); });
@@ -764,21 +836,28 @@ PyObject* watch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// A METH_FASTCALL function as the table's type, cast through void(*)() as the compilers
+// allow without a warning (CPython calls it by its real type).
+PyCFunction fast(PyObject* (*f)(PyObject*, PyObject* const*, Py_ssize_t)) {
+  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f));
+}
+
 PyMethodDef kMethods[] = {
-    {"watch", reinterpret_cast<PyCFunction>(watch), METH_FASTCALL, nullptr},
-    {"create", reinterpret_cast<PyCFunction>(create), METH_FASTCALL, nullptr},
-    {"submit", reinterpret_cast<PyCFunction>(submit), METH_FASTCALL, nullptr},
-    {"get_work", reinterpret_cast<PyCFunction>(get_work), METH_FASTCALL, nullptr},
-    {"has_work", reinterpret_cast<PyCFunction>(has_work), METH_FASTCALL, nullptr},
-    {"cancel", reinterpret_cast<PyCFunction>(cancel), METH_FASTCALL, nullptr},
-    {"clear", reinterpret_cast<PyCFunction>(clear), METH_FASTCALL, nullptr},
-    {"max_prefill_chunk_size", reinterpret_cast<PyCFunction>(max_prefill_chunk_size),
+    {"watch", fast(watch), METH_FASTCALL, nullptr},
+    {"create", fast(create), METH_FASTCALL, nullptr},
+    {"submit", fast(submit), METH_FASTCALL, nullptr},
+    {"get_work", fast(get_work), METH_FASTCALL, nullptr},
+    {"has_work", fast(has_work), METH_FASTCALL, nullptr},
+    {"cancel", fast(cancel), METH_FASTCALL, nullptr},
+    {"clear", fast(clear), METH_FASTCALL, nullptr},
+    {"max_prefill_chunk_size", fast(max_prefill_chunk_size),
      METH_FASTCALL, nullptr},
-    {"setup", reinterpret_cast<PyCFunction>(setup), METH_FASTCALL, nullptr},
+    {"setup", fast(setup), METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef kModule = {PyModuleDef_HEAD_INIT, SCHEDCLI_MODULE, nullptr, -1, kMethods};
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, SCHEDCLI_MODULE, nullptr, -1, kMethods,
+                       nullptr, nullptr, nullptr, nullptr};
 
 template <class Int>
 bool add_range(PyObject* m, const char* name) {
@@ -815,7 +894,7 @@ extern "C" {
 }
 }
 
-extern "C" PyMODINIT_FUNC SCHEDCLI_INIT() {
+PyMODINIT_FUNC SCHEDCLI_INIT() {  // PyMODINIT_FUNC is extern "C" already
   using namespace schedcli_shim;
   for (int f = 0; f < FIELDS; ++f) g_names[f] = PyUnicode_InternFromString(kFieldNames[f]);
   g_cancelled_name = PyUnicode_InternFromString("cancelled");
@@ -825,7 +904,9 @@ extern "C" PyMODINIT_FUNC SCHEDCLI_INIT() {
   if (m == nullptr) return nullptr;
   if (!add_range<et::TaskId>(m, "TASK_ID") || !add_range<et::SessionId>(m, "SESSION_ID") ||
       !add_range<et::Position>(m, "POSITION") ||
-      PyModule_AddIntConstant(m, "HAS_CHUNK_LIMIT", HasChunkLimit<Sched>::value ? 1 : 0) < 0) {
+      !add_range<et::Token>(m, "TOKEN") ||
+      PyModule_AddIntConstant(m, "HAS_CHUNK_LIMIT", HasChunkLimit<Sched>::value ? 1 : 0) < 0 ||
+      PyModule_AddIntConstant(m, "PAYLOAD", shape::kPayload ? 1 : 0) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

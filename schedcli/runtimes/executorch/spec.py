@@ -65,6 +65,9 @@ class CxxSpec:
     # ExecuTorch's reference may owe a session two outputs in one batch (docs/policies.md,
     # compat=reference): for it, as for compat=reference, that is a warning, not a stop.
     known_two_outputs: bool = False
+    # The folder above the ExecuTorch checkout: a dependency's headers (-isystem), whose
+    # own warnings are not ours to fail a -Werror build on.
+    system_dirs: tuple[str, ...] = ()
 
     @property
     def params(self) -> tuple[tuple[str, int], ...]:
@@ -85,6 +88,7 @@ class CxxSpec:
             "include_dirs": list(self.include_dirs),
             "flags": list(self.flags),
             "known_two_outputs": self.known_two_outputs,
+            "system_dirs": list(self.system_dirs),
         }
 
     @classmethod
@@ -97,6 +101,7 @@ class CxxSpec:
             tuple(data["include_dirs"]),
             tuple(data["flags"]),
             bool(data.get("known_two_outputs", False)),
+            tuple(data.get("system_dirs", ())),
         )
 
 
@@ -388,12 +393,18 @@ def resolve(name: str, env: Mapping[str, str] = os.environ, cwd: Path | None = N
         if not isinstance(line, str):
             raise UsageError(f"{where} must be a string HEADER=FACTORY(ARGS), not {line!r}")
     header, callee, args = parse_line(name, line, base, where)
-    if root is not None:
-        includes.append(str(root.parent))
+    system = (str(root.parent),) if root is not None else ()
     if not header.startswith("<"):
         includes.insert(0, str(Path(header).parent))
     spec = CxxSpec(
-        name, header, callee, args, tuple(dict.fromkeys(includes)), tuple(flags), body in BUILTINS
+        name,
+        header,
+        callee,
+        args,
+        tuple(dict.fromkeys(includes)),
+        tuple(flags),
+        body in BUILTINS,
+        system,
     )
     return spec
 

@@ -24,6 +24,12 @@
 #include <vector>
 
 #include <executorch/extension/llm/batching/scheduler.h>
+#include <schedcli/shape.h>
+
+// The later interface shapes mark it ET_EXPERIMENTAL ([[deprecated]]): a user's scheduler
+// says it knows, as this one does, to build warning-free under -Werror.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace schedcli_test {
 
@@ -125,18 +131,20 @@ class CrashingScheduler : public et::Scheduler {
       case 22: t.input.offset += 1; break;
       case 23: {
         auto other = std::make_shared<std::vector<et::Token>>(t.input.size, et::Token{7});
-        t.input.tokens = other;
+        schedcli::shape::set_tokens(t.input, other);
         break;
       }
       case 24:
-      case 25:
-        if (t.input.tokens) {
-          auto copy = std::make_shared<std::vector<et::Token>>(*t.input.tokens);
+      case 25: {
+        const schedcli::shape::Tokens* held = schedcli::shape::tokens_of(t.input);
+        if (held != nullptr && *held) {
+          auto copy = std::make_shared<std::vector<et::Token>>(**held);
           if (how_ == 25) copy->push_back(et::Token{99});
-          t.input.tokens = copy;
+          schedcli::shape::set_tokens(t.input, copy);
         }
         break;
-      case 26: t.input.tokens = nullptr; break;
+      }
+      case 26: schedcli::shape::set_tokens(t.input, nullptr); break;
       default: break;
     }
   }
@@ -150,3 +158,5 @@ class CrashingScheduler : public et::Scheduler {
 };
 
 }  // namespace schedcli_test
+
+#pragma GCC diagnostic pop

@@ -1,7 +1,8 @@
 // A batching::Scheduler of schedcli's own that checks what crosses the boundary, for the
 // tests: it accepts a task only if its tokens, when it has any, are the slice
-// [position, position + 1, ...] of exactly `size` tokens at offset 0, and a task with no
-// tokens has a null pointer and, if it has no position, -1. Batches of one task, FIFO.
+// [position, position + 1, ...] of exactly `size` tokens at offset 0, a task with no
+// tokens has a null pointer and, if it has no position, -1, and a task holding a prepared
+// input (payload shape) has its slice inside it. Batches of one task, FIFO.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,12 @@
 #include <vector>
 
 #include <executorch/extension/llm/batching/scheduler.h>
+#include <schedcli/shape.h>
+
+// The later interface shapes mark it ET_EXPERIMENTAL ([[deprecated]]): a user's scheduler
+// says it knows, as this one does, to build warning-free under -Werror.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace schedcli_test {
 
@@ -21,14 +28,20 @@ class TokenCheck : public et::Scheduler {
 
   bool submit(std::vector<et::Task> tasks) override {
     for (const et::Task& t : tasks) {
+      std::size_t backing = 0;
+      if (schedcli::shape::prepared_of(t.input, backing)) {
+        if (t.input.offset > backing || t.input.size > backing - t.input.offset) return false;
+        continue;
+      }
       if (t.input.offset != 0) return false;
-      if (t.input.tokens == nullptr) {
+      const schedcli::shape::Tokens* held = schedcli::shape::tokens_of(t.input);
+      if (held == nullptr || *held == nullptr) {
         if (t.input.position != -1 && static_cast<std::size_t>(t.input.position) != untokened_) {
           return false;
         }
         continue;
       }
-      const std::vector<et::Token>& tokens = *t.input.tokens;
+      const std::vector<et::Token>& tokens = **held;
       if (tokens.size() != t.input.size) return false;
       for (std::size_t i = 0; i < tokens.size(); ++i) {
         if (tokens[i] != static_cast<et::Token>(t.input.position) + static_cast<et::Token>(i)) {
@@ -63,3 +76,5 @@ class TokenCheck : public et::Scheduler {
 };
 
 }  // namespace schedcli_test
+
+#pragma GCC diagnostic pop

@@ -12,10 +12,13 @@
 // offset), produce_output. Token ids are never recorded (they are user data) unless
 // record_tokens(true) asks; then each task's slice tokens[offset : offset + size] of its
 // backing vector, when the vector holds all of it (else none, so the recording replays).
+// A task whose payload is an opaque PreparedInput (the payload shape) is recorded as
+// `"prepared":{"size":N,"offset":O}`: the backing's size() and the slice's offset, never
+// its contents, when the slice lies inside it.
 //
-// Builds against both shapes of ExecuTorch's interface: the five calls of the seed
-// (32-bit TaskId), and the later one that adds max_prefill_chunk_size() (64-bit TaskId).
-// Which one is detected at compile time; ids are written at their declared width.
+// Builds against every shape of ExecuTorch's interface schedcli knows (shape.h: the
+// seed's, 64-bit TaskId, max_prefill_chunk_size() on the interface, the payload variant),
+// detected at compile time; ids and tokens are written at their declared width.
 
 #pragma once
 
@@ -33,6 +36,8 @@
 
 #include <executorch/extension/llm/batching/scheduler.h>
 
+#include "shape.h"
+
 // Later upstream marks the interface ET_EXPERIMENTAL, a [[deprecated]] attribute: our own
 // uses of it must not warn (a -Werror build would fail on them), whatever the shape.
 #if defined(__GNUC__) || defined(__clang__)
@@ -46,16 +51,9 @@ namespace batching = ::executorch::extension::llm::batching;
 
 namespace detail {
 
-// Whether the interface S declares max_prefill_chunk_size() (the later shape does).
-template <class S, class = void>
-struct declares_chunk_limit : std::false_type {};
-template <class S>
-struct declares_chunk_limit<S, std::void_t<decltype(&S::max_prefill_chunk_size)>>
-    : std::true_type {};
-
 // The wrapped scheduler, and, where the interface declares it, max_prefill_chunk_size()
 // forwarded to it: a recorder is then as concrete as the scheduler it wraps.
-template <class S, bool = declares_chunk_limit<S>::value>
+template <class S, bool = shape::declares_chunk_limit<S>::value>
 class Wrapping : public S {
  protected:
   explicit Wrapping(std::unique_ptr<S> inner) : inner_(std::move(inner)) {}
@@ -248,11 +246,22 @@ class RecordingScheduler : public detail::Wrapping<batching::Scheduler> {
       int_(out, static_cast<std::int64_t>(in.position) + static_cast<std::int64_t>(in.offset));
     }
     out += in.produce_output ? ",\"produce_output\":true" : ",\"produce_output\":false";
-    // Only a whole slice: one that runs past its backing vector is recorded without tokens
-    // (a replay refuses a size its tokens do not match, and the recording must replay).
-    if (record_tokens_ && in.tokens != nullptr && in.offset <= in.tokens->size() &&
-        in.size <= in.tokens->size() - in.offset) {
-      const auto& backing = *in.tokens;
+    // Only a whole slice: one that runs past its backing is recorded without tokens, or
+    // without `prepared` (a replay refuses a slice outside its backing, and the recording
+    // must replay).
+    std::size_t opaque = 0;
+    const shape::Tokens* held = shape::tokens_of(in);
+    if (shape::prepared_of(in, opaque)) {
+      if (in.offset <= opaque && in.size <= opaque - in.offset) {
+        out += ",\"prepared\":{\"size\":";
+        int_(out, opaque);
+        out += ",\"offset\":";
+        int_(out, in.offset);
+        out += '}';
+      }
+    } else if (record_tokens_ && held != nullptr && *held != nullptr &&
+               in.offset <= (*held)->size() && in.size <= (*held)->size() - in.offset) {
+      const auto& backing = **held;
       out += ",\"tokens\":[";
       const std::size_t end = in.offset + in.size;
       for (std::size_t i = in.offset; i < end; ++i) {
