@@ -1,6 +1,8 @@
 // Records a C++ scheduler under threaded traffic, for replaying it as `-p cxx:...`:
 // four producers submit and cancel while one consumer takes batches; then, with work
-// still queued, clear() (whose order is the scheduler's own).
+// still queued, clear() (whose order is the scheduler's own). Each decode carries its
+// token; a prompt's chunks share one backing: token ids, or (the payload shape) every
+// other prompt an opaque prepared input, recorded as `prepared`.
 //   record_threads OUT.jsonl
 // The scheduler is compiled in: -DPOLICY_HEADER='"x.h"' -DPOLICY_MAKE='expr'
 // -DPOLICY_NAME='"cxx:name"' -DPOLICY_PARAMS='"{...}"' (the header's params, as JSON).
@@ -11,6 +13,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot record to %s\n", argv[1]);
     return 1;
   }
+  rec->record_tokens(true);
   b::Scheduler& s = *rec;
   std::atomic<b::TaskId> next{1};
   std::atomic<bool> done{false};
@@ -55,12 +59,32 @@ int main(int argc, char** argv) {
         const bool decode = (seed >> 8) % 3 == 0;
         std::vector<b::Task> group;
         if (decode) {
-          group.push_back(make(next++, sid, true, 1));
+          b::Task t = make(next++, sid, true, 1);
+          schedcli::shape::set_tokens(t.input, std::make_shared<std::vector<b::Token>>(1, seed % 50000));
+          t.input.position = static_cast<b::Position>(seed % 4000);
+          group.push_back(std::move(t));
         } else {
           const int chunks = 1 + static_cast<int>((seed >> 12) % 3);
+          std::size_t sizes[3];
+          std::size_t total = 0;
           for (int c = 0; c < chunks; ++c) {
-            b::Task t = make(next++, sid, false, 1 + (seed >> (4 + c)) % 32);
+            sizes[c] = 1 + (seed >> (4 + c)) % 32;
+            total += sizes[c];
+          }
+          b::Task first = make(0, sid, false, 0);
+          if ((seed >> 3) % 2 == 0 || !schedcli::shape::set_prepared(first.input, total)) {
+            schedcli::shape::set_tokens(first.input, std::make_shared<std::vector<b::Token>>(total, seed % 50000));
+          }
+          std::size_t offset = 0;
+          for (int c = 0; c < chunks; ++c) {
+            b::Task t = make(next++, sid, false, sizes[c]);
+            t.input = first.input;  // the same backing, shared
+            t.input.sid = sid;
+            t.input.size = sizes[c];
+            t.input.offset = offset;
+            t.input.position = 0;
             t.input.produce_output = c == chunks - 1;
+            offset += sizes[c];
             group.push_back(std::move(t));
           }
         }

@@ -35,6 +35,7 @@ CPP = ROOT / "tests" / "cpp"
 SCHEDULERS = CPP / "schedulers"
 SHAPES = ("seed", "tid64", "later", "payload")
 BUILDS = [(c, s) for c in COMPILERS for s in SHAPES]
+EVERY_SHAPE = [(c, s) for c, s in BUILDS if c == BUILDS[0][0]]  # one compiler
 
 
 def fifo(b: int = 544, n: int = 64, c: int = 256) -> str:
@@ -424,6 +425,7 @@ def test_a_project_names_its_cpp_policies_and_policies_lists_them(
     assert bad.code == 2 and "unknown C++ policy 'cxx:fifoo'" in bad.stderr
 
 
+@pytest.mark.parametrize("cxx", EVERY_SHAPE, indirect=True, ids=[s for _, s in EVERY_SHAPE])
 def test_a_threaded_recording_of_the_cpp_replays_exactly_under_it_clear_included(
     cxx: str, cli: Cli, tmp_path: Path
 ) -> None:
@@ -439,7 +441,8 @@ def test_a_threaded_recording_of_the_cpp_replays_exactly_under_it_clear_included
             "-O1",
             "-pthread",
             f"-I{include_dir()}",
-            f"-I{CPP / cxx}",
+            "-isystem",
+            str(CPP / cxx),
             f'-DPOLICY_HEADER="{SCHEDULERS / "fifo_scheduler.h"}"',
             "-DPOLICY_MAKE=schedcli_test::FifoScheduler::create(64, 6, 32)",
             f"-DPOLICY_NAME={orjson.dumps(policy).decode()}",
@@ -456,6 +459,9 @@ def test_a_threaded_recording_of_the_cpp_replays_exactly_under_it_clear_included
     recording = tmp_path / "rec.jsonl"
     subprocess.run([str(binary), str(recording)], check=True)
     assert recording.read_bytes().splitlines()[-1] == b'{"op":"clear"}'
+    text = recording.read_text()
+    assert '"tokens":[' in text
+    assert ('"prepared":{' in text) == (cxx == "payload")  # opaque where the shape has them
     # Its header names the inline spec it was built from: a trace may only name code, so
     # the replay gives it with -p (#55).
     done = cli("replay", recording, "-p", policy, "--check", "--require-all")
@@ -642,7 +648,8 @@ def test_a_threaded_recording_of_executorchs_decode_first_replays_exactly_under_
             "-O1",
             "-pthread",
             f"-I{include_dir()}",
-            f"-I{root.parent}",
+            "-isystem",
+            str(root.parent),
             "-DPOLICY_HEADER=<executorch/extension/llm/batching/decode_first_scheduler.h>",
             "-DPOLICY_MAKE=executorch::extension::llm::batching::DecodeFirstScheduler::"
             "create(64, 4, 32)",
@@ -658,6 +665,8 @@ def test_a_threaded_recording_of_executorchs_decode_first_replays_exactly_under_
     subprocess.run([str(binary), str(recording)], check=True)
     done = cli("replay", recording, "--check", "--require-all", "--executorch", root)
     assert done.code == 0, done.stderr
+    port = cli("replay", recording, "-p", "decode-first", "-P", "compat=reference", "--check")
+    assert port.code == 0, port.stderr  # the reference's port takes the same batches
     apart = cli(
         "diff",
         recording,
