@@ -111,9 +111,7 @@ def test_the_readme_lists_exactly_the_traces_present_with_their_groups() -> None
 
 def test_contract_traces_name_no_policy_and_decode_first_traces_name_theirs() -> None:
     assert all("policy" not in header for header in traces("contract").values())
-    assert {header.get("policy") for header in traces("decode-first").values()} == {
-        "decode-first"
-    }
+    assert {header.get("policy") for header in traces("decode-first").values()} == {"decode-first"}
     goldens = (SUITE / "decode-first" / "golden").iterdir()
     assert {p.name.removesuffix(".dump.jsonl") for p in goldens} == set(traces("decode-first"))
     assert not (SUITE / "contract" / "golden").exists()
@@ -221,3 +219,29 @@ def test_executorchs_own_decode_first_passes_the_whole_folder(
     assert r.returncode == 0, r.stdout.decode()[-3000:] + r.stderr.decode()[-2000:]
     count = len(traces("contract")) + len(traces("decode-first"))
     assert all_passed(r.stdout, count)
+
+
+# --- a C++ scheduler of our own, against the stand-in of every interface shape --------------
+
+CPP = Path(__file__).resolve().parents[1] / "cpp"
+FIFO = (
+    f"cxx:{CPP / 'schedulers' / 'fifo_scheduler.h'}=schedcli_test::FifoScheduler::create("
+    "max_batch_tokens=544, max_num_seqs=64, max_prefill_chunk_size=256)"
+)
+COMPILER = (
+    shutil.which("g++") or shutil.which("clang++") or bool(os.environ.get("SCHEDCLI_REQUIRE_GXX"))
+)
+
+
+@pytest.mark.skipif(not COMPILER, reason="no C++ compiler here (CI installs g++ and clang)")
+@pytest.mark.parametrize("shape", ["seed", "tid64", "later", "payload"])
+def test_a_cpp_scheduler_passes_the_contract_under_every_interface_shape(
+    shape: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The contract's cases cross the boundary as each shape has them: an opaque prompt as
+    a stand-in PreparedInput under the payload shape, with no work before it."""
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(tmp_path_factory.getbasetemp() / "cxx"))
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(CPP / shape / "executorch"))
+    r = run_cli("conformance", "contract", "-p", FIFO, "-j", "1")
+    assert r.returncode == 0, r.stdout.decode()[-3000:] + r.stderr.decode()[-2000:]
+    assert all_passed(r.stdout, len(traces("contract")))
