@@ -27,7 +27,7 @@ own_subclass_cache(*BUILTIN_POLICIES.values(), ReferenceDecodeFirst)
 
 # Request-level policies (model/requests.py), imported when asked for: vLLM's scheduler
 # (runtimes/vllm/policy.py) needs the ``vllm`` extra.
-REQUEST_POLICIES: dict[str, str] = {"vllm": "schedcli.runtimes.vllm.policy:VllmScheduler"}
+REQUEST_POLICIES: dict[str, str] = {"vllm": "schedcli.runtimes.vllm.policy:VLLM"}
 
 __all__ = [
     "BUILTIN_POLICIES",

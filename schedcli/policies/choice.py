@@ -11,7 +11,15 @@ from typing import Any, NamedTuple
 from ..model.errors import InputError, UsageError
 from ..model.scheduler import Policy
 from . import REQUEST_POLICIES
-from .registry import CXX_PREFIX, Level, build_policy, resolve_policy, settled_params
+from .registry import (
+    CXX_PREFIX,
+    RUNNER_PREFIX,
+    VLLM_PREFIXES,
+    Level,
+    build_policy,
+    resolve_policy,
+    settled_params,
+)
 
 DEFAULT_POLICY = "decode-first"
 
@@ -165,13 +173,16 @@ def _named_not_supplied(spec: str, trace_name: str, line: int) -> None:
     configured here (a built-in, an entry point, a ``cxx:`` name the built-ins or
     ``pyproject.toml`` give), never from an inline C++ spec or an import string, which only
     the command line or the configuration may give."""
-    if spec.startswith(CXX_PREFIX) and "=" in spec:
+    if spec.startswith((CXX_PREFIX, RUNNER_PREFIX)) and "=" in spec:
         what = "an inline C++ spec (HEADER=FACTORY(ARGS))"
         allow = (
             "give it with -p on the command line, or name it in pyproject.toml "
             "[tool.schedcli.cxx] policies and record that name"
         )
-    elif ":" in spec and not spec.startswith(CXX_PREFIX):
+    elif spec.startswith(VLLM_PREFIXES):
+        what = "a vLLM from an interpreter or a scheduler class (vllm@PYTHON, vllm:MODULE:CLASS)"
+        allow = "give it with -p on the command line"
+    elif ":" in spec and not spec.startswith((CXX_PREFIX, RUNNER_PREFIX)):
         what = "an import string (module:Class)"
         allow = (
             "give it with -p on the command line, as a folder's policy in pyproject.toml "

@@ -194,8 +194,12 @@ def resolve_policy(spec: str, level: Level | None = "task") -> type[Policy]:
     """A policy class from a registered name or a ``module:Class`` import string, at
     ``level`` (a policy of the other level is a UsageError saying so), or either."""
     cls: type[Policy]
+    if spec.startswith(RUNNER_PREFIX):
+        raise UsageError(_RUNNER.format(spec=spec, cxx=CXX_PREFIX + spec[len(RUNNER_PREFIX) :]))
     if spec.startswith(CXX_PREFIX):
         cls = _cxx_class(spec)
+    elif spec.startswith(VLLM_PREFIXES):
+        cls = _vllm_class(spec)
     elif ":" in spec:
         cls = _import_class(spec)
     else:
@@ -224,6 +228,29 @@ def resolve_policy(spec: str, level: Level | None = "task") -> type[Policy]:
 
 CXX_PREFIX = "cxx:"
 _CXX = "schedcli.runtimes.executorch.policy"
+# ExecuTorch's own runner driving the scheduler cxx:NAME names (docs/cxx.md, "The runner in
+# the loop"): a way to simulate, not a policy; simulate runs it, its traces replay under cxx:.
+RUNNER_PREFIX = "cxx-runner:"
+_RUNNER = (
+    "{spec!r} is ExecuTorch's runner driving the scheduler {cxx!r}: only simulate runs it "
+    "(schedcli simulate WORKLOAD -p {spec}); a trace it wrote replays under -p {cxx}"
+)
+
+
+# vLLM from another interpreter (vllm@PYTHON[:MODULE:CLASS]) or a patched scheduler class
+# (vllm:MODULE:CLASS): docs/policies.md, "vLLM versions side by side".
+VLLM_PREFIXES = ("vllm@", "vllm:")
+_VLLM = "schedcli.runtimes.vllm.policy"
+
+
+def _vllm_class(spec: str) -> type[Policy]:
+    """A vLLM policy by its name (imported by name, as the runtime sits above this layer);
+    a name it cannot be, or a vLLM it cannot run, is a UsageError."""
+    try:
+        cls: type[Policy] = importlib.import_module(_VLLM).policy_class(spec)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return cls
 
 
 def _cxx_class(spec: str) -> type[Scheduler]:
@@ -251,7 +278,7 @@ def policy_reference(cls: type) -> str:
     (a class without a name, or one whose name is registered for another class)."""
     name = getattr(cls, "name", "") or ""
     where = f"{cls.__module__}:{cls.__qualname__}"
-    if name.startswith(CXX_PREFIX):
+    if name.startswith(CXX_PREFIX) or name == "vllm" or name.startswith(VLLM_PREFIXES):
         return name
     if name:
         builtin = BUILTIN_POLICIES.get(name)

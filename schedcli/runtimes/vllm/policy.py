@@ -8,10 +8,11 @@ last known token (as the GPU runner does). vLLM loads once per process.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
-from ...model.limits import MAX_BLOCK_SIZE, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_RUNNING_SEQS
+from ...model.limits import INT_MAX, MAX_BLOCK_SIZE, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_RUNNING_SEQS
 from ...model.records import Left
 from ...model.requests import (
     KV_BLOCKS,
@@ -27,10 +28,9 @@ from ...model.requests import (
 )
 from ...model.scheduler import Param
 from ...model.task import PREFILL, Id, Task
-from .build import ON_OFF, available, build, flag, load
-
-TOKEN = 1  # the token every step samples
-STOP = -1  # what a trace's ``stop`` samples: every request's stop token, never a real id
+from .build import ON_OFF, available, flag
+from .core import UNSET
+from .worker import core_for, describe_here, interpreter, worker
 
 
 class VllmScheduler(RequestScheduler):
@@ -86,6 +86,12 @@ class VllmScheduler(RequestScheduler):
     )
     RULE = __doc__
 
+    # Which vLLM: None for the one importable here, else an interpreter (vllm@PYTHON);
+    # and the Scheduler subclass to run, if not vLLM's own (vllm:MODULE:CLASS).
+    PYTHON: ClassVar[str | None] = None
+    SCHEDULER: ClassVar[str | None] = None
+    VERSION: ClassVar[str | None] = None  # the vLLM's, where it was read when the class was
+
     def __init__(self, **params: Any) -> None:
         values = {p.name: p.default for p in self.PARAMS}
         values.update(params)
@@ -97,16 +103,14 @@ class VllmScheduler(RequestScheduler):
         self._block_size = int(values["block_size"])
         self._chunked = flag(values["enable_chunked_prefill"])
         self._threshold = int(values["long_prefill_token_threshold"])
-        self._vllm = load()
-        self._sched = build(self._vllm, values)
+        self._core = core_for(self.PYTHON, _for_core(values), self.SCHEDULER)
         # vLLM's ids are strings: ours (int or str) map to "0", "1", ... in arrival order.
         self._key: dict[Id, str] = {}
         self._rid: dict[str, Id] = {}
         self._order: dict[str, int] = {}
         self._arrived = 0
         self._last: StepPlan | None = None
-        self._free = self._running = 0
-        self._inflight: deque[tuple[Any, list[str], list[bool]]] = deque()
+        self._inflight: deque[list[str]] = deque()
 
     @classmethod
     def create(cls, **params: Any) -> VllmScheduler:
@@ -115,10 +119,14 @@ class VllmScheduler(RequestScheduler):
     @classmethod
     def available(cls) -> str | None:
         """None when vLLM can be loaded; else what to install."""
+        if cls.PYTHON is not None:
+            return None  # the worker says, at start, what its vLLM is
         return available()
 
     @classmethod
     def runtime(cls) -> str | None:
+        if cls.PYTHON is not None:
+            return f"vllm=={worker(cls.PYTHON).info['version']}@{cls.PYTHON}"
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -146,42 +154,32 @@ class VllmScheduler(RequestScheduler):
             arrival.rid,
             len(self._order),
         )
-        v = self._vllm
         prompt = arrival.prompt_tokens
         tokens = list(arrival.tokens) if arrival.tokens is not None else _distinct(key, prompt)
-        request = v.Request(
-            request_id=key,
-            prompt_token_ids=tokens[:prompt],
-            sampling_params=v.SamplingParams(
-                max_tokens=arrival.max_tokens, ignore_eos=True, stop_token_ids=[STOP]
-            ),
-            pooling_params=None,
-            arrival_time=float(self._order[key]),  # arrival order, not the wall clock
-            priority=arrival.priority,
-            block_hasher=v.hasher(self._block_size),
+        # Arrival order, not the wall clock, is the request's arrival time.
+        self._core.add(
+            key, tokens[:prompt], arrival.max_tokens, arrival.priority, float(self._order[key])
         )
-        self._sched.add_request(request)
         return None
 
     def abort(self, rid: Id) -> str | None:
         key = self._key.get(rid)
-        request = self._sched.requests.get(key) if key is not None else None
-        if key is None or request is None or request.is_finished():
+        if key is None:
             return None
-        where = "running" if request.status == self._vllm.RequestStatus.RUNNING else "waiting"
-        self._sched.finish_requests([key], self._vllm.RequestStatus.FINISHED_ABORTED)
-        self._forget(key)
+        where: str | None = self._core.abort(key)
+        if where is not None:
+            self._forget(key)
         return where
 
     def has_work(self) -> bool:
-        return bool(self._sched.get_num_unfinished_requests())
+        return bool(self._core.unfinished())
 
     def counts(self) -> tuple[int, int]:
-        running, waiting = self._sched.get_request_counts()
+        running, waiting = self._core.counts()
         return int(running), int(waiting)
 
     def held(self) -> list[Id]:
-        keys = [k for k, r in self._sched.requests.items() if not r.is_finished()]
+        keys = [k for k in self._core.held() if k in self._rid]
         return [self._rid[k] for k in sorted(keys, key=self._order.__getitem__)]
 
     def step(
@@ -194,24 +192,14 @@ class VllmScheduler(RequestScheduler):
     def schedule(self) -> StepPlan:
         """One ``schedule()``: the step's slices and preemptions (its outputs come back
         with ``update``, at once or, under async scheduling, after the next schedule)."""
-        sched = self._sched
-        out = sched.schedule()
-        # The pool as the first waiting request found it: it fails, nothing more is taken.
-        self._free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
-        self._running = len(sched.running)
-        keys = list(out.num_scheduled_tokens)
-        batch: list[Slice] = []
-        for key in keys:
-            request = sched.requests[key]
-            n = out.num_scheduled_tokens[key]
-            position = request.num_computed_tokens - n  # schedule() already advanced it
-            decode = n == 1 and request.num_output_tokens > 0 and not request.is_prefill_chunk
-            batch.append(
-                Slice(self._rid[key], n, position, not decode, not request.is_prefill_chunk)
-            )
-        self._inflight.append((out, keys, [s.samples for s in batch]))
+        out = self._core.schedule()
+        batch = [
+            Slice(self._rid[k], n, position, prefill, samples)
+            for k, n, position, prefill, samples in out["batch"]
+        ]
+        self._inflight.append([s[0] for s in out["batch"]])
         by_arrival = self._order.__getitem__
-        preempted = [self._rid[k] for k in sorted(out.preempted_req_ids or (), key=by_arrival)]
+        preempted = [self._rid[k] for k in sorted(out["preempted"], key=by_arrival)]
         plan = StepPlan(batch, preempted)
         self._last = plan
         return plan
@@ -223,27 +211,13 @@ class VllmScheduler(RequestScheduler):
         its request's end (``stop``'s a stop token); the requests that finished."""
         if not self._inflight:
             raise ValueError("update with no step scheduled")
-        out, keys, samples = self._inflight.popleft()
-        tokens: list[list[int]] = []
-        for key, samples_one in zip(keys, samples, strict=True):
-            rid = self._rid.get(key)
-            if not samples_one or rid is None:
-                tokens.append([])
-            elif rid in stop:
-                tokens.append([STOP])
-            else:
-                tokens.append([sampled.get(rid, TOKEN) if sampled else TOKEN])
-        runner = self._vllm.ModelRunnerOutput(
-            req_ids=keys,
-            req_id_to_index={k: i for i, k in enumerate(keys)},
-            sampled_token_ids=tokens,
-        )
-        finished = [
-            o.request_id
-            for outputs in self._sched.update_from_output(out, runner).values()
-            for o in outputs.outputs
-            if o.finish_reason is not None
-        ]
+        keys = self._inflight.popleft()
+        rids = [self._rid.get(k) for k in keys]
+        stopping = [k for k, rid in zip(keys, rids, strict=True) if rid is not None and rid in stop]
+        given = None
+        if sampled:
+            given = {k: sampled[rid] for k, rid in zip(keys, rids, strict=True) if rid in sampled}
+        finished = [k for k in self._core.update(stopping, given) if k in self._rid]
         ended = [self._rid[k] for k in sorted(finished, key=self._order.__getitem__)]
         for key in finished:
             self._forget(key)
@@ -254,72 +228,45 @@ class VllmScheduler(RequestScheduler):
         del self._key[rid]
 
     def fingerprint(self) -> object | None:
-        """What vLLM's next ``schedule()`` decides from: each unfinished request's status
-        and progress, the order of the running, waiting and block-holding queues, the
-        blocks each holds, and the free-block queue with each block's cached hash (its
-        order is what allocation and prefix-cache eviction take next). Step counters are
-        left out: they decide nothing here (no KV connector, no streaming input)."""
-        sched = self._sched
-        manager = sched.kv_cache_manager
-        requests = tuple(
-            (
-                key,
-                r.status.value,
-                r.num_computed_tokens,
-                r.num_tokens,
-                r.num_output_tokens,
-                r.num_preemptions > 0,
-                tuple(tuple(ids) for ids in manager.get_block_ids(key)),
-            )
-            for key, r in sched.requests.items()
-            if not r.is_finished()
-        )
-        pool = manager.block_pool
-        free = tuple(
-            (b.block_id, b.block_hash) for b in pool.free_block_queue.get_all_free_blocks()
-        )
-        return (
-            requests,
-            tuple(r.request_id for r in sched.running),
-            tuple(r.request_id for r in sched.waiting),
-            tuple(r.request_id for r in sched.kv_holding_waiting),
-            tuple(sorted(r.request_id for r in sched.deferred_waiting)),
-            free,
-            tuple(self._inflight_keys()),
-        )
+        """What vLLM's next ``schedule()`` decides from (core.Core.fingerprint): each
+        unfinished request's status and progress, the order of every queue it keeps, the
+        blocks each holds, and the free-block queue with each block's cached hash."""
+        found: object = self._core.fingerprint()
+        return found
 
-    def _inflight_keys(self) -> list[tuple[str, ...]]:
-        return [tuple(keys) for _, keys, _ in self._inflight]
+    def _step_facts(self) -> dict[str, Any]:
+        """The state reasons are read from, as it is now (a finished request is gone)."""
+        batch = self._last.batch if self._last else []
+        keys = [k for k in (self._key.get(s.rid) for s in batch) if k is not None]
+        facts: dict[str, Any] = self._core.waiting(keys)
+        return facts
 
     def reasons(self) -> list[tuple[Id, str, str]]:
         """Derived after the step from vLLM's state (it gives none): see docs/policies.md."""
         plan = self._last
         if plan is None:
             return []
-        sched = self._sched
+        facts = self._step_facts()
         preempted = set(plan.preempted)
         left = plan.tokens
         budget_left = self._budget - left
-        running, free = self._running, self._free
-        watermark = int(sched.kv_cache_manager.watermark_blocks) if running else 0
-        full = bool(getattr(sched, "scheduler_reserve_full_isl", False))
+        running, free = int(facts["running"]), int(facts["free"])
+        watermark = int(facts["watermark"]) if running else 0
+        full = bool(facts["reserve_full"])
+        sliced: dict[str, list[int]] = facts["slices"]
         found: list[tuple[Id, str, str]] = []
         for s in plan.batch:
-            request = sched.requests.get(self._key.get(s.rid, ""))
-            if (
-                request is None
-                or not s.prefill
-                or request.num_computed_tokens >= request.num_tokens
-            ):
+            known = sliced.get(self._key.get(s.rid, ""))
+            if known is None or not s.prefill or known[0] >= known[1]:
                 continue
             if 0 < self._threshold == s.tokens:
                 found.append((s.rid, LONG_PREFILL, f"slice cut to {self._threshold} tokens"))
         head: Id | None = None
-        for request in [*sched.kv_holding_waiting, *sched.waiting]:
-            rid = self._rid.get(request.request_id)
+        for key, computed, total in facts["queue"]:
+            rid = self._rid.get(key)
             if rid is None:
                 continue
-            need = request.num_tokens - request.num_computed_tokens
+            need = total - computed
             if rid in preempted:
                 found.append((rid, PREEMPTED, "preempted this step to free KV blocks"))
             elif preempted:
@@ -335,7 +282,7 @@ class VllmScheduler(RequestScheduler):
             elif not self._chunked and need > budget_left:
                 found.append((rid, TOKEN_BUDGET, f"needs {need} tokens whole; {budget_left} left"))
             else:
-                tokens = request.num_tokens if full else min(need, budget_left)
+                tokens = total if full else min(need, budget_left)
                 blocks = -(-tokens // self._block_size) + watermark
                 kept = f" (with {watermark} kept free)" if watermark else ""
                 usable = self._blocks - 1  # the pool keeps one as the null block
@@ -355,15 +302,16 @@ class VllmScheduler(RequestScheduler):
     def left_behind(self) -> Left:
         """Reasons as the views match them: a waiting request as the slice it would run
         (``RID@POSITION``, its computed tokens), so it pairs with the other side's."""
+        reasons = self.reasons()
+        computed = self._core.computed([self._key.get(rid, "") for rid, _, _ in reasons])
         found: list[tuple[Task, str, str]] = []
-        for rid, code, detail in self.reasons():
-            request = self._sched.requests.get(self._key.get(rid, ""))
-            position = int(request.num_computed_tokens) if request is not None else 0
+        for rid, code, detail in reasons:
+            position = int(computed.get(self._key.get(rid, ""), 0))
             found.append((Task(f"{rid}@{position}", rid, PREFILL, 0), code, detail))
         return found
 
     def close(self) -> None:
-        self._sched.shutdown()
+        self._core.close()
 
 
 def prompt_refused(prompt: int, max_len: int) -> str | None:
@@ -398,5 +346,110 @@ def build_scheduler(params: dict[str, Any], cls: Any = None, **kwargs: Any) -> A
     """A vLLM scheduler (``cls``, default vLLM's own ``Scheduler``) built as ``-p vllm``
     builds it, from its parameters (defaults for those not given): for a recorder's test
     and a bare loop that drive vLLM themselves."""
+    from . import core
+
     values = {p.name: p.default for p in VllmScheduler.PARAMS} | params
-    return build(load(), values, cls, **kwargs)
+    return core.build(_for_core(values), cls, **kwargs)
+
+
+def _for_core(values: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as vLLM's config classes take them: an optional knob left unset is
+    not passed (vLLM decides)."""
+    return dict(values)
+
+
+# --- which vLLM, which scheduler ---------------------------------------------------------------
+
+PREFIX = "vllm"
+AT = "vllm@"  # vllm@PYTHON[:MODULE:CLASS]: the vLLM another interpreter has
+PATCHED = "vllm:"  # vllm:MODULE:CLASS: a Scheduler subclass, run as stock vLLM runs
+
+
+def parse(name: str) -> tuple[str | None, str | None]:
+    """The interpreter and the ``MODULE:CLASS`` a ``vllm`` policy name gives (None for the
+    vLLM here, for vLLM's own Scheduler); a ValueError for a name that is not one."""
+    if name == PREFIX:
+        return None, None
+    if name.startswith(PATCHED):
+        scheduler = name[len(PATCHED) :]
+        python = None
+    elif name.startswith(AT):
+        python, _, scheduler = name[len(AT) :].partition(":")
+        if not python:
+            raise ValueError(f"policy {name!r}: vllm@ names an interpreter, vllm@PYTHON")
+    else:
+        raise ValueError(f"policy {name!r} is not vllm, vllm@PYTHON or vllm:MODULE:CLASS")
+    if scheduler and scheduler.count(":") != 1:
+        raise ValueError(
+            f"policy {name!r}: a patched scheduler is named MODULE:CLASS "
+            "(vllm:MODULE:CLASS, vllm@PYTHON:MODULE:CLASS)"
+        )
+    return python, scheduler or None
+
+
+def policy_class(name: str) -> type[VllmScheduler]:
+    """The policy class a ``vllm`` name names: its parameters are every knob that vLLM's
+    ``SchedulerConfig`` and ``CacheConfig`` take (read from that vLLM), beside schedcli's
+    own; its name is the name given."""
+    python, scheduler = parse(name)
+    return _class(name, interpreter(python) if python is not None else None, scheduler)
+
+
+@functools.lru_cache(maxsize=32)
+def _class(name: str, python: str | None, scheduler: str | None) -> type[VllmScheduler]:
+    if python is None and available() is not None:
+        info: dict[str, Any] = {"knobs": [], "version": None}  # said when it is built
+    else:
+        info = worker(python).info if python is not None else describe_here()
+    declared = {p.name for p in VllmScheduler.PARAMS}
+    params = list(VllmScheduler.PARAMS) + [
+        _param(k) for k in info["knobs"] if k["name"] not in declared
+    ]
+    where = f" under {python}" if python else ""
+    version = f"vLLM {info['version']}{where}" if info["version"] else "vLLM"
+    rule = (
+        f"{version}'s own v1 scheduler"
+        + (f", as the subclass {scheduler} changes it" if scheduler else "")
+        + ", run as is: "
+        + (VllmScheduler.RULE or "").strip().splitlines()[0]
+    )
+    attrs = {
+        "name": name,
+        "PARAMS": tuple(params),
+        "PYTHON": python,
+        "SCHEDULER": scheduler,
+        "RULE": rule,
+        "VERSION": info["version"],
+        # The class adds no state, so vLLM's fingerprint is its own; a patched Scheduler
+        # may keep state that fingerprint cannot see: it declares none (never a verdict
+        # of "never again" from a state schedcli cannot read whole).
+        "fingerprint": _no_fingerprint if scheduler else VllmScheduler.fingerprint,
+    }
+    return type("VllmPolicy", (VllmScheduler,), attrs)
+
+
+def _no_fingerprint(self: VllmScheduler) -> object | None:
+    """None: a patched scheduler's own state is not in what schedcli reads of vLLM's."""
+    return None
+
+
+def _param(knob: dict[str, Any]) -> Param:
+    """One vLLM knob as a parameter: checked here for its kind and bound, then by vLLM's
+    own config class when the scheduler is built."""
+    text = f"vLLM {knob['config']}.{knob['name']}"
+    if knob.get("unset"):
+        text += " (-1: unset, vLLM decides)"
+    if knob["kind"] == "int":
+        lowest = UNSET if knob.get("unset") else None
+        return Param(knob["name"], int, int(knob["default"]), text, lowest)
+    if knob["kind"] == "float":
+        return Param(knob["name"], float, float(knob["default"]), text, maximum=float(INT_MAX))
+    choices = tuple(str(c) for c in knob.get("choices") or ())
+    return Param(knob["name"], str, str(knob["default"]), text, choices=choices)
+
+
+def __getattr__(attr: str) -> Any:
+    # ``VLLM``: the policy ``-p vllm`` names, its parameters read from the vLLM here.
+    if attr == "VLLM":
+        return policy_class(PREFIX)
+    raise AttributeError(attr)

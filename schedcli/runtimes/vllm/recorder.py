@@ -28,7 +28,7 @@ from ...formats.requests import RequestTraceWriter
 from ...formats.writer import LineBuffer
 from ...model.requests import Arrival, Slice, StepPlan
 from ...model.task import Id
-from .build import VLLM_VERSION
+from .core import version as vllm_version
 
 TRACE_ENV = "SCHEDCLI_VLLM_TRACE"
 
@@ -72,7 +72,7 @@ class _Recording:
         self.prefix_caching = bool(scheduler.vllm_config.cache_config.enable_prefix_caching)
         meta = {
             "recorded_by": "schedcli.runtimes.vllm.recorder.RecordingVllmScheduler",
-            "vllm": VLLM_VERSION,
+            "vllm": vllm_version(),
             "kv_cache_groups": len(scheduler.kv_cache_config.kv_cache_groups),
         }
         self.writer = RequestTraceWriter(self._buffer, "vllm", recorded_params(scheduler), meta)
@@ -91,7 +91,8 @@ def _sampled(runner_output: Any) -> list[list[Any]]:
     samples the same ones."""
     found = []
     sampled: list[Any] = list(runner_output.sampled_token_ids or ())
-    for rid, index in runner_output.req_id_to_index.items():
+    # Row i answers req_ids[i] (0.33 also kept that as req_id_to_index; 0.34 dropped it).
+    for index, rid in enumerate(runner_output.req_ids):
         tokens: Any = sampled[index] if index < len(sampled) else []
         if len(tokens):
             found.append([rid, int(tokens[-1])])
