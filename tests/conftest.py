@@ -89,6 +89,37 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             )
 
 
+# Interpreters with another vLLM release, for -p vllm@PYTHON (#57): os.pathsep-separated in
+# SCHEDCLI_TEST_VLLM_PYTHONS (CI builds one with .ci/vllm-env and sets it, with
+# SCHEDCLI_REQUIRE_VLLM_PYTHONS: a test that needs one must then run).
+VLLM_PYTHONS_ENV = "SCHEDCLI_TEST_VLLM_PYTHONS"
+
+
+def vllm_pythons() -> list[str]:
+    """The other interpreters' paths (executables that exist), in the order given."""
+    given = os.environ.get(VLLM_PYTHONS_ENV, "")
+    return [p for p in given.split(os.pathsep) if p and os.access(p, os.X_OK)]
+
+
+@pytest.fixture
+def other_vllm() -> str:
+    """An interpreter with another vLLM (the first given); skipped where none is given,
+    failed where SCHEDCLI_REQUIRE_VLLM_PYTHONS says one must be."""
+    found = vllm_pythons()
+    if found:
+        return found[0]
+    if os.environ.get("SCHEDCLI_REQUIRE_VLLM_PYTHONS"):
+        pytest.fail(
+            f"SCHEDCLI_REQUIRE_VLLM_PYTHONS is set, but {VLLM_PYTHONS_ENV} names no "
+            "interpreter that runs",
+            pytrace=False,
+        )
+    pytest.skip(
+        f"needs another vLLM's interpreter in {VLLM_PYTHONS_ENV} (.ci/vllm-env 0.34.0 DIR "
+        "makes one); CI builds it and requires this test"
+    )
+
+
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     # addopts asks for -n auto (both cores); with pytest-xdist switched off (-p no:xdist)
     # nothing would define -n, and pytest would refuse its own configuration.
