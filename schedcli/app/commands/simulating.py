@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 from rich.console import Console
@@ -12,19 +13,22 @@ from rich.console import Console
 from ...engine.cost import CostModel
 from ...engine.replay import PolicyCrashed
 from ...engine.requests.simulate import chunking, simulate_either, trace_writer
-from ...engine.simulate import SimResult
+from ...engine.simulate import Live, SimResult
 from ...formats.interrupt import Stopped, stop_reason
 from ...formats.output import atomic_output
 from ...formats.perfetto import PerfettoWriter
-from ...formats.workload import read_workload
+from ...formats.workload import Request, read_workload
 from ...formats.writer import task_entry
 from ...model.errors import InvariantError, SchedcliError, UsageError
 from ...model.records import Record
 from ...model.task import Task
-from ...policies.registry import build_policy
+from ...policies.registry import RUNNER_PREFIX, build_policy
 from ..report.sweep import group_reasons
 from ..views.progress import ProgressBar
 from ..views.render import simulation_tables
+
+if TYPE_CHECKING:
+    from ...runtimes.executorch.runner import RunnerRun
 
 
 @dataclass
@@ -60,6 +64,8 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
     """Simulate a policy of either level, write the trace, timeline and metrics asked for,
     and show the summary."""
     to_stderr = req.summary_to_stderr()
+    if req.policy.startswith(RUNNER_PREFIX):
+        return run_with_runner(req, out, err, to_stderr)
     built = build_policy(req.policy, req.params or {}, level=None)
     with ExitStack() as stack:
         stack.callback(built.close)
@@ -102,6 +108,79 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
     if stopped is not None:
         raise_kept(req, stopped, err)
     show_summary(req, result, out, err, to_stderr)
+    return result
+
+
+def run_with_runner(req: SimulateRequest, out: Console, err: Console, to_stderr: bool) -> SimResult:
+    """``-p cxx-runner:NAME``: ExecuTorch's own runner over the workload, with the scheduler
+    ``cxx:NAME`` names (docs/cxx.md, "The runner in the loop"); the summary from what the
+    driver measured, in the simulated time of the same cost model."""
+    from ...runtimes.executorch import runner
+
+    if req.chunk_size is not None:
+        raise UsageError(
+            f"--chunk-size: {req.policy!r} runs ExecuTorch's runner, which splits prompts at "
+            "its scheduler's max_prefill_chunk_size()"
+        )
+    if req.perfetto is not None:
+        raise UsageError(f"--perfetto is not available with {req.policy!r} (ExecuTorch's runner)")
+    requests = list(read_workload(req.workload))  # bad input is said before any build
+    spec = runner.spec_of(req.policy)
+    values = runner.factory_values(spec, req.policy, req.params or {})
+    exe = runner.program(spec, req.policy, lambda note: print(note, file=sys.stderr))
+    meta = trace_meta(req)
+    meta["runner"] = "ExecuTorch's batching::Runner (the checkout's runner.cpp), a fake executor"
+    cost = (req.cost.a, req.cost.b, req.cost.c, req.cost.d)
+    stopped: SchedcliError | Stopped | None = None
+    with ExitStack() as stack:
+        stream = stack.enter_context(atomic_output(req.output)) if req.output else None
+        try:
+            done = runner.run(exe, spec, values, requests, cost, stream, meta)
+        except (SchedcliError, Stopped) as e:
+            stopped = e  # the trace so far is kept, marked partial
+    if stopped is not None:
+        raise_kept(req, stopped, err)
+    result = runner_result(req, spec.name, values, requests, done)
+    show_summary(req, result, out, err, to_stderr)
+    return result
+
+
+def runner_result(
+    req: SimulateRequest,
+    label: str,
+    values: dict[str, int],
+    requests: list[Request],
+    done: RunnerRun,
+) -> SimResult:
+    """The driver's per-request outcomes as simulate's own runner accounts them."""
+    budget = values.get("max_batch_tokens")
+    result = SimResult(label, dict(values), req.cost, done.chunk, budget=budget)
+    result.slo_ttft, result.slo_tpot = req.slo_ttft, req.slo_tpot
+    result.requests, result.steps = len(requests), done.steps
+    result.batch_tokens, result.prefill_tokens = done.batch_tokens, done.prefill_tokens
+    result.decode_tokens, result.end = done.decode_tokens, done.end
+    result.start = requests[0].arrival if requests else 0.0
+    for r, o in zip(requests, done.outcomes, strict=True):
+        result.output_tokens += o.produced
+        if o.first_dispatch_step >= 0:
+            result.queue_delay.append(o.first_dispatch - r.arrival)
+            result.queue_delay_steps.append(o.first_dispatch_step - o.arrival_step)
+        if o.produced:
+            result.ttft.append(o.first_token - r.arrival)
+            result.ttft_steps.append(o.first_token_step - o.arrival_step)
+        if o.reason in ("token limit", "stop token"):
+            live = Live(r, o.arrival_step)
+            live.produced = o.produced
+            live.first_token, live.first_token_step = o.first_token, o.first_token_step
+            live.last_token, live.last_token_step = o.last_token, o.last_token_step
+            result.finished += 1
+            result.finish(live)
+        elif o.reason == "cancelled":
+            result.cancelled += 1
+        else:
+            why = o.message or o.reason
+            result.rejected += 1
+            result.rejected_by_reason[why] = result.rejected_by_reason.get(why, 0) + 1
     return result
 
 
