@@ -1,17 +1,17 @@
 """Whether the vLLM importable in this process can be driven, and loading it once
-(``core.py`` holds the building itself: it also runs under another interpreter)."""
+(``vllm_build.py`` holds the building itself: it also runs under another interpreter)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .core import ON_OFF, SUPPORTED, flag
+from .vllm_build import ON_OFF, SUPPORTED, flag
 
 
 def available() -> str | None:
     """None when vLLM can be found here; else what to install. (Its files and metadata are
     looked up, not imported: a validate stays fast; whether it is of the supported family
-    is checked as it loads, core.load.)"""
+    is checked as it loads, vllm_build.load.)"""
     import importlib.util
     from importlib.metadata import PackageNotFoundError, version
 
@@ -26,9 +26,9 @@ def available() -> str | None:
 
 
 def load() -> Any:
-    """vLLM's names, imported once per process (``core.Vllm``); a ValueError saying what
+    """vLLM's names, imported once per process (``vllm_build.Vllm``); a ValueError saying what
     to install when it cannot be."""
-    from . import core
+    from . import vllm_build as core
 
     missing = available()
     if missing is not None:

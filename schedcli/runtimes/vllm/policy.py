@@ -29,7 +29,7 @@ from ...model.requests import (
 from ...model.scheduler import Param
 from ...model.task import PREFILL, Id, Task
 from .build import ON_OFF, available, flag
-from .core import UNSET
+from .vllm_build import UNSET
 from .worker import core_for, describe_here, interpreter, worker
 
 
@@ -346,10 +346,10 @@ def build_scheduler(params: dict[str, Any], cls: Any = None, **kwargs: Any) -> A
     """A vLLM scheduler (``cls``, default vLLM's own ``Scheduler``) built as ``-p vllm``
     builds it, from its parameters (defaults for those not given): for a recorder's test
     and a bare loop that drive vLLM themselves."""
-    from . import core
+    from . import vllm_build
 
     values = {p.name: p.default for p in VllmScheduler.PARAMS} | params
-    return core.build(_for_core(values), cls, **kwargs)
+    return vllm_build.build(_for_core(values), cls, **kwargs)
 
 
 def _for_core(values: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from ...formats.requests import RequestTraceWriter
 from ...formats.writer import LineBuffer
 from ...model.requests import Arrival, Slice, StepPlan
 from ...model.task import Id
-from .core import version as vllm_version
+from .vllm_build import version as vllm_version
 
 TRACE_ENV = "SCHEDCLI_VLLM_TRACE"
 

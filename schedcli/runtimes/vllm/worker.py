@@ -187,13 +187,17 @@ def core_for(python: str | None, params: dict[str, Any], scheduler: str | None) 
 
 def describe_here() -> dict[str, Any]:
     """What ``info`` answers, for the vLLM importable in this process."""
-    from . import core
+    from . import vllm_build
 
     try:
-        v = core.load()
-    except core.Unsupported as e:
+        v = vllm_build.load()
+    except vllm_build.Unsupported as e:
         raise ValueError(str(e)) from None
-    return {"version": core.version(), "protocol": core.PROTOCOL, "knobs": core.knobs(v)}
+    return {
+        "version": vllm_build.version(),
+        "protocol": vllm_build.PROTOCOL,
+        "knobs": vllm_build.knobs(v),
+    }
 
 
 __all__ = ["Remote", "WorkerGone", "core_for", "describe_here", "interpreter", "worker"]
