@@ -460,7 +460,8 @@ def stats(
     fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
     """Step-based metrics of a recorded trace (replayed) or of a dump: waits in steps,
-    utilisation, fairness, rejections and cancellations.
+    utilisation, fairness, rejections and cancellations; at the request level, each
+    preemption's victim and the tokens recomputed after it.
     """
     from .commands.stats import stats_command
 
@@ -481,7 +482,8 @@ def report(
     allow_incomplete: o.AllowIncompleteOption = False,
 ) -> None:
     """Write one self-contained HTML report (works offline): tokens per step against the
-    budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy.
+    budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy;
+    for request-level runs, the preemptions and the tokens they recompute.
     """
     from ..engine.cost import CostModel
     from .commands.report import report_command

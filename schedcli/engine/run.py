@@ -107,6 +107,7 @@ class OpenReplay(Protocol):
         observer: Observer | None = None,
         on_left: Callable[[int, Left], None] | None = None,
         dump: StepLines | None = None,
+        measure_preemption: bool = False,
     ) -> Driver: ...
 
     def run(self, engine: Any) -> Totals: ...
@@ -166,6 +167,7 @@ class OpenTrace:
         observer: Observer | None = None,
         on_left: Callable[[int, Left], None] | None = None,
         dump: StepLines | None = None,
+        measure_preemption: bool = False,  # a task-level policy never preempts
     ) -> Replayer:
         return Replayer(
             self.policy,
@@ -313,10 +315,12 @@ def replay_metrics(
     drain: bool = False,
     allow_incomplete: bool = False,
     progress: Progress | None = None,
+    measure_preemption: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """A trace replayed at its level and its steps measured (``stats``, a sweep's trace
     point); and a title: the trace and the policy it ran under. A request-level replay's
-    metrics see dispatches only: a request's waits are not a task's."""
+    metrics see dispatches only (a request's waits are not a task's), and with
+    ``measure_preemption`` what preemption cost (``requests.preemption``; ``stats``)."""
     from .metrics import StepMetrics  # a dataclass: not made at start-up for every replay
 
     with open_replay(
@@ -327,7 +331,13 @@ def replay_metrics(
         if progress is not None:
             progress.position = opened.reader.position
             on_step = progress.on_step
-        engine = opened.replayer(discard, drain=drain, observer=metrics, on_step=on_step)
+        engine = opened.replayer(
+            discard,
+            drain=drain,
+            observer=metrics,
+            on_step=on_step,
+            measure_preemption=measure_preemption,
+        )
         totals = opened.run(engine)
         summary = metrics.summary()
         summary["rejected"] = totals.rejected

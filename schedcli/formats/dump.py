@@ -101,6 +101,40 @@ def _entry_ok(e: object) -> bool:
     )
 
 
+def slice_position(entry: Record) -> int:
+    """A request-level batch entry's position: its tid is ``RID@POSITION``, its sid RID
+    (``read_dump`` has checked it)."""
+    return int(entry["tid"].rpartition("@")[2])
+
+
+def _ids_ok(value: object) -> bool:
+    return type(value) is list and all(_id_ok(r) for r in value)
+
+
+def _request_entry_ok(e: Record) -> bool:
+    tid, sid = e["tid"], e["sid"]
+    if type(tid) is not str:
+        return False
+    rid, at, position = tid.rpartition("@")
+    digits = position.isascii() and position.isdigit() and len(position) <= 19
+    return bool(at) and digits and rid == str(sid)
+
+
+def _request_level_problem(record: Record) -> str | None:
+    """What is wrong with a request level's record (a batch record with ``preempted``, an
+    update, an abort), read for its requests by ``stats`` and ``report``; None if nothing."""
+    if "batch" in record:
+        if not (_ids_ok(record["preempted"]) and _ids_ok(record.get("finished", []))):
+            return "a request-level batch record's preempted and finished are lists of rids"
+        if not all(_request_entry_ok(e) for e in record["batch"]):
+            return "a request-level batch entry's tid is RID@POSITION (its sid, '@', a position)"
+    elif record.get("op") == "update" and not _ids_ok(record.get("finished")):
+        return "an update record's finished is a list of rids"
+    elif record.get("op") == "abort" and not _id_ok(record.get("rid")):
+        return "an abort record's rid is a 64-bit integer or a string"
+    return None
+
+
 class IncompleteDump(InputError):
     """A dump without its ``end`` record: cut short, or marked ``partial`` by a replay
     that stopped (exit 3, 130, 143)."""
@@ -153,6 +187,10 @@ def read_dump(
                     "a batch record needs an integer step and queued, and entries with "
                     "a tid and sid (64-bit integers or strings), a kind, and a size >= 0",
                 )
+            if "preempted" in record or record.get("op") in ("update", "abort"):
+                problem = _request_level_problem(record)
+                if problem is not None:
+                    raise InputError(name, lineno, problem)
             if record.get("op") in ("cancel", "clear") and not _dropped_ok(record.get("dropped")):
                 raise InputError(
                     name,

@@ -45,12 +45,13 @@ def test_require_all_names_the_unit_at_each_level(cli: Cli, level_trace: Path) -
 def test_stats_and_a_sweep_of_a_trace_measure_alike_at_both_levels(
     cli: Cli, level_trace: Path
 ) -> None:
-    """``stats`` and a sweep's trace point are one function (``replay_metrics``)."""
+    """``stats`` and a sweep's trace point are one function (``replay_metrics``); stats
+    adds what preemption costs, with its lists (a sweep's points do not)."""
     from schedcli.engine.run import replay_metrics
 
     r = cli("stats", level_trace, "-f", "json")
     assert r.code == 0, r.stderr
-    summary, _ = replay_metrics(str(level_trace), None, {})
+    summary, _ = replay_metrics(str(level_trace), None, {}, measure_preemption=True)
     assert orjson.loads(r.stdout) == orjson.loads(orjson.dumps(summary))
 
 

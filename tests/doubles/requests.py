@@ -5,6 +5,7 @@ request-level command needs the 9 GB extra to be tested."""
 from __future__ import annotations
 
 from schedcli.model.requests import (
+    KV_BLOCKS,
     MAX_SEQS,
     TOKEN_BUDGET,
     Arrival,
@@ -183,3 +184,86 @@ class Thrashes(ToyRequests):
     def fingerprint(self) -> object | None:
         """ToyRequests' (declared again: only a class's own counts, engine/stall.py)."""
         return super().fingerprint()
+
+
+class Preempts(ToyRequests):
+    """Preemption by recompute in miniature (vLLM's, simplified): a KV cache of
+    ``kv_tokens`` tokens, one per token a running request has computed. Running requests
+    are served in admission order; one whose slice does not fit the free cache preempts
+    the last admitted running request (its progress dropped: it recomputes from position
+    0), as often as needed. Waiting requests are admitted in arrival order while their
+    slice fits, never in a step that preempted. A request no larger than the cache always
+    finishes: the first running one can always make room."""
+
+    name = "toy-preempts"
+    PARAMS = (
+        *ToyRequests.PARAMS,
+        Param("kv_tokens", int, 32, "tokens the KV cache holds", minimum=1),
+    )
+
+    def __init__(
+        self, max_num_batched_tokens: int = 64, max_num_seqs: int = 4, kv_tokens: int = 32
+    ) -> None:
+        super().__init__(max_num_batched_tokens, max_num_seqs)
+        self.kv = kv_tokens
+
+    def params(self) -> dict[str, object]:
+        return super().params() | {"kv_tokens": self.kv}
+
+    def _plan(self) -> StepPlan:
+        spent, batch, samplers, preempted = 0, [], [], []
+        self._reasons = []
+        used = sum(self._held[k].computed for k in self._running)
+
+        def serve(key: tuple[type, Id], take: int) -> None:
+            nonlocal spent, used
+            r = self._held[key]
+            want = r.known - r.computed
+            prefill = r.computed < r.known - 1 or r.produced == 0
+            batch.append(Slice(r.rid, take, r.computed, prefill, take == want))
+            r.computed += take
+            spent += take
+            used += take
+            if take == want:
+                samplers.append(key)
+
+        i = 0
+        while i < len(self._running):
+            key = self._running[i]
+            r = self._held[key]
+            take = min(r.known - r.computed, self.budget - spent)
+            while take > 0 and used + take > self.kv and self._running[-1] != key:
+                victim = self._held[self._running.pop()]
+                used -= victim.computed
+                victim.computed = 0
+                preempted.append(victim.rid)
+            take = min(take, self.kv - used)
+            if take > 0:
+                serve(key, take)
+            else:
+                self._reasons.append((r.rid, TOKEN_BUDGET, "the step's tokens are spent"))
+            i += 1
+        for key, r in self._held.items():
+            if key in self._running:
+                continue
+            take = min(r.known - r.computed, self.budget - spent)
+            if preempted or len(self._running) >= self.seqs or take <= 0 or used + take > self.kv:
+                self._reasons.append((r.rid, KV_BLOCKS, "the KV cache is full"))
+                continue
+            self._running.append(key)
+            serve(key, take)
+        self._planned.append(samplers)
+        order = {rid: n for n, rid in enumerate(r.rid for r in self._held.values())}
+        return StepPlan(batch, sorted(preempted, key=lambda rid: order[rid]))
+
+    def schedule(self) -> StepPlan:
+        raise NotImplementedError("toy-preempts does not split its steps")
+
+    def update(
+        self, stop: frozenset[Id] = frozenset(), sampled: dict[Id, int] | None = None
+    ) -> list[Id]:
+        raise NotImplementedError("toy-preempts does not split its steps")
+
+    def fingerprint(self) -> object | None:
+        """ToyRequests' and the cache's size (declared again: only a class's own counts)."""
+        return (self.kv, super().fingerprint())

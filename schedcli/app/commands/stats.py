@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...engine.metrics import StepMetrics
+from ...engine.requests.preemption import PreemptionTally
 from ...engine.run import replay_metrics
 from ...formats.dump import batch_tasks, read_dump
 from ...formats.kinds import sniff_kind
@@ -16,9 +17,11 @@ from ..views.progress import TraceProgress
 
 def _dump_stats(path: str, allow_incomplete: bool) -> dict[str, Any]:
     metrics = StepMetrics(waits_known=False)
+    preemption = PreemptionTally()  # a request level's dump: what preemption cost
     rejected = 0
     queued: int | None = None
     for record in read_dump(path, allow_incomplete=allow_incomplete):
+        preemption.record(record)
         if "batch" in record:
             metrics.dispatched(batch_tasks(record), record["step"])
         elif record.get("op") == "submit" and record.get("accepted") is False:
@@ -31,6 +34,8 @@ def _dump_stats(path: str, allow_incomplete: bool) -> dict[str, Any]:
     summary = metrics.summary()
     summary["rejected"] = rejected
     summary["queued"] = queued
+    if preemption.request_level:
+        summary.update(preemption.summary())
     return summary
 
 
@@ -57,6 +62,7 @@ def stats_of(
         drain=drain,
         allow_incomplete=allow_incomplete,
         progress=progress,
+        measure_preemption=True,
     )
 
 

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...model.errors import UsageError
-from ..views.render import _METRIC_LABELS, _metric
+from ...model.task import show_id
+from ..views.render import _METRIC_LABELS, _metric, preemption_rows
 from .runs import COLORS, DECODE_COL, PREFILL_COL, QUEUED_COL, Run
 
 
@@ -171,6 +172,13 @@ def summary_html(runs: Sequence[Run], workload: bool) -> str:
         rows = [
             (label, [_metric(k, r.summary.get(k)) for r in runs]) for k, label in _METRIC_LABELS
         ]
+    if any("recomputed_tokens" in r.summary for r in runs):  # a request-level run
+        measured = [
+            preemption_rows(r.summary) if "recomputed_tokens" in r.summary else None for r in runs
+        ]
+        for i in range(2):
+            label = next(m[i][0] for m in measured if m is not None)
+            rows.append((label, [m[i][1] if m is not None else "n/a" for m in measured]))
     head = "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
     body = "".join(
         f"<tr><td>{html.escape(label)}</td>"
@@ -182,6 +190,77 @@ def summary_html(runs: Sequence[Run], workload: bool) -> str:
         f'<table id="summary"><thead><tr><th>metric</th>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
     )
+
+
+LISTED = 50  # rows of a preemption table in a report (stats -f json lists them all)
+
+
+def preemption_html(runs: Sequence[Run]) -> str:
+    """Each request-level run's preemptions: the victim of each, and each request
+    preempted, most recomputed first; a run without any says so."""
+    parts = []
+    for r in runs:
+        s = r.summary
+        if "recomputed_tokens" not in s:
+            continue
+        label = html.escape(r.label)
+        if not s["victims"] and not s["preempted_requests"]:
+            parts.append(
+                f'<p class="preempt">{label}: no preemptions; 0 of {s["computed_tokens"]} '
+                "computed tokens recomputed (0.00%).</p>"
+            )
+            continue
+        victims = [
+            [
+                v["step"],
+                show_id(v["rid"]),
+                v["computed_tokens"],
+                v["reached"],
+                v["recomputed_tokens"],
+                "-" if v["resumed_at"] is None else v["resumed_at"],
+            ]
+            for v in s["victims"]
+        ]
+        rows = sorted(s["preempted_requests"], key=lambda row: -row["recomputed_tokens"])
+        requests = [
+            [
+                show_id(row["rid"]),
+                row["preemptions"],
+                ", ".join(str(n) for n in row["recomputed_after"]) or "-",
+                row["recomputed_tokens"],
+            ]
+            for row in rows
+        ]
+        parts.append(
+            f"<h3>{label}</h3>"
+            + _table(
+                "victims",
+                ["step", "request", "computed", "reached", "recomputed after", "resumed at"],
+                victims,
+            )
+            + _table(
+                "preempted",
+                ["request", "preemptions", "recomputed after each", "recomputed"],
+                requests,
+            )
+        )
+    return "".join(parts)
+
+
+def _table(kind: str, head: list[str], rows: list[list[Any]]) -> str:
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+        for row in rows[:LISTED]
+    )
+    more = ""
+    if len(rows) > LISTED:
+        more = (
+            f'<p class="note">and {len(rows) - LISTED} more: schedcli stats -f json lists '
+            "every one.</p>"
+        )
+    opening = f'<table class="{kind}"><thead><tr>{cells}</tr></thead>'
+    return f"{opening}<tbody>{body}</tbody></table>{more}"
 
 
 def _ms(value: float | None) -> str:

@@ -20,6 +20,7 @@ from .charts import (
     CSS,
     cdf_chart,
     figure,
+    preemption_html,
     pyplot,
     queue_chart,
     summary_html,
@@ -120,6 +121,12 @@ def build_report(
             "report on the trace to see them.</p>"
         )
     policies = ", ".join(html.escape(r.label) for r in runs)
+    preempted = preemption_html(runs)  # request-level runs only
+    if preempted:
+        notes += (
+            "<h2>Preemptions</h2><p>Each preemption's victim: what it had computed, and the "
+            "tokens it computed again after (positions it had computed before).</p>" + preempted
+        )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>schedcli report: {html.escape(name)}</title><style>{CSS}</style></head><body>"

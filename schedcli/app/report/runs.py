@@ -9,6 +9,7 @@ from typing import Any
 
 from ...engine.cost import CostModel
 from ...engine.metrics import StepMetrics
+from ...engine.requests.preemption import PreemptionTally
 from ...engine.requests.simulate import simulate_either
 from ...engine.run import open_replay
 from ...formats.dump import batch_tasks, read_dump
@@ -16,6 +17,7 @@ from ...formats.source import display_name
 from ...formats.workload import read_workload
 from ...model.errors import UsageError
 from ...model.records import Record, discard
+from ...model.requests import RequestScheduler
 from ...model.task import DECODE, Task
 from ...policies.registry import build_policy, config_label
 from ..views.progress import TraceProgress
@@ -137,7 +139,9 @@ def from_trace(
                 on_step = progress.on_step
             binning = _Binning(run, metrics)
             # The bins come from the observer: the engine then builds no step records.
-            engine = opened.replayer(discard, observer=binning, on_step=on_step)
+            engine = opened.replayer(
+                discard, observer=binning, on_step=on_step, measure_preemption=True
+            )
             binning.queued = engine.queued_count
             opened.run(engine)
             run.summary = metrics.summary() | engine.level_summary()
@@ -176,9 +180,13 @@ class _Binning:
 def from_dump(path: str, allow_incomplete: bool) -> list[Run]:
     run = Run(display_name(path), None)
     metrics = StepMetrics(waits_known=False)
+    preemption = PreemptionTally()
     for record in read_dump(path, allow_incomplete=allow_incomplete):
         _bin(run, record, metrics)
+        preemption.record(record)
     run.summary = metrics.summary()
+    if preemption.request_level:
+        run.summary |= preemption.summary()
     return [run]
 
 
@@ -204,6 +212,7 @@ def from_workload(
             policy.name or spec, {k: declared.get(k, v) for k, v in params.items()}
         )
         run = Run(label, policy.token_budget, Bins(width=0.01))
+        preemption = PreemptionTally() if isinstance(policy, RequestScheduler) else None
 
         def on_batch(
             step: int, start: float, end: float, batch: list[Task], queued: int, run: Run = run
@@ -218,8 +227,11 @@ def from_workload(
             params=declared,
             cost=cost,
             on_batch=on_batch,
+            preemption=preemption,
         )
         run.summary = result.summary()
+        if preemption is not None:
+            run.summary |= preemption.summary()
         run.waits = sorted(result.queue_delay, reverse=True)
         run.ttft = sorted(result.ttft)
         run.tpot = sorted(result.tpot)

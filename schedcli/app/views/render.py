@@ -407,7 +407,7 @@ def simulation_tables(summary: Mapping[str, Any]) -> Group:
     return Group(lat, totals)
 
 
-def stats_table(summary: Mapping[str, Any], title: str) -> Table:
+def stats_table(summary: Mapping[str, Any], title: str) -> Table | Group:
     table = Table(title=title, box=box.ROUNDED, show_header=False, title_justify="left")
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -427,7 +427,67 @@ def stats_table(summary: Mapping[str, Any], title: str) -> Table:
             f"task {show_id(longest['tid'])} of session {show_id(longest['sid'])}, "
             f"{longest['waited_steps']} steps, dispatched at step {longest['dispatched_at_step']}",
         )
-    return table
+    if "recomputed_tokens" not in summary:  # a task level's: nothing is preempted
+        return table
+    for what, value in preemption_rows(summary):
+        table.add_row(what, value)
+    return Group(table, *preemption_tables(summary))
+
+
+SHOWN = 20  # rows of a preemption table on a terminal (-f json lists them all)
+
+
+def preemption_rows(summary: Mapping[str, Any]) -> tuple[tuple[str, str], tuple[str, str]]:
+    """A request-level run's preemptions and recompute share, in words (stats, report)."""
+    count, requests = summary["preemptions"], len(summary["preempted_requests"])
+    computed, recomputed = summary["computed_tokens"], summary["recomputed_tokens"]
+    return (
+        (
+            "preemptions",
+            f"{count} ({requests} request{'' if requests == 1 else 's'} preempted)"
+            if count
+            else "0 (no request was preempted)",
+        ),
+        (
+            "tokens recomputed after preemption",
+            f"{recomputed} of {computed} computed ({summary['recompute_share']:.2%})",
+        ),
+    )
+
+
+def preemption_tables(summary: Mapping[str, Any]) -> list[Table]:
+    """The victim of each preemption, and each request preempted, most recomputed first."""
+    victims = summary["victims"]
+    if not victims and not summary["preempted_requests"]:
+        return []
+    steps = Table(title="preemptions", box=box.ROUNDED, title_justify="left")
+    for column in ("step", "request", "computed", "reached", "recomputed after", "resumed at"):
+        steps.add_column(column, justify="left" if column == "request" else "right")
+    for v in victims[:SHOWN]:
+        resumed = "-" if v["resumed_at"] is None else str(v["resumed_at"])
+        steps.add_row(
+            str(v["step"]),
+            show_id(v["rid"]),
+            str(v["computed_tokens"]),
+            str(v["reached"]),
+            str(v["recomputed_tokens"]),
+            resumed,
+        )
+    rows = sorted(summary["preempted_requests"], key=lambda r: -r["recomputed_tokens"])
+    requests = Table(
+        title="requests preempted, most recomputed first", box=box.ROUNDED, title_justify="left"
+    )
+    for column in ("request", "preemptions", "recomputed after each", "recomputed"):
+        requests.add_column(column, justify="left" if column == "request" else "right")
+    for r in rows[:SHOWN]:
+        after = ", ".join(str(n) for n in r["recomputed_after"]) or "-"
+        requests.add_row(
+            show_id(r["rid"]), str(r["preemptions"]), after, str(r["recomputed_tokens"])
+        )
+    for table, listed in ((steps, victims), (requests, rows)):
+        if len(listed) > SHOWN:
+            table.caption = f"and {len(listed) - SHOWN} more (-f json lists every one)"
+    return [steps, requests]
 
 
 _TERM_MEANING = {

@@ -27,6 +27,7 @@ from ..stall import Watch, opaque_text, repeat_text, stuck_text
 
 if TYPE_CHECKING:
     from ..metrics import StepMetrics
+    from .preemption import PreemptionTally
 
 
 @dataclass
@@ -86,6 +87,7 @@ class RequestReplayer:
         on_step: Callable[[int], None] | None = None,
         observer: Observer | None = None,
         on_arrived: Callable[[Arrive, int, int], None] | None = None,
+        measure_preemption: bool = False,
     ) -> None:
         self.policy, self.emit, self.policy_name = policy, emit, policy_name
         # Told (event, line, step) of each arrival the policy accepted, never of a rejected
@@ -107,6 +109,12 @@ class RequestReplayer:
         self._live: dict[tuple[type, Id], Id] = {}  # under check: requests held, in order
         self._unanswered = 0  # split steps scheduled and not yet updated
         self.last_reasons: list[tuple[Id, str, str]] = []
+        # What preemption costs (stats, report): each step's plan, each request's end.
+        self.preemption: PreemptionTally | None = None
+        if measure_preemption:
+            from .preemption import PreemptionTally
+
+            self.preemption = PreemptionTally()
 
     # The engine's protocol with outputs (the golden comparison asks for these).
     @property
@@ -168,6 +176,8 @@ class RequestReplayer:
         except Exception as e:
             raise self._crashed("update", e) from e
         self.finished += len(finished)
+        if self.preemption is not None:
+            self.preemption.ended(finished)
         if finished:
             self.emit({"line": line, "op": "update", "finished": finished})
         if self.check and event.expect is not None:
@@ -211,6 +221,8 @@ class RequestReplayer:
         if was is not None:
             self.aborted += 1
             self._live.pop((type(rid), rid), None)
+            if self.preemption is not None:
+                self.preemption.ended([rid])
         self.emit({"line": line, "op": "abort", "rid": rid, "was": was})
 
     def _step(
@@ -235,6 +247,8 @@ class RequestReplayer:
         self.last_batch_step = step
         self.waiting = waiting
         record = batch_record(step, plan, running, waiting)
+        if self.preemption is not None:
+            self.preemption.planned(step, plan)
         if self.observer is not None:  # a request's waits are not a task's: dispatches only
             self.observer.dispatched(batch_tasks(record), step)
         self.emit(record)
@@ -278,7 +292,10 @@ class RequestReplayer:
         return self.waiting
 
     def level_summary(self) -> dict[str, object]:
-        """What this level adds to a replay's metrics: its preemptions."""
+        """What this level adds to a replay's metrics: its preemptions, and what they cost
+        when measured (``measure_preemption``)."""
+        if self.preemption is not None:
+            return self.preemption.summary()
         return {"preemptions": self.preemptions}
 
     def left_behind(self) -> Left:
@@ -300,6 +317,8 @@ class RequestReplayer:
             self._unanswered -= 1
             finished = self.policy.update()
             self.finished += len(finished)
+            if self.preemption is not None:
+                self.preemption.ended(finished)
             if finished:
                 self.emit({"line": None, "op": "update", "finished": finished})
         watch = Watch(self.policy, forget_on_work=False, name=self.policy_name)
@@ -411,9 +430,11 @@ class OpenRequestTrace:
         observer: Observer | None = None,
         on_left: Callable[[int, Left], None] | None = None,
         dump: Any = None,
+        measure_preemption: bool = False,
     ) -> RequestReplayer:
         """``dump`` (the task level's fast path for batch lines) is not taken: every
-        record goes to ``emit``, the dump's writer among them."""
+        record goes to ``emit``, the dump's writer among them. ``measure_preemption``:
+        ``level_summary`` gives what preemption cost."""
         return RequestReplayer(
             self.policy,
             emit,
@@ -424,6 +445,7 @@ class OpenRequestTrace:
             trace_name=self.name,
             on_step=on_step,
             observer=observer,
+            measure_preemption=measure_preemption,
         )
 
     def run(self, engine: Any) -> Totals:

@@ -23,6 +23,7 @@ from ...policies.registry import policy_reference
 from ..cost import CostModel
 from ..simulate import Live, Runner, SimResult, chunk_size_for, run, simulate
 from ..stall import stuck_text
+from .preemption import PreemptionTally
 
 OnStep = Callable[[int, float, float, list[Task], int], None]
 OnPreempt = Callable[[int, float, list[Id]], None]  # step, start in microseconds, requests
@@ -43,6 +44,7 @@ class RequestRunner(Runner):
         super().__init__(name, result)
         self.policy, self.trace, self.on_batch = policy, trace, on_batch
         self.on_preempt: OnPreempt | None = None
+        self.preemption: PreemptionTally | None = None  # what preemption costs, if asked
         self.preemptions = 0
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
@@ -62,6 +64,8 @@ class RequestRunner(Runner):
 
     def drop(self, sid: Id) -> None:
         self.call("abort", partial(self.policy.abort, sid))
+        if self.preemption is not None:
+            self.preemption.ended([sid])
         if self.trace is not None:
             self.trace.abort(sid, t=self.t)
 
@@ -98,6 +102,8 @@ class RequestRunner(Runner):
         plan: StepPlan = self.call("step", self.policy.step)
         if self.trace is not None:
             self.trace.step(plan, t=start)
+        if self.preemption is not None:
+            self.preemption.planned(self.step, plan)
         tokens = decodes = context = 0
         for s in plan.batch:
             tokens += s.tokens
@@ -168,13 +174,16 @@ def simulate_requests(
     on_progress: Callable[[int, float], None] | None = None,
     on_batch: OnStep | None = None,
     on_preempt: OnPreempt | None = None,
+    preemption: PreemptionTally | None = None,
 ) -> SimResult:
     """Run the workload through a request-level ``policy`` (see ``simulate``);
-    ``on_preempt`` hears of each step's preemptions."""
+    ``on_preempt`` hears of each step's preemptions, ``preemption`` is fed each step's
+    plan and each request's end (what preemption costs)."""
     result = SimResult(policy_name, params, cost, 0, budget=policy.token_budget)
     result.slo_ttft, result.slo_tpot = slo_ttft, slo_tpot
     runner = RequestRunner(policy, result, policy_name, trace, on_batch)
     runner.on_preempt = on_preempt
+    runner.preemption = preemption
     return run(requests, runner, cost, on_progress)
 
 
@@ -207,12 +216,14 @@ def simulate_either(
     on_batch: OnStep | None = None,
     on_preempt: OnPreempt | None = None,
     close: bool = True,
+    preemption: PreemptionTally | None = None,
 ) -> SimResult:
     """The workload through a policy of either level: ``simulate_requests`` for one that
     slices requests itself (closed after, unless ``close`` is false), else ``simulate``,
     chunking prompts at ``chunk_size`` or the policy's own limit. ``trace`` is the
     writer ``trace_writer`` made for it; ``on_preempt`` hears of a request-level
-    policy's preemptions (a task-level one has none)."""
+    policy's preemptions and ``preemption`` measures what they cost (a task-level one has
+    none)."""
     if isinstance(policy, RequestScheduler):
         try:
             return simulate_requests(
@@ -227,6 +238,7 @@ def simulate_either(
                 on_progress=on_progress,
                 on_batch=on_batch,
                 on_preempt=on_preempt,
+                preemption=preemption,
             )
         finally:
             if close:
