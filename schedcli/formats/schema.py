@@ -240,7 +240,9 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
         return f"{name} must be {noun or 'a number'}, not {json_type(value)}"
     if isinstance(t, mi.StrType):
         return None if type(value) is str else f"{name} must be a string, not {json_type(value)}"
-    if isinstance(t, mi.StructType):  # a nested object: its fields named "prepared.size"
+    # A nested object that names its fields ("prepared.size"); one that does not (a
+    # request-level step's expect) is explained by its own reader, in its own words.
+    if isinstance(t, mi.StructType) and "prefix" in extra:
         if type(value) is not dict:
             return f"{name} must be {noun or 'an object'}, not {json_type(value)}"
         return explain(value, t.cls, name, prefix=extra.get("prefix", ""))
