@@ -254,6 +254,12 @@ static int record_prepared(const char* out) {
   schedcli::shape::set_prepared(past.input, 4);  // 8 positions of a backing of 4
   rec->submit({std::move(past)});
   rec->get_work();
+  // A decode whose token id is past what a trace's signed 64-bit integers hold.
+  b::Task wide = make(5, 11, true, 1);
+  schedcli::shape::set_tokens(
+      wide.input, std::make_shared<std::vector<b::Token>>(1, static_cast<b::Token>(-1)));
+  rec->submit({std::move(wide)});
+  rec->get_work();
   rec->flush();
   return 0;
 }

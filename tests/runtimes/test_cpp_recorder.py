@@ -125,8 +125,10 @@ def test_a_prepared_input_is_recorded_opaque_with_its_backing_size_and_offset(
     assert all("tokens" not in c for c in chunks)  # its contents are never written
     past = lines[5]["tasks"][0]
     assert past["size"] == 8 and "prepared" not in past  # 8 positions of 4: not recorded
+    wide = lines[7]["tasks"][0]
+    assert wide["kind"] == "decode" and "tokens" not in wide  # 2**64-1: not a trace's int
     end = replays_exactly(rec)
-    assert end["dispatched"] == 4
+    assert end["dispatched"] == 5
 
 
 def test_the_cost_per_call_is_printed(recorder_test: Path, tmp_path: Path) -> None:

@@ -360,8 +360,8 @@ def test_a_prepared_input_swapped_for_tokens_breaks_the_contract_naming_both(
     done = cli("replay", trace, "-p", crashing(1, 23))
     assert done.code == 3, done.stderr
     assert (
-        "returned task 1 with tokens [out of range], but it was submitted with tokens "
-        "prepared input of 16 positions" in done.stderr
+        "returned task 1 with payload tokens [out of range], but it was submitted with "
+        "payload a prepared input of 16 positions" in done.stderr
     )
 
 
@@ -1155,3 +1155,39 @@ def test_an_interface_shape_schedcli_does_not_know_is_refused_in_its_own_words(
     assert done.code == 2
     assert "schedcli/shape.h" in done.stderr
     assert "batching::Task is not a struct with tid and input" in done.stderr
+
+
+def test_a_checkout_named_otherwise_is_built_not_a_sibling_named_executorch(
+    cxx: str, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """<executorch/...> must open the checkout given: the folder above it could hold another
+    one named executorch (found by a new user: the sibling was built, silently)."""
+    given = tmp_path / "et"
+    shutil.copytree(CPP / cxx / "executorch", given)
+    sibling = tmp_path / "executorch" / "extension" / "llm" / "batching"
+    sibling.mkdir(parents=True)
+    (sibling / "scheduler.h").write_text('#error "the sibling named executorch was built"\n')
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(given))
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1, "policy": "fcfs"}, OPAQUE[1:])
+    done = cli("replay", trace, "-p", fifo(), "--drain")
+    assert done.code == 0, done.stderr
+
+
+@pytest.mark.parametrize("cxx", [b for b in BUILDS if b[1] == "payload"][:1], indirect=True)
+def test_an_opaque_tasks_base_position_is_the_position_that_must_fit(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    """What crosses is the backing's base (position - offset), not the slice's start."""
+
+    def task(position: int) -> dict[str, object]:
+        opaque = {"size": 2, "offset": 1}
+        return {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 1,
+                "position": position, "prepared": opaque}  # fmt: skip
+
+    fits = write(tmp_path / "fits.jsonl", {"schedcli": 1, "policy": "fcfs"}, [task(2**31)])
+    done = cli("replay", fits, "-p", fifo(), "--drain")
+    assert done.code == 0, done.stderr  # base 2**31 - 1: a Position holds it
+    past = write(tmp_path / "past.jsonl", {"schedcli": 1, "policy": "fcfs"}, [task(2**31 + 1)])
+    done = cli("replay", past, "-p", fifo(), "--drain")
+    assert done.code == 2
+    assert f"{past}:2: position - prepared.offset 2147483648 does not fit" in done.stderr

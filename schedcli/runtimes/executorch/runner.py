@@ -93,7 +93,8 @@ def checkout(spec: CxxSpec, name: str) -> Path:
             f"policy {name!r} runs ExecuTorch's batching Runner from a checkout: say where "
             "it is with --executorch PATH, $EXECUTORCH_ROOT, or [tool.schedcli.cxx] executorch"
         )
-    root = Path(spec.system_dirs[0]) / "executorch"
+    # The checkout itself (the include folder may hold a link to it: spec.include_root).
+    root = (Path(spec.system_dirs[0]) / "executorch").resolve()
     for needed in NEEDED:
         if not (root / BATCHING / needed).is_file():
             raise UsageError(
@@ -108,7 +109,9 @@ def _source(spec: CxxSpec) -> str:
     """The driver's source: the scheduler's header and factory, then runner_driver.cpp."""
     driver = resources.files(__package__).joinpath("runner_driver.cpp").read_text("utf-8")
     header = spec.header if spec.header.startswith("<") else f'"{spec.header}"'
-    lines = [f"#include {header}", "#include <cstddef>"]
+    # shape.h first: an interface shape it does not know is refused in its words, before
+    # the scheduler's header fails on it in the compiler's.
+    lines = ["#include <schedcli/shape.h>", f"#include {header}", "#include <cstddef>"]
     lines.append("static auto schedcli_factory(const std::size_t* schedcli_params) {")
     call = ", ".join(
         f"schedcli_params[{i}]" if n is not None else f"{v}u" for i, (n, v) in enumerate(spec.args)

@@ -388,8 +388,28 @@ bool to_task(PyObject* obj, et::Task& t) {
   t.input.produce_output = output.p == Py_True;
   t.input.offset = 0;
   t.input.size = static_cast<std::size_t>(n);
+  // An opaque task's (backing size, offset): the slice is [offset, offset + size) of a
+  // backing whose base position is position - offset, the Position that crosses.
+  std::size_t backing = 0;
+  const bool opaque = tokens.p == Py_None && prepared.p != Py_None;
+  if (opaque) {
+    if (!PyTuple_CheckExact(prepared.p) || PyTuple_GET_SIZE(prepared.p) != 2) {
+      PyErr_SetString(PyExc_TypeError, "a task's prepared is a (size, offset) tuple");
+      return false;
+    }
+    if (!to_int(PyTuple_GET_ITEM(prepared.p, 0), backing, "prepared.size", "std::size_t") ||
+        !to_int(PyTuple_GET_ITEM(prepared.p, 1), t.input.offset, "prepared.offset",
+                "std::size_t")) {
+      return false;
+    }
+  }
   if (position.p == Py_None) {
     t.input.position = -1;
+  } else if (opaque) {
+    Ref base(PyNumber_Subtract(position.p, PyTuple_GET_ITEM(prepared.p, 1)));
+    if (!base.p || !to_int(base.p, t.input.position, "position - prepared.offset", "Position")) {
+      return false;
+    }
   } else if (!to_int(position.p, t.input.position, "position", "Position")) {
     return false;
   }
@@ -403,29 +423,7 @@ bool to_task(PyObject* obj, et::Task& t) {
       held->push_back(token);
     }
     shape::set_tokens(t.input, std::move(held));
-  } else if (prepared.p != Py_None) {
-    // (backing size, offset): the slice is [offset, offset + size) of an opaque backing
-    // whose base is position - offset.
-    if (!PyTuple_CheckExact(prepared.p) || PyTuple_GET_SIZE(prepared.p) != 2) {
-      PyErr_SetString(PyExc_TypeError, "a task's prepared is a (size, offset) tuple");
-      return false;
-    }
-    std::size_t backing = 0;
-    if (!to_int(PyTuple_GET_ITEM(prepared.p, 0), backing, "prepared.size", "std::size_t") ||
-        !to_int(PyTuple_GET_ITEM(prepared.p, 1), t.input.offset, "prepared.offset",
-                "std::size_t")) {
-      return false;
-    }
-    if (t.input.position >= 0) {
-      et::Position base;
-      const long long b = static_cast<long long>(t.input.position) -
-                          static_cast<long long>(t.input.offset);
-      Ref value(PyLong_FromLongLong(b));
-      if (!value.p || !to_int(value.p, base, "position - prepared.offset", "Position")) {
-        return false;
-      }
-      t.input.position = base;
-    }
+  } else if (opaque) {
     shape::set_prepared(t.input, backing);
   }
   return true;
@@ -446,14 +444,8 @@ void show(char* out, std::size_t n, const T& v) {
   }
 }
 
-// A task's token slice, its first few tokens: "none", "[1, 2, 3]", "[1, 2, 3, 4, ...]";
-// or an opaque prepared input's size: "prepared input of 512 positions".
+// A task's token slice, its first few tokens: "none", "[1, 2, 3]", "[1, 2, 3, 4, ...]".
 void show_tokens(char* out, std::size_t n, const et::Input& in) {
-  std::size_t backing = 0;
-  if (shape::prepared_of(in, backing)) {
-    std::snprintf(out, n, "prepared input of %zu positions", backing);
-    return;
-  }
   const Tokens* held = shape::tokens_of(in);
   if (held == nullptr || !*held) {
     std::snprintf(out, n, "none");
@@ -496,6 +488,25 @@ bool same_tokens(const et::Input& a, const et::Input& b) {
   return true;
 }
 
+// A payload-shape task's work: "tokens [1, 2]", "no tokens", "a prepared input of 512
+// positions".
+void show_work(char* out, std::size_t n, const et::Input& in) {
+  std::size_t backing = 0;
+  if (shape::prepared_of(in, backing)) {
+    std::snprintf(out, n, "a prepared input of %zu position%s", backing, backing == 1 ? "" : "s");
+    return;
+  }
+  const Tokens* held = shape::tokens_of(in);
+  if (held == nullptr || !*held) {
+    std::snprintf(out, n, "no tokens");
+    return;
+  }
+  const int used = std::snprintf(out, n, "tokens ");
+  if (used > 0 && static_cast<std::size_t>(used) < n) {
+    show_tokens(out + used, n - static_cast<std::size_t>(used), in);
+  }
+}
+
 bool changed(const et::Task& got, const et::Task& sent, const char*& field, char* was,
              char* now, std::size_t n) {
 #define SCHEDCLI_FIELD(name, expr)       \
@@ -518,9 +529,15 @@ bool changed(const et::Task& got, const et::Task& sent, const char*& field, char
   SCHEDCLI_FIELD("offset", input.offset)
 #undef SCHEDCLI_FIELD
   if (!same_tokens(got.input, sent.input)) {
-    field = "tokens";
-    show_tokens(was, n, sent.input);
-    show_tokens(now, n, got.input);
+    if constexpr (shape::kPayload) {  // tokens or a prepared input: the payload differs
+      field = "payload";
+      show_work(was, n, sent.input);
+      show_work(now, n, got.input);
+    } else {
+      field = "tokens";
+      show_tokens(was, n, sent.input);
+      show_tokens(now, n, got.input);
+    }
     return true;
   }
   return false;

@@ -329,6 +329,30 @@ def _folder(base: Path, value: str, where: str) -> Path:
         raise UsageError(f"{where}: {value!r}: {e}") from None
 
 
+def include_root(root: Path, env: Mapping[str, str] = os.environ) -> str:
+    """The folder to put on the include path so that ``<executorch/...>`` opens ``root``:
+    the folder above it when the checkout is named ``executorch``; else a folder of the
+    build cache holding one link, ``executorch``, to it. (The folder above a checkout named
+    otherwise could hold another one named ``executorch``, which would be built instead.)"""
+    if root.name == "executorch":
+        return str(root.parent)
+    from .build import cache_root
+
+    digest = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
+    folder = cache_root(env) / "checkouts" / digest
+    link = folder / "executorch"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (link.is_symlink() and os.readlink(link) == str(root)):
+            fresh = folder / f".executorch.{os.getpid()}"
+            fresh.unlink(missing_ok=True)
+            os.symlink(root, fresh)
+            os.replace(fresh, link)  # atomic: a build beside this one sees one or the other
+    except OSError as e:
+        raise UsageError(f"{root}: cannot link the checkout into the build cache: {e}") from None
+    return str(folder)
+
+
 def executorch_root(
     env: Mapping[str, str], file: Path | None, table: dict[str, Any]
 ) -> Path | None:
@@ -393,7 +417,7 @@ def resolve(name: str, env: Mapping[str, str] = os.environ, cwd: Path | None = N
         if not isinstance(line, str):
             raise UsageError(f"{where} must be a string HEADER=FACTORY(ARGS), not {line!r}")
     header, callee, args = parse_line(name, line, base, where)
-    system = (str(root.parent),) if root is not None else ()
+    system = (include_root(root, env),) if root is not None else ()
     if not header.startswith("<"):
         includes.insert(0, str(Path(header).parent))
     spec = CxxSpec(

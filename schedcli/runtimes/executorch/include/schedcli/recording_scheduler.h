@@ -252,7 +252,9 @@ class RecordingScheduler : public detail::Wrapping<batching::Scheduler> {
     std::size_t opaque = 0;
     const shape::Tokens* held = shape::tokens_of(in);
     if (shape::prepared_of(in, opaque)) {
-      if (in.offset <= opaque && in.size <= opaque - in.offset) {
+      // A trace's prepared input has at least one position, and sizes fit 63 bits.
+      if (opaque > 0 && opaque <= kMaxTraceInt && in.offset <= opaque &&
+          in.size <= opaque - in.offset) {
         out += ",\"prepared\":{\"size\":";
         int_(out, opaque);
         out += ",\"offset\":";
@@ -260,7 +262,8 @@ class RecordingScheduler : public detail::Wrapping<batching::Scheduler> {
         out += '}';
       }
     } else if (record_tokens_ && held != nullptr && *held != nullptr &&
-               in.offset <= (*held)->size() && in.size <= (*held)->size() - in.offset) {
+               in.offset <= (*held)->size() && in.size <= (*held)->size() - in.offset &&
+               fits_trace_(**held, in.offset, in.offset + in.size)) {
       const auto& backing = **held;
       out += ",\"tokens\":[";
       const std::size_t end = in.offset + in.size;
@@ -278,6 +281,22 @@ class RecordingScheduler : public detail::Wrapping<batching::Scheduler> {
   template <class Int>
   void int_(Int v) {
     int_(buffer_, v);
+  }
+
+  // A trace's integers are signed 64-bit: an unsigned token id past that (the payload
+  // shape's Token is uint64_t) cannot be written, so the slice is recorded without tokens.
+  static constexpr std::uint64_t kMaxTraceInt = 9223372036854775807ULL;
+  template <class T>
+  static bool fits_trace_(const std::vector<T>& tokens, std::size_t begin, std::size_t end) {
+    if constexpr (std::is_unsigned<T>::value) {
+      for (std::size_t i = begin; i < end; ++i) {
+        if (static_cast<std::uint64_t>(tokens[i]) > kMaxTraceInt) return false;
+      }
+    }
+    (void)tokens;
+    (void)begin;
+    (void)end;
+    return true;
   }
 
   // An integer at its declared width and signedness (a 32- or 64-bit TaskId, a size_t).
