@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from ..formats.kinds import LEVEL
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.step_lines import StepLines
-from ..formats.trace import Header, TraceReader, incomplete_trace, open_trace
-from ..model.errors import InputError, UsageError
+from ..formats.trace import Event, Header, TraceReader, incomplete_trace, open_trace
+from ..model.errors import InputError, UnfitTask, UsageError
 from ..model.records import Left, discard
 from ..model.scheduler import Policy, Scheduler
+from ..model.task import Id, Task
 from ..policies.choice import RecordedPolicy, policy_for_trace
-from ..policies.registry import Level
+from ..policies.registry import Level, resolve_policy
 from .replay import Emit, Observer, Replayer, Totals
 
 if TYPE_CHECKING:
@@ -42,6 +44,58 @@ def choose_policy(
     built, label, used = policy_for_trace(recorded, trace_name, policy, params, note, level)
     built.promise_serial_calls()
     return built, label, used
+
+
+@runtime_checkable
+class NarrowInterface(Protocol):
+    """A policy whose interface holds less than a trace may (a C++ scheduler's integer
+    widths: ``runtimes.executorch.policy``): ``UnfitTask`` for what it could not be handed,
+    in the words its replay refuses it with."""
+
+    def check_task(self, task: Task) -> None: ...
+
+    def check_sid(self, sid: Id) -> None: ...
+
+
+CheckEvent = Callable[[Event], list[InputError]]
+
+
+def interface_check(
+    header: Header | None,
+    trace_name: str,
+    policy: str | None,
+    params: Mapping[str, object],
+) -> CheckEvent | None:
+    """For a task-level trace whose policy has a narrow interface, that policy built as
+    replay builds it (a failed build, a factory that returns null: replay's UsageError or
+    InputError) and a check of one event against it: each task of a submit, a cancel's
+    sid, that the replay would refuse as unfit, an ``InputError`` at the event's line in
+    the replay's words (``Replayer._crash``). None, and nothing built, for any other policy
+    (``validate``: building vLLM's takes seconds, and the others hold any value a trace can).
+    Call it once the policy was checked (``check_policy_for_trace``)."""
+    recorded = RecordedPolicy.of(header)
+    spec = policy or (recorded.policy if recorded is not None else None)
+    if spec is None or not issubclass(resolve_policy(spec, "task"), NarrowInterface):
+        return None
+    built, label, _ = choose_policy(header, trace_name, policy, params, lambda _: None)
+    assert isinstance(built, NarrowInterface)
+    narrow = built
+
+    def check(event: Event) -> list[InputError]:
+        calls: list[Callable[[], None]] = []
+        if event.op == "submit":
+            calls = [functools.partial(narrow.check_task, task) for task in event.tasks or ()]
+        elif event.op == "cancel" and event.sid is not None:
+            calls = [functools.partial(narrow.check_sid, event.sid)]
+        unfit = []
+        for call in calls:
+            try:
+                call()
+            except UnfitTask as e:
+                unfit.append(InputError(trace_name, event.line, f"{e} (policy {label!r})"))
+        return unfit
+
+    return check
 
 
 class Driver(Protocol):

@@ -119,8 +119,10 @@ def test_a_configured_cpp_name_in_a_trace_header_is_named_not_supplied(
         f'[tool.schedcli.cxx.policies]\nfifo = "{FIFO}={CALL}"\n'
     )
     trace = _trace(tmp_path / "t.jsonl", "cxx:fifo")
-    done = cli("validate", trace, cwd=tmp_path)  # named, so taken; validate builds nothing
-    assert done.code == 0, done.stderr
+    done = cli("validate", trace, cwd=tmp_path)
+    assert "the header names policy" not in done.stderr  # named, so taken
+    assert compiler_spy.exists()  # and built, as replay builds it (the spy fails the build)
+    assert done.code == 2 and "policy 'cxx:fifo': the C++ compiler" in done.stderr
 
 
 @pytest.mark.parametrize(

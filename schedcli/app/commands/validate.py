@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...engine.clock import StepClock
+from ...engine.run import CheckEvent, interface_check
 from ...formats.kinds import LEVEL
 from ...formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ...formats.trace import TraceReader, incomplete_trace, open_trace
@@ -42,7 +43,9 @@ def validate_trace(
     """The problems (the first ``max_errors`` kept, all counted) and the valid events.
 
     What ``replay`` refuses, this reports: the same reader, the header's policy (or
-    ``policy``) built as replay builds it, and the same step-mode rules (``StepClock``).
+    ``policy``) checked as replay builds it, and the same step-mode rules (``StepClock``);
+    under a policy with a narrow interface (``cxx:``), that policy built and every task
+    checked against it (``interface_check``).
     """
     problems = Problems(max_errors)
     name = display_name(path)
@@ -55,9 +58,11 @@ def validate_trace(
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
             header = reader.header
             level: Level = "request" if header is not None and header.level == LEVEL else "task"
-            _check_policy(reader, collect, policy, params or {}, level)
-            count = _request_events if level == "request" else _task_events
-            events, partial = count(reader, collect)
+            unfit = _check_policy(reader, collect, policy, params or {}, level)
+            if level == "request":
+                events, partial = _request_events(reader, collect)
+            else:
+                events, partial = _task_events(reader, collect, unfit)
             if partial is not None and not allow_incomplete:
                 collect(InputError(name, partial[0], incomplete_trace(partial[1])))
     except InputError as e:
@@ -77,21 +82,26 @@ def _check_policy(
     policy: str | None,
     params: Mapping[str, object],
     level: Level,
-) -> None:
+) -> CheckEvent | None:
     """The trace's policy and parameters checked as replay takes them, without building a
-    policy whose building costs (vLLM's takes seconds: ``Policy.settle``)."""
+    policy whose building costs (vLLM's takes seconds: ``Policy.settle``); a policy with a
+    narrow interface built, and its check of each event."""
     header = reader.header
     try:
         check_policy_for_trace(RecordedPolicy.of(header), reader.name, policy, params, level)
+        return interface_check(header, reader.name, policy, params) if level == "task" else None
     except InputError as e:
         collect(e)
     except UsageError as e:
         collect(InputError(reader.name, header.line if header is not None else None, str(e)))
+    return None
 
 
-def _task_events(reader: TraceReader, collect: Collect) -> tuple[int, Partial]:
+def _task_events(
+    reader: TraceReader, collect: Collect, unfit: CheckEvent | None
+) -> tuple[int, Partial]:
     """A task-level trace's valid events, its steps checked by replay's rules
-    (``StepClock``); and its partial marker."""
+    (``StepClock``) and its tasks by the policy's interface; and its partial marker."""
     clock = StepClock(reader.name)
     events = 0
     for event in reader:
@@ -100,7 +110,10 @@ def _task_events(reader: TraceReader, collect: Collect) -> tuple[int, Partial]:
         except InputError as e:
             collect(e)
             continue
-        events += 1
+        problems = unfit(event) if unfit is not None else []
+        for problem in problems:
+            collect(problem)
+        events += not problems
     return events, reader.partial
 
 

@@ -115,6 +115,47 @@ class CxxScheduler(Scheduler):
         dropped: list[Task] = self._shim.clear(self._handle)
         return dropped
 
+    # What the shim refuses to hand over (to_task's to_int, exit 2 at the line), said
+    # without handing anything over: validate's check, in the replay's words and order.
+    def check_task(self, task: Task) -> None:
+        """``UnfitTask`` naming the first field of ``task`` the interface cannot carry,
+        against the widths the built module declares (its TASK_ID, SESSION_ID, POSITION,
+        TOKEN); an opaque task's Position is its base, position - prepared.offset."""
+        shim = self._shim
+        _fit(task.tid, "tid", "TaskId", shim.TASK_ID)
+        _fit(task.sid, "sid", "SessionId", shim.SESSION_ID)
+        # prepared.size and .offset cross as std::size_t, which holds every value a trace
+        # may carry (docs/trace-format.md, "Bounds"): nothing to check there.
+        if task.position is not None:
+            if task.tokens is None and task.prepared is not None:
+                base = task.position - task.prepared[1]
+                _fit(base, "position - prepared.offset", "Position", shim.POSITION)
+            else:
+                _fit(task.position, "position", "Position", shim.POSITION)
+        for token in task.tokens or ():
+            _fit(token, "token", "Token", shim.TOKEN)
+
+    def check_sid(self, sid: Id) -> None:
+        """``UnfitTask`` for a cancel's sid the interface cannot carry (a sid that is not
+        an integer is no C++ session's: ``cancel`` hands nothing over for it)."""
+        if type(sid) is int:
+            _fit(sid, "sid", "SessionId", self._shim.SESSION_ID)
+
+
+# The shim converts through a long long: a value outside it never crosses, whatever the type.
+_LONG_LONG = (-(2**63), 2**63 - 1)
+
+
+def _fit(value: object, field: str, type_name: str, bounds: tuple[int, int]) -> None:
+    """The shim's to_int, its check and its words, without the conversion."""
+    if type(value) is not int:
+        raise UnfitTask(f"{field} {value!r} is not an integer, and a C++ {type_name} is")
+    low, high = bounds
+    if not (max(low, _LONG_LONG[0]) <= value <= min(high, _LONG_LONG[1])):
+        raise UnfitTask(
+            f"{field} {value!r} does not fit the interface's {type_name} ({low}..{high})"
+        )
+
 
 def policy_class(name: str) -> type[CxxScheduler]:
     """The policy class ``cxx:...`` names (one per resolved spec)."""
