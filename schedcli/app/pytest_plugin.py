@@ -76,7 +76,8 @@ def pytest_collection_modifyitems(
 def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     from ..model.errors import UsageError
     from .commands.check.report import refuse_aliases
-    from .commands.check.suite import CheckRequest, find_suite, suite_jobs
+    from .commands.check.running import suite_jobs
+    from .commands.check.suite import CheckRequest, find_suite
     from .config import load_config
 
     settings = load_config(config.rootpath)
@@ -132,7 +133,7 @@ class TraceItem(_SuiteItem):
 
     def runtest(self) -> None:
         from .commands.check.running import checked_apart, may_end_the_process
-        from .commands.check.suite import ERROR, FAIL, PASS, UNCHECKED, check_job
+        from .commands.check.suite import BROKEN, ERROR, FAIL, PASS, UNCHECKED, check_job
 
         # A trace whose policy may end the process (a C++ scheduler) is checked in a
         # process of its own, as `check` checks it: its end fails the item, not pytest.
@@ -144,14 +145,15 @@ class TraceItem(_SuiteItem):
             return
         if verdict.status == UNCHECKED and self.req.allow_unchecked:
             pytest.skip(verdict.coverage)
-        lines = [f"{verdict.status}: {verdict.coverage}"] if verdict.status != ERROR else []
+        said = verdict.status not in (ERROR, BROKEN)  # their detail says it
+        lines = [f"{verdict.status}: {verdict.coverage}"] if said else []
         if verdict.updated:
             lines.append(verdict.updated)
         where = f"{self.job.trace}:{verdict.line}" if verdict.line else self.job.trace
         if verdict.detail:
             lines += [f"--- {where}: first divergence ---" if verdict.status == FAIL else where]
             lines.append(verdict.detail)
-        if verdict.status in (FAIL, ERROR):
+        if verdict.status in (FAIL, ERROR, BROKEN):
             lines.append(f"reproduce: {verdict.command()}")
         raise TraceFailed("\n".join(lines))
 

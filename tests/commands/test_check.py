@@ -84,7 +84,8 @@ def test_the_text_report_shows_a_line_each_then_each_first_divergence_then_a_sum
     assert lines[0].startswith("FAIL") and "cancel-and-rejoin.jsonl" in lines[0]
     assert "--- " in out and "first divergence" in out
     assert lines[-1] == (
-        "6 traces: 3 passed, 3 failed, 0 unchecked, 0 could not be read; "
+        "6 traces: 3 passed, 3 failed, 0 broke the Scheduler contract, 0 unchecked, "
+        "0 could not be read; "
         "1 orphaned golden (failing)"
     )
 
@@ -238,7 +239,8 @@ def test_the_examples_pass(tmp_path: Path) -> None:
     r = run_cli("check", str(TRACES))
     assert r.returncode == 0, r.stdout.decode()
     assert r.stdout.decode().splitlines()[-1] == (
-        "7 traces: 7 passed, 0 failed, 0 unchecked, 0 could not be read"
+        "7 traces: 7 passed, 0 failed, 0 broke the Scheduler contract, 0 unchecked, "
+        "0 could not be read"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import tomllib
 from pathlib import Path
@@ -46,7 +47,10 @@ def traces(part: str) -> dict[str, dict[str, object]]:
 def all_passed(out: bytes, count: int) -> bool:
     """check's summary says every one of ``count`` traces passed."""
     said = out.decode().rstrip().splitlines()[-1]
-    return said == f"{count} traces: {count} passed, 0 failed, 0 unchecked, 0 could not be read"
+    return said == (
+        f"{count} traces: {count} passed, 0 failed, 0 broke the Scheduler contract, "
+        "0 unchecked, 0 could not be read"
+    )
 
 
 def json_verdicts(out: bytes) -> dict[str, str]:
@@ -189,7 +193,7 @@ def test_a_broken_scheduler_fails_the_contract(broken: str, code: int) -> None:
     assert r.returncode == code, r.stderr.decode()
     statuses = json_verdicts(r.stdout)
     assert set(statuses) == set(traces("contract"))
-    assert any(status in ("fail", "error") for status in statuses.values())
+    assert "broken" in statuses.values() and "error" not in statuses.values()
     failed = [orjson.loads(x) for x in r.stdout.splitlines() if b'"pass"' not in x]
     assert all(f"-p tests.plugin_policies:{broken}" in f["command"] for f in failed)
 
@@ -245,3 +249,60 @@ def test_a_cpp_scheduler_passes_the_contract_under_every_interface_shape(
     r = run_cli("conformance", "contract", "-p", FIFO, "-j", "1")
     assert r.returncode == 0, r.stdout.decode()[-3000:] + r.stderr.decode()[-2000:]
     assert all_passed(r.stdout, len(traces("contract")))
+
+
+def crashing(how: int) -> str:
+    """A C++ scheduler that breaks the contract at its second get_work, as ``how`` says
+    (tests/cpp/schedulers/crashing_scheduler.h lists them)."""
+    return (
+        f"cxx:{CPP / 'schedulers' / 'crashing_scheduler.h'}=std::make_unique<"
+        f"schedcli_test::CrashingScheduler>(crash_at=2, how={how})"
+    )
+
+
+@pytest.fixture
+def checkout_given(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """A checkout given with --executorch only: $EXECUTORCH_ROOT unset."""
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(tmp_path_factory.getbasetemp() / "cxx"))
+    monkeypatch.delenv("EXECUTORCH_ROOT", raising=False)
+    return str(CPP / "payload" / "executorch")
+
+
+@pytest.mark.skipif(not COMPILER, reason="no C++ compiler here (CI installs g++ and clang)")
+@pytest.mark.parametrize("how", [2, 11, 17], ids=["aborts", "ends-the-process", "changes-a-task"])
+def test_a_scheduler_that_breaks_the_contract_is_said_to_have_broken_it_not_unreadable(
+    how: int, checkout_given: str
+) -> None:
+    r = run_cli("conformance", "-p", crashing(how), "--executorch", checkout_given, "-j", "1")
+    assert r.returncode == 3, r.stderr.decode()[-2000:]
+    lines = r.stdout.decode().splitlines()
+    broken = [line for line in lines if line.startswith("BROKEN ")]
+    assert broken and not [line for line in lines if line.startswith("error ")]
+    assert f" failed, {len(broken)} broke the Scheduler contract, " in lines[-1]
+    assert lines[-1].endswith(", 0 could not be read")
+    assert r.stdout.decode().count(": broke the Scheduler contract ---\nreproduce: ") == len(broken)
+
+
+@pytest.mark.skipif(not COMPILER, reason="no C++ compiler here (CI installs g++ and clang)")
+def test_a_failures_reproduce_command_repeats_the_checkout_and_parameters_it_ran_with(
+    checkout_given: str,
+) -> None:
+    r = run_cli(
+        "conformance", "-p", crashing(2), "-P", "crash_at=3", "--executorch", checkout_given,
+        "-j", "1", "-f", "json",
+    )  # fmt: skip
+    assert r.returncode == 3
+    records = [orjson.loads(line) for line in r.stdout.splitlines()]
+    failing = [x for x in records if x["status"] != "pass"]
+    assert {x["status"] for x in failing} == {"fail", "broken"}
+    for record in failing:
+        words = shlex.split(record["command"])
+        checkout = Path(words[words.index("--executorch") + 1])  # shown from the root
+        assert checkout.resolve() == Path(checkout_given).resolve()
+        assert words[words.index("-P") + 1] == "crash_at=3"
+    broken = next(x for x in failing if x["status"] == "broken")
+    again = run_cli(*shlex.split(broken["command"])[1:])  # as printed, nothing else set
+    assert again.returncode == 3, again.stderr.decode()
+    assert broken["detail"] in again.stderr.decode()

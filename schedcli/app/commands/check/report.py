@@ -17,8 +17,8 @@ from ....formats.output import atomic_output, refuse_overwriting
 from ....model.errors import CheckFailed, UsageError
 from ...config import Config, load_config
 from .running import run_suite
-from .suite import ERROR as ERRORED
 from .suite import (
+    BROKEN,
     FAIL,
     PASS,
     UNCHECKED,
@@ -28,8 +28,10 @@ from .suite import (
     exit_code,
     find_suite,
 )
+from .suite import ERROR as ERRORED
 
 ORPHANED = "orphaned"
+BROKE = "broke the Scheduler contract"  # a BROKEN verdict, in the report and its summary
 ORPHAN_TEXT = "a golden no trace claims"
 Shown = Callable[[str], str]
 
@@ -61,7 +63,8 @@ def show_text(
     orphans = [shown(g) for g in suite.orphans]
     width = max([len(n) for n in names + orphans] + [1])
     for v, name in zip(verdicts, names, strict=True):
-        said = printable(v.coverage if v.status != ERRORED else v.detail.splitlines()[0])
+        said = v.coverage if v.status not in (ERRORED, BROKEN) else v.detail.splitlines()[0]
+        said = printable(said)
         out.write(f"{v.status:<9}  {name:<{width}}  {said}\n")
         if v.updated:
             out.write(f"{'':<9}  {'':<{width}}  {printable(v.updated)}\n")
@@ -74,15 +77,18 @@ def show_text(
             out.write(f"reproduce: {v.command(shown)}\n")
         elif v.status == ERRORED:
             out.write(f"\n--- {name}: could not be checked ---\nreproduce: {v.command(shown)}\n")
+        elif v.status == BROKEN:
+            out.write(f"\n--- {name}: {BROKE} ---\nreproduce: {v.command(shown)}\n")
     out.write("\n" + summary(req, suite, verdicts) + "\n")
 
 
 def summary(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> str:
     statuses = [v.status for v in verdicts]
-    counts = {s: statuses.count(s) for s in (PASS, FAIL, UNCHECKED, ERRORED)}
+    counts = {s: statuses.count(s) for s in (PASS, FAIL, BROKEN, UNCHECKED, ERRORED)}
     traces = f"{len(verdicts)} trace{'s' * (len(verdicts) != 1)}"
     said = (
         f"{traces}: {counts[PASS]} passed, {counts[FAIL]} failed, "
+        f"{counts[BROKEN]} {BROKE}, "
         f"{counts[UNCHECKED]} unchecked{' (allowed)' if req.allow_unchecked else ''}, "
         f"{counts[ERRORED]} could not be read"
     )
@@ -118,6 +124,9 @@ def junit_cases(
         if v.status == FAIL:
             case.outcome, case.message = FAILURE, v.coverage
             case.text = f"{v.detail}\nreproduce: {v.command(shown)}"
+        elif v.status == BROKEN:  # the policy's failure, as a FAIL is
+            case.outcome, case.message = FAILURE, v.detail.splitlines()[0]
+            case.text = f"{v.detail}\nreproduce: {v.command(shown)}"
         elif v.status == ERRORED:
             case.outcome, case.message, case.text = ERROR, v.detail.splitlines()[0], v.detail
         elif v.status == UNCHECKED:
@@ -144,12 +153,16 @@ def annotate(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict], shown
     from stdout)."""
     if os.environ.get("GITHUB_ACTIONS") != "true":
         return
-    failing = {FAIL, ERRORED} | (set() if req.allow_unchecked else {UNCHECKED})
-    title = {FAIL: "schedcli check failed", ERRORED: "schedcli could not read this trace"}
+    failing = {FAIL, BROKEN, ERRORED} | (set() if req.allow_unchecked else {UNCHECKED})
+    title = {
+        FAIL: "schedcli check failed",
+        BROKEN: f"the policy {BROKE}",
+        ERRORED: "schedcli could not read this trace",
+    }
     for v in verdicts:
         if v.status in failing:
             message = v.detail or v.coverage
-            if v.status in (FAIL, ERRORED):
+            if v.status in (FAIL, BROKEN, ERRORED):
                 message += f"\nreproduce: {v.command(shown)}"
             _annotation(shown(v.trace), v.line, title.get(v.status, "unchecked"), message)
     if req.strict:

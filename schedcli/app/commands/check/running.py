@@ -11,10 +11,12 @@ from collections.abc import Iterator, Sequence
 import orjson
 
 from ....engine.pool import Vanished, answers
+from ....engine.stall import STALL_STEPS_ENV
 from ....formats.source import open_binary
 from ....model.errors import SchedcliError
+from ....runtimes.executorch.spec import ENV_ROOT
 from ....runtimes.executorch.spec import PREFIX as CXX_PREFIX
-from .suite import ERROR, CheckRequest, Job, Suite, Verdict, check_job, suite_jobs
+from .suite import BROKEN, CheckRequest, Job, Suite, Verdict, check_job
 
 
 def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
@@ -29,6 +31,34 @@ def run_suite(req: CheckRequest, suite: Suite) -> Iterator[Verdict]:
     yield from checked_apart(jobs, max(workers, 1))
 
 
+def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
+    """Each trace of the suite as a job, under its folder's policy and parameters, or the
+    command line's: -p replaces a folder's policy and its parameters (they were set for
+    that policy), -P goes over what applies. Each carries what the run was given outside
+    the command's arguments (``Job.executorch``, ``Job.stall_steps``): the checkout only
+    for a job that builds a C++ policy, whose reproduce command needs it."""
+    jobs = []
+    for trace, golden in suite.traces:
+        settings = req.config.settings_for(trace)
+        folder = {} if req.policy is not None else settings.params
+        job = Job(
+            trace,
+            golden,
+            req.policy if req.policy is not None else settings.policy,
+            {**folder, **req.params},
+            req.update,
+            req.dry_run,
+            req.golden_required(trace),
+            req.allow_incomplete,
+            suite.alias,
+            stall_steps=os.environ.get(STALL_STEPS_ENV) or None,
+        )
+        if may_end_the_process(job):
+            job.executorch = os.environ.get(ENV_ROOT) or None
+        jobs.append(job)
+    return jobs
+
+
 def checked_apart(jobs: Sequence[Job], workers: int) -> Iterator[Verdict]:
     """Each job's verdict from worker processes: one that ends without answering (its
     policy ended the process) fails its trace, with how it ended."""
@@ -41,7 +71,7 @@ def _vanished(job: Job, ended: Vanished) -> Verdict:
         f"{job.trace}: the process checking it ended ({ended.how}) without a verdict: its "
         "policy ended the process (a C++ scheduler must return from every call)"
     )
-    verdict = Verdict(job.trace, None, ERROR, "", detail, None)
+    verdict = Verdict(job.trace, None, BROKEN, "", detail, None)
     verdict.exit_code = 3
     verdict.job = job
     return verdict

@@ -34,6 +34,7 @@ from ...config import Config
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
 DUMP_SUFFIX = ".dump.jsonl"
 PASS, FAIL, UNCHECKED, ERROR = "pass", "FAIL", "unchecked", "error"
+BROKEN = "BROKEN"  # the policy broke the Scheduler contract (exit 3): not the trace's fault
 
 
 @dataclass
@@ -90,7 +91,7 @@ class Verdict:
     detail: str = ""
     line: int | None = None
     updated: str = ""  # what --update did (or, with --dry-run, would do) to the golden
-    exit_code: int = 0  # for ERROR: the error's own exit code (2 bad input, 3 a policy)
+    exit_code: int = 0  # for ERROR 2 (bad input), for BROKEN 3
     job: Job | None = None  # how it was checked: what reproduces it
     expects: bool = False  # the trace records expects (--check had something to check)
     no_golden: bool = False  # it failed for want of a golden
@@ -104,7 +105,7 @@ class Verdict:
             "line": self.line,
             "detail": self.detail or None,
             "updated": self.updated or None,
-            "command": self.command(shown) if self.status in (FAIL, ERROR) else None,
+            "command": self.command(shown) if self.status in (FAIL, ERROR, BROKEN) else None,
         }
 
     def command(self, shown: Callable[[str], str] = str) -> str | None:
@@ -115,9 +116,11 @@ class Verdict:
             return None
         import shlex
 
+        given = ["--executorch", shown(job.executorch)] if job.executorch else []
+        given += ["--stall-steps", job.stall_steps] if job.stall_steps else []
         if self.no_golden:
-            return shlex.join(["schedcli", "check", "--update", shown(job.trace)])
-        words = ["schedcli", "replay", shown(job.trace)]
+            return shlex.join(["schedcli", "check", "--update", shown(job.trace), *given])
+        words = ["schedcli", "replay", shown(job.trace), *given]
         if job.policy is not None:
             words += ["-p", job.policy]
         for key, value in job.params.items():
@@ -320,30 +323,10 @@ class Job:
     golden_required: bool = True
     allow_incomplete: bool = False
     alias: tuple[str, str] | None = None  # Suite.alias: how its paths are shown
-
-
-def suite_jobs(req: CheckRequest, suite: Suite) -> list[Job]:
-    """Each trace of the suite as a job, under its folder's policy and parameters, or the
-    command line's: -p replaces a folder's policy and its parameters (they were set for
-    that policy), -P goes over what applies."""
-    jobs = []
-    for trace, golden in suite.traces:
-        settings = req.config.settings_for(trace)
-        folder = {} if req.policy is not None else settings.params
-        jobs.append(
-            Job(
-                trace,
-                golden,
-                req.policy if req.policy is not None else settings.policy,
-                {**folder, **req.params},
-                req.update,
-                req.dry_run,
-                req.golden_required(trace),
-                req.allow_incomplete,
-                suite.alias,
-            )
-        )
-    return jobs
+    # What the run was given outside the command's arguments (--executorch, or
+    # $EXECUTORCH_ROOT, for a C++ policy; --stall-steps): its reproduce command repeats it.
+    executorch: str | None = None
+    stall_steps: str | None = None
 
 
 def check_job(job: Job) -> Verdict:
@@ -355,7 +338,8 @@ def check_job(job: Job) -> Verdict:
     except SchedcliError as e:
         from ...usage import error_text
 
-        verdict = Verdict(job.trace, None, ERROR, "", error_text(e), _line_of(e))
+        status = BROKEN if isinstance(e, InvariantError) else ERROR
+        verdict = Verdict(job.trace, None, status, "", error_text(e), _line_of(e))
         verdict.exit_code = e.exit_code
     verdict.job = job
     if verdict.golden is None and job.golden is not None and os.path.exists(job.golden):
@@ -581,7 +565,7 @@ def exit_code(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> i
     """0 when every trace passed; the worst error's code (2 bad input, 3 a broken
     policy); else 1 for a failure, an unchecked trace (unless allowed) or, unless
     ``--no-strict``, an orphaned golden."""
-    errors = [v.exit_code for v in verdicts if v.status == ERROR]
+    errors = [v.exit_code for v in verdicts if v.status in (ERROR, BROKEN)]
     if errors:
         return max(errors)
     failed = any(v.status == FAIL for v in verdicts)
