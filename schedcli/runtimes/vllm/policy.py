@@ -29,7 +29,7 @@ from ...model.requests import (
 from ...model.scheduler import Param
 from ...model.task import PREFILL, Id, Task
 from .build import ON_OFF, available, flag
-from .vllm_build import UNSET
+from .vllm_build import NOT_KNOBS, RELEASE_KNOBS, UNSET
 from .worker import core_for, describe_here, interpreter, worker
 
 
@@ -122,6 +122,25 @@ class VllmScheduler(RequestScheduler):
         if cls.PYTHON is not None:
             return None  # the worker says, at start, what its vLLM is
         return available()
+
+    @classmethod
+    def lacks(cls, name: str) -> str | None:
+        """Why this vLLM takes no parameter ``name`` (registry.param_lacked), where it is a
+        setting schedcli leaves out or another release's knob; None for any other name (a
+        typo: a header naming it is an error, not a note)."""
+        why = NOT_KNOBS.get(name)
+        if why is not None:
+            return f"left out of vLLM's knobs: {why} (docs/policies.md)"
+        if cls.VERSION is None:
+            return f"the knobs are read from vLLM, and there is none here ({available()})"
+        release = RELEASE_KNOBS.get(name)
+        if release is None or cls.VERSION.startswith(f"{release}."):
+            return None
+        where = f" under {cls.PYTHON}" if cls.PYTHON else ""
+        return (
+            f"vLLM {cls.VERSION}{where} has no such SchedulerConfig or CacheConfig field "
+            f"(vLLM {release} has)"
+        )
 
     @classmethod
     def runtime(cls) -> str | None:
@@ -405,13 +424,14 @@ def _class(name: str, python: str | None, scheduler: str | None) -> type[VllmSch
     params = list(VllmScheduler.PARAMS) + [
         _param(k) for k in info["knobs"] if k["name"] not in declared
     ]
-    where = f" under {python}" if python else ""
-    version = f"vLLM {info['version']}{where}" if info["version"] else "vLLM"
+    version = f"vLLM {info['version']}" if info["version"] else "vLLM"
+    # The class's rule past its "run as is:", after which vLLM's and this name's own.
+    what = " ".join((VllmScheduler.RULE or "").split()).partition("run as is: ")[2]
     rule = (
         f"{version}'s own v1 scheduler"
+        + (f" (under {python})" if python else "")
         + (f", as the subclass {scheduler} changes it" if scheduler else "")
-        + ", run as is: "
-        + (VllmScheduler.RULE or "").strip().splitlines()[0]
+        + f", run as is: {what}"
     )
     attrs = {
         "name": name,

@@ -43,56 +43,72 @@ PINNED = {
     "enable_prefix_caching": "true",
     "policy": "fcfs",
 }
-# Fields that are not knobs: set by schedcli from its own parameters, derived by vLLM, or
-# not a scheduling decision (models, devices, logging, other processes).
-NOT_KNOBS = frozenset(
-    {
-        "max_model_len",
-        "is_encoder_decoder",
-        "async_scheduling",
-        "scheduler_cls",
-        "block_size",
-        "num_gpu_blocks",
-        "num_gpu_blocks_override",
-        "num_cpu_blocks",
-        "user_specified_block_size",
-        "is_multimodal_model",
-        "disable_hybrid_kv_cache_manager",
-        "cpu_offload_gb",
-        "swap_space",
-        "cache_dtype",
-        "gpu_memory_utilization",
-        "kv_cache_memory_bytes",
-        "calculate_kv_scales",
-        "kv_sharing_fast_prefill",
-        "mamba_cache_dtype",
-        "mamba_ssm_cache_dtype",
-        "mamba_page_size_padded",
-        "mamba_block_size",
-        "mamba_cache_mode",
-        "sliding_window",
-        "prefix_caching_hash_algo",
-        "kv_offloading_size",
-        "kv_offloading_backend",
-        "stream_interval",
-        "disable_chunked_mm_input",
-        "max_num_encoder_input_tokens",
-        "encoder_cache_size",
-        "runner_type",
-        "is_attention_free",
-        "kv_cache_layout",
-        "kv_cache_dtype_skip_layers",
-        "effective_attention_block_size",
-        "kv_cache_size_tokens",
-        "kv_cache_max_concurrency",
-        "simple_cpu_offload_num_blocks",
-        "skip_page_size_padded",
-        "enable_mamba_shared_prefix_checkpoint",
-        "replayssm_buffer_len",
-        "use_replayssm",
-        "use_kda_recoverssm",
-    }
-)
+# The SchedulerConfig and CacheConfig fields (of a release in the family) that are not
+# knobs, each with why (docs/policies.md lists them; tests/runtimes/test_vllm_knobs.py
+# checks the two agree, and that every public field of each release is a knob or here).
+SET_BY_SCHEDCLI = "set by schedcli (its own parameters, or what its model is)"
+DERIVED = "derived by vLLM from the model and the other settings"
+NOT_THIS_MODEL = "not a scheduling decision for a weightless, text-only, full-attention model"
+MEMORY = "sizes or places memory, which num_gpu_blocks fixes here"
+API_SERVER = "enforced by vLLM's API server (which schedcli does not run), not its scheduler"
+AFTER = "acts after the step is scheduled (streaming outputs), never on what it holds"
+HASH = "the hash function of prompt blocks: equal prefixes match under any of them"
+NOT_KNOBS: dict[str, str] = {
+    "max_model_len": SET_BY_SCHEDCLI,
+    "is_encoder_decoder": SET_BY_SCHEDCLI,
+    "async_scheduling": SET_BY_SCHEDCLI,
+    "scheduler_cls": SET_BY_SCHEDCLI,
+    "block_size": SET_BY_SCHEDCLI,
+    "num_gpu_blocks_override": SET_BY_SCHEDCLI,
+    "runner_type": SET_BY_SCHEDCLI,
+    "is_multimodal_model": SET_BY_SCHEDCLI,
+    "is_attention_free": SET_BY_SCHEDCLI,
+    "user_specified_block_size": DERIVED,
+    "max_num_encoder_input_tokens": DERIVED,
+    "encoder_cache_size": DERIVED,
+    "kv_cache_layout": DERIVED,
+    "num_gpu_blocks": DERIVED,
+    "num_cpu_blocks": DERIVED,
+    "effective_attention_block_size": DERIVED,
+    "kv_cache_size_tokens": DERIVED,
+    "kv_cache_max_concurrency": DERIVED,
+    "simple_cpu_offload_num_blocks": DERIVED,
+    "use_kda_recoverssm": DERIVED,
+    "hash_block_size": DERIVED,
+    "cache_hit_alignment_tokens": DERIVED,
+    "disable_chunked_mm_input": NOT_THIS_MODEL,
+    "disable_hybrid_kv_cache_manager": NOT_THIS_MODEL,
+    "sliding_window": NOT_THIS_MODEL,
+    "kv_sharing_fast_prefill": NOT_THIS_MODEL,
+    "kv_cache_dtype_skip_layers": NOT_THIS_MODEL,
+    "mamba_cache_dtype": NOT_THIS_MODEL,
+    "mamba_ssm_cache_dtype": NOT_THIS_MODEL,
+    "mamba_page_size_padded": NOT_THIS_MODEL,
+    "mamba_block_size": NOT_THIS_MODEL,
+    "mamba_cache_mode": NOT_THIS_MODEL,
+    "enable_mamba_shared_prefix_checkpoint": NOT_THIS_MODEL,
+    "skip_page_size_padded": NOT_THIS_MODEL,
+    "replayssm_buffer_len": NOT_THIS_MODEL,
+    "use_replayssm": NOT_THIS_MODEL,
+    "gpu_memory_utilization": MEMORY,
+    "kv_cache_memory_bytes": MEMORY,
+    "cache_dtype": MEMORY,
+    "kv_offloading_size": MEMORY,
+    "kv_offloading_backend": MEMORY,
+    "enable_extensible_kv_cache": MEMORY,
+    "max_num_queued_reqs": API_SERVER,
+    "max_num_queued_tokens": API_SERVER,
+    "stream_interval": AFTER,
+    "prefix_caching_hash_algo": HASH,
+}
+# The knobs one release of the family has and another lacks, with the release that has each
+# (tests/runtimes/test_vllm_knobs.py checks it against every release it runs): a recording
+# made under one names them, and replays under the other with a note, never a typo's error.
+RELEASE_KNOBS = {
+    "max_num_inflight_kv_loads": "0.34",
+    "cache_aware_admission_window": "0.34",
+    "cache_aware_admission_threshold": "0.34",
+}
 UNSET = -1  # an optional knob's value when not given: vLLM decides (never passed to it)
 
 
@@ -516,7 +532,10 @@ def scheduler_class(spec: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as e:
-        raise ValueError(f"{spec}: the module does not import: {type(e).__name__}: {e}") from None
+        raise ValueError(
+            f"{spec}: the module {module_name} does not import here ({sys.executable}, with "
+            f"the working folder {cwd} on its path): {type(e).__name__}: {e}"
+        ) from None
     finally:
         if added:
             sys.path.remove(cwd)
@@ -525,5 +544,13 @@ def scheduler_class(spec: str) -> Any:
         if obj is None:
             raise ValueError(f"{spec}: {module_name} has no {attr!r}")
     if not (isinstance(obj, type) and issubclass(obj, v.Scheduler)):
-        raise ValueError(f"{spec} is not a subclass of vLLM's Scheduler")
+        raise ValueError(
+            f"{spec} is not a subclass of vLLM's Scheduler "
+            "(vllm.v1.core.sched.scheduler.Scheduler): it is "
+            + (
+                f"the class {obj.__module__}.{obj.__qualname__}"
+                if isinstance(obj, type)
+                else f"a {type(obj).__name__}"
+            )
+        )
     return obj
