@@ -188,13 +188,18 @@ def includes() -> None:
 
 @command
 def policies(
+    policy: o.PolicyNameArgument = None,
     fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
-    """List the policies: built-ins and plugins, with parameters, defaults and rule."""
-    from ..policies.registry import describe_policies
+    """List the policies: built-ins and plugins, with parameters, defaults and rule; or
+    the one NAME names, as -p takes it (vllm@PYTHON lists that interpreter's vLLM knobs).
+
+    Exit codes: 0 ok; 2 a NAME that is no policy.
+    """
+    from ..policies.registry import describe_named, describe_policies
     from .views.render import policies_table
 
-    show(fmt, describe_policies(), policies_table)
+    show(fmt, [describe_named(policy)] if policy else describe_policies(), policies_table)
 
 
 @command

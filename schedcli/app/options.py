@@ -230,6 +230,9 @@ InputsOption = Annotated[
         metavar="INPUT...", help="One trace (replayed under A and B), or two dumps to compare."
     ),
 ]
+PolicyNameArgument = Annotated[
+    str | None, typer.Argument(metavar="[NAME]", help="One policy, as -p names it; default: all.")
+]
 APolicyOption = Annotated[
     str | None,
     typer.Option("--a", metavar="POLICY", help="Policy of side A (default: the trace header's)."),

@@ -17,6 +17,7 @@ from .registry import (
     VLLM_PREFIXES,
     Level,
     build_policy,
+    param_lacked,
     resolve_policy,
     settled_params,
 )
@@ -149,22 +150,40 @@ def header_params_for(
     elif spec == header_policy:
         merged = dict(header_params)
     ignored = [k for k in header_params if k not in merged]
-    if ignored and spec == header_policy:
+    # A policy whose parameters are read from the runtime it drives (vLLM's knobs) says
+    # why it lacks one: a recording of another release replays here with a note.
+    unexplained = [k for k in ignored if param_lacked(cls, k) is None]
+    if unexplained and spec == header_policy:
         names = [p.name for p in cls.PARAMS]
-        hint = difflib.get_close_matches(ignored[0], names, n=1)
+        hint = difflib.get_close_matches(unexplained[0], names, n=1)
         did_you_mean = f"did you mean {hint[0]!r}? " if hint else ""
         raise InputError(
             trace_name,
             line,
-            f"header param {ignored[0]!r} is not a parameter of policy {spec!r} "
+            f"header param {unexplained[0]!r} is not a parameter of policy {spec!r} "
             f"({did_you_mean}it takes {', '.join(names)})",
         )
     if ignored:
         note(
             f"note: {cls.name or spec!r} does not take the trace header's "
-            f"{', '.join(ignored)}; not applied"
+            f"{', '.join(ignored)}; not applied{_why_lacked(cls, ignored)}"
         )
     return merged
+
+
+def _why_lacked(cls: type[Policy], names: list[str]) -> str:
+    """Why the policy lacks ``names``, where it says: one reason for all, or each
+    reason with the names it holds for."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        why = param_lacked(cls, name)
+        if why:
+            groups.setdefault(why, []).append(name)
+    if not groups:
+        return ""
+    if len(groups) == 1 and len(next(iter(groups.values()))) == len(names):
+        return f" ({next(iter(groups))})"
+    return " (" + "; ".join(f"{', '.join(ks)}: {why}" for why, ks in groups.items()) + ")"
 
 
 def _named_not_supplied(spec: str, trace_name: str, line: int) -> None:

@@ -443,12 +443,25 @@ def _declared(cls: type[Policy], label: str, given: Mapping[str, object]) -> dic
         if p is None:
             hint = difflib.get_close_matches(key, list(declared), n=1)
             did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            why = param_lacked(cls, key)
+            because = f": {why}" if why else ""
             raise UsageError(
-                f"policy {label!r} has no parameter {key!r}{did_you_mean}; "
+                f"policy {label!r} has no parameter {key!r}{did_you_mean}{because}; "
                 f"it takes {', '.join(declared)}"
             )
         values[key] = _coerce(p, value)
     return values
+
+
+def param_lacked(cls: type[Policy], name: str) -> str | None:
+    """Why ``cls`` takes no parameter ``name``, where the policy can say: one whose
+    parameters are read from the runtime it drives (vLLM's knobs, by its ``lacks``) names
+    that runtime's version, or why the runtime's setting is left out."""
+    said = getattr(cls, "lacks", None)
+    if not callable(said):
+        return None
+    found = said(name)
+    return found if isinstance(found, str) else None
 
 
 def _kwargs(
@@ -497,6 +510,23 @@ def describe_policy(name: str, cls: type[Policy], origin: str) -> dict[str, Any]
         "rule": " ".join(doc.split()),
         **({"note": missing} if missing is not None else {}),
     }
+
+
+def describe_named(name: str) -> dict[str, Any]:
+    """One policy by any name ``-p`` takes (a registered name, ``vllm@PYTHON``,
+    ``vllm:MODULE:CLASS``, ``cxx:NAME``, ``module:Class``), described as
+    ``describe_policies`` describes each: a vLLM's parameters are that vLLM's knobs."""
+    source = policy_sources().get(name)
+    if source is not None:
+        return describe_policy(name, source.load(), source.origin)
+    cls: Any = resolve_policy(name, None)
+    if name.startswith(CXX_PREFIX):
+        origin = f"C++: {cls.SPEC.header}"
+    elif name.startswith(VLLM_PREFIXES):
+        origin = "vLLM, request-level"
+    else:
+        origin = "import string"
+    return describe_policy(name, cls, origin)
 
 
 def describe_policies() -> list[dict[str, Any]]:
