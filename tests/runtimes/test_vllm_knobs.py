@@ -453,3 +453,26 @@ def test_policies_of_a_name_that_is_no_policy_is_exit_2(cli: Cli) -> None:
     assert r.code == 2 and "unknown policy 'vllm-ish'" in r.stderr
     (one,) = _described(cli, "fcfs")
     assert one["name"] == "fcfs" and one["params"]
+
+
+# --- recordings ---------------------------------------------------------------------------
+
+
+@pytest.mark.needs("vllm")
+def test_a_recording_of_an_engine_with_knobs_set_carries_them_and_replays_exactly(
+    cli: Cli, tmp_path: Path
+) -> None:
+    from tests.runtimes.test_vllm import RECORDED, _record
+
+    knobs = {"watermark": 0.2, "max_num_scheduled_tokens": 64, "scheduler_reserve_full_isl": False}
+    trace = tmp_path / "live.jsonl"
+    seen = _record(trace, RECORDED | {"block_size": 16} | knobs)
+    assert seen["preempted"]
+    header = orjson.loads(trace.read_bytes().splitlines()[0])
+    assert {k: header["params"][k] for k in knobs} == {
+        **knobs,
+        "scheduler_reserve_full_isl": "false",
+    }
+    assert header["params"]["max_num_active_seqs"] == -1  # unset in the engine: unset here
+    r = cli("replay", trace, "--check", "-f", "jsonl")
+    assert r.code == 0, r.stderr

@@ -15,6 +15,7 @@ import itertools
 import os
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ from ...formats.requests import RequestTraceWriter
 from ...formats.writer import LineBuffer
 from ...model.requests import Arrival, Slice, StepPlan
 from ...model.task import Id
+from .vllm_build import UNSET, knobs
 from .vllm_build import version as vllm_version
 
 TRACE_ENV = "SCHEDCLI_VLLM_TRACE"
@@ -47,7 +49,7 @@ def recorded_params(scheduler: Any) -> dict[str, Any]:
     # group could not hold a max_model_len request (a hybrid model's cache, an embedded
     # scheduler's), the replay runs it as it ran, past the engine's start-up check.
     fits = -(-max_len // block_size) <= blocks - 1
-    return {
+    found: dict[str, Any] = {
         "max_num_batched_tokens": int(sched.max_num_batched_tokens),
         "max_num_seqs": int(sched.max_num_seqs),
         "num_gpu_blocks": blocks,
@@ -60,6 +62,28 @@ def recorded_params(scheduler: Any) -> dict[str, Any]:
         "async_scheduling": flag(isinstance(scheduler, AsyncScheduler)),
         "skip_kv_startup_check": flag(not fits),
     }
+    # Every other knob as the engine ran with it, so the replay builds the same scheduler
+    # (one the engine left unset is UNSET: vLLM decides in the replay as it did live). The
+    # config classes are read from the live configs, not by loading vLLM again, which
+    # would configure logging inside the engine's process.
+    live = {"SchedulerConfig": sched, "CacheConfig": cache}
+    classes: Any = types.SimpleNamespace(SchedulerConfig=type(sched), CacheConfig=type(cache))
+    for knob in knobs(classes):
+        if knob["name"] not in found:
+            value = getattr(live[knob["config"]], knob["name"], None)
+            found[knob["name"]] = _as_param(value, knob)
+    return found
+
+
+def _as_param(value: Any, knob: dict[str, Any]) -> Any:
+    """A live config's value as the knob's parameter takes it."""
+    if value is None:
+        return UNSET if knob.get("unset") else knob["default"]
+    if knob["kind"] == "bool":
+        return "true" if value else "false"
+    if knob["kind"] == "str":
+        return str(getattr(value, "value", value))
+    return value
 
 
 class _Recording:
