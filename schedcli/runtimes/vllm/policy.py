@@ -356,9 +356,14 @@ def prompt_refused(prompt: int, max_len: int) -> str | None:
 
 
 def _distinct(key: str, length: int) -> list[int]:
-    """A prompt no other request shares: prefix caching finds no false hits."""
-    base = (int(key) + 1) << 24
-    return list(range(base, base + length))
+    """A prompt no other request shares: prefix caching finds no false hits. Its first
+    tokens spell the key (each block's hash chains from the first block, so they make every
+    block the request's own); every id fits the int32 vLLM 0.34 keeps prompts in."""
+    high, low = divmod(int(key), _TOKEN_IDS)
+    return ([low, high] + [0] * max(length - 2, 0))[:length]
+
+
+_TOKEN_IDS = 2**31 - 1  # token ids 0 .. 2**31 - 2: a C int32 holds each
 
 
 def build_scheduler(params: dict[str, Any], cls: Any = None, **kwargs: Any) -> Any:
