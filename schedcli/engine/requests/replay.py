@@ -173,6 +173,8 @@ class RequestReplayer:
         self._unanswered -= 1  # the reader refuses an update with no schedule to answer
         try:
             finished = self.policy.update(stop, sampled)
+        except InvariantError:
+            raise  # the policy broke the contract (its worker vanished): said as it is
         except Exception as e:
             raise self._crashed("update", e) from e
         self.finished += len(finished)
@@ -193,6 +195,8 @@ class RequestReplayer:
     def _arrive(self, line: int, event: Arrive) -> None:
         try:
             reason = self.policy.add(arrival(event))
+        except InvariantError:
+            raise
         except Exception as e:
             raise self._crashed("add", e) from e
         if reason is None:
@@ -216,6 +220,8 @@ class RequestReplayer:
     def _abort(self, line: int, rid: Id) -> None:
         try:
             was = self.policy.abort(rid)
+        except InvariantError:
+            raise
         except Exception as e:
             raise self._crashed("abort", e) from e
         if was is not None:
@@ -231,6 +237,8 @@ class RequestReplayer:
         try:
             plan = self.policy.schedule() if split else self.policy.step(stop, sampled)
             running, waiting = self.policy.counts()
+        except InvariantError:
+            raise
         except Exception as e:
             raise self._crashed("step", e) from e
         totals = self.totals

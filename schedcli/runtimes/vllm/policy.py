@@ -449,6 +449,9 @@ def _class(name: str, python: str | None, scheduler: str | None) -> type[VllmSch
         # may keep state that fingerprint cannot see: it declares none (never a verdict
         # of "never again" from a state schedcli cannot read whole).
         "fingerprint": _no_fingerprint if scheduler else VllmScheduler.fingerprint,
+        # A worker's scheduler lives in its process: a fork of this one (the debugger's
+        # checkpoint) would share it, so the debugger replays from the start instead.
+        "forkable": python is None,
     }
     return type("VllmPolicy", (VllmScheduler,), attrs)
 

@@ -227,9 +227,10 @@ def version() -> str:
     try:
         return dist_version("vllm")
     except PackageNotFoundError:
-        return "(not installed)"
+        return NOT_INSTALLED
 
 
+NOT_INSTALLED = "(not installed)"
 _loaded: Vllm | None = None
 
 
@@ -237,6 +238,12 @@ def load() -> Vllm:
     global _loaded
     if _loaded is None:
         found = version()
+        if found == NOT_INSTALLED:
+            raise Unsupported(
+                f"{sys.executable} has no vLLM (no vllm distribution is installed in it): "
+                f"install vLLM {SUPPORTED} into it (docs/policies.md, \"vLLM versions side "
+                'by side", says how)'
+            )
         if not found.startswith(FAMILY):
             raise Unsupported(
                 f"vLLM {found} is outside the supported window, vLLM {SUPPORTED} (the API "

@@ -10,24 +10,35 @@ Invariants:
 - A call's answer is the same value whichever transport carried it: ``Core`` returns only
   JSON's values, and the in-process transport hands them over as they are.
 - A worker that ends (killed, crashed, its interpreter gone) ends every scheduler it
-  served: each later call raises ``WorkerGone`` naming the interpreter and how it ended.
+  served: each later call raises ``WorkerGone`` naming the interpreter and how it ended,
+  an ``InvariantError`` (exit 3, as a C++ scheduler's process that vanished): the engines
+  pass it on as it is, and the output so far is kept, marked partial.
+- A worker belongs to the process that started it: a fork (the debugger's checkpoints)
+  starts its own rather than write into its parent's pipe.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
+from ...model.errors import InvariantError
+from .vllm_build import SUPPORTED
+
 CORE = Path(__file__).resolve().with_name("core.py")
 
 
-class WorkerGone(RuntimeError):
+class WorkerGone(InvariantError):
     """The worker process ended: the scheduler behind it is gone."""
+
+    how = ""  # how it ended ("was ended by signal 9 (SIGKILL)")
 
 
 class Remote(RuntimeError):
@@ -55,6 +66,7 @@ class Worker:
 
     def __init__(self, python: str) -> None:
         self.python = python
+        self.pid = os.getpid()  # the process whose calls it answers
         env = dict(os.environ)
         try:
             self._process = subprocess.Popen(
@@ -70,7 +82,17 @@ class Worker:
             raise ValueError(f"vllm@{python}: the interpreter does not run: {e}") from None
         self._lock = threading.Lock()
         self._next = 0
-        self.info: dict[str, Any] = self.ask({"info": True})
+        try:
+            self.info: dict[str, Any] = self.ask({"info": True})
+        except ValueError as e:  # its vLLM is none schedcli drives: the worker said which
+            self.close()
+            raise ValueError(f"vllm@{python}: {e}") from None
+        except WorkerGone as e:
+            self.close()
+            raise ValueError(
+                f"vllm@{python}: {python} did not start schedcli's vLLM worker ({e.how}): "
+                f"vllm@ takes a Python interpreter with vLLM {SUPPORTED} installed"
+            ) from None
 
     def ask(self, message: dict[str, Any]) -> Any:
         process = self._process
@@ -83,8 +105,14 @@ class Worker:
             except (BrokenPipeError, OSError):
                 line = ""
             if not line:
-                raise WorkerGone(self._ended())
-        reply = json.loads(line)
+                raise self._gone(message, self._ended())
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict) or not ("ok" in reply or "error" in reply):
+            self._process.kill()  # out of step with us: nothing it says can be trusted
+            raise self._gone(message, f"answered {line.strip()[:80]!r}, not a reply")
         if "error" in reply:
             kind, text = reply["error"], reply["message"]
             if kind in ("ValueError", "Unsupported"):
@@ -99,6 +127,16 @@ class Worker:
         self.ask({"new": handle, "params": params, "scheduler": scheduler})
         return handle
 
+    def _gone(self, message: dict[str, Any], how: str) -> WorkerGone:
+        call = message.get("call") or ("new" if "new" in message else "info")
+        gone = WorkerGone(
+            f"vllm@{self.python}: the vLLM worker (process {self._process.pid}) {how}, at a "
+            f"call to {call}: vLLM's scheduler or the worker crashed, or it was killed from "
+            "outside; every scheduler it held is gone"
+        )
+        gone.how = how
+        return gone
+
     def _ended(self) -> str:
         code = self._process.poll()
         if code is None:
@@ -109,11 +147,11 @@ class Worker:
         how = (
             "is still running but stopped answering"
             if code is None
-            else f"was ended by signal {-code}"
+            else f"was ended by signal {-code} ({_signal_name(-code)})"
             if code < 0
             else f"exited with status {code}"
         )
-        return f"the vLLM worker under {self.python} {how}"
+        return how
 
     def close(self) -> None:
         process = self._process
@@ -142,6 +180,19 @@ class RemoteCore:
 
         return call
 
+    def close(self) -> None:
+        """Release the scheduler; one whose worker ended is gone already (the run's own
+        error, not this, is what the user hears)."""
+        with contextlib.suppress(WorkerGone):
+            self._worker.ask({"call": "close", "core": self._handle, "args": []})
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "an unknown signal"
+
 
 _workers: dict[str, Worker] = {}
 
@@ -149,7 +200,7 @@ _workers: dict[str, Worker] = {}
 def worker(python: str) -> Worker:
     """The worker for ``python`` (an interpreter path), started on first use."""
     found = _workers.get(python)
-    if found is None or found._process.poll() is not None:
+    if found is None or found.pid != os.getpid() or found._process.poll() is not None:
         found = _workers[python] = Worker(python)
     return found
 
@@ -173,7 +224,8 @@ def interpreter(given: str) -> str:
 @atexit.register
 def _close_all() -> None:
     for w in list(_workers.values()):
-        w.close()
+        if w.pid == os.getpid():  # a fork's copy of its parent's worker is not its own
+            w.close()
     _workers.clear()
 
 
