@@ -9,6 +9,7 @@ policy's own words (the C++ interface gives none): shown beside the comparison
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -18,7 +19,7 @@ from typing import Any
 from ..formats.dump import batch_tasks, read_dump
 from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.records import Left, Record
-from ..model.task import ids_only_in
+from ..model.task import id_key, ids_only_in
 from ..policies.registry import config_label
 from .metrics import StepMetrics
 from .run import Driver, Progress, open_replay
@@ -47,6 +48,18 @@ class FirstDifference:
     def moved(self) -> tuple[list[Any], list[Any]]:
         """Tids only in a, and only in b."""
         return ids_only_in([e["tid"] for e in self.a or ()], [e["tid"] for e in self.b or ()])
+
+    def resized(self) -> list[tuple[Any, Any, Any, Any]]:
+        """The tasks both sides ran at this step at different sizes (a request-level
+        slice: the same request from the same position, cut elsewhere): each one's tid,
+        sid, and its size in a and in b, in a's order."""
+        b_sizes = {id_key(e["tid"]): e["size"] for e in self.b or ()}
+        found = []
+        for e in self.a or ():
+            other = b_sizes.get(id_key(e["tid"]), e["size"])
+            if other != e["size"]:
+                found.append((e["tid"], e["sid"], e["size"], other))
+        return found
 
 
 _ABSENT = "(none)"
@@ -100,11 +113,25 @@ def _rejection(record: Record | None) -> bool:
 
 
 def _decisions(record: Record | None) -> Record | None:
-    """The record without its words (a rejection's ``reason``): what a comparison counts."""
+    """The record without its words (a rejection's ``reason``): what a comparison counts.
+    A partial record's reason is compared without the policy's name: the same break under
+    another name for the same scheduler (``vllm``, ``vllm@PYTHON``) pins alike."""
+    if record is not None and isinstance(record.get("partial"), dict):
+        body = record["partial"]
+        if isinstance(body.get("reason"), str):
+            return {**record, "partial": {**body, "reason": _unnamed(body["reason"])}}
     if not _rejection(record):
         return record
     assert record is not None
     return {k: v for k, v in record.items() if k != "reason"}
+
+
+# How a stop's reason names the policy first ("policy 'vllm' broke the ..."): repr's quotes.
+_NAMED = re.compile(r"""^policy (?:'[^']*'|"[^"]*") """)
+
+
+def _unnamed(reason: str) -> str:
+    return _NAMED.sub("policy ", reason, count=1)
 
 
 def reworded(a: Record | None, b: Record | None) -> RecordDifference | None:

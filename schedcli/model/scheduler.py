@@ -128,6 +128,14 @@ class Policy(ABC):  # noqa: B024 (its seams, Scheduler and RequestScheduler, are
         return None
 
     @classmethod
+    def made_by(cls) -> dict[str, str]:
+        """The outside runtime's version, as a trace's header meta records it (the key its
+        recorder writes: ``{"vllm": "0.33.0"}``): ``simulate -o`` writes it, and a replay
+        under a policy that says another value for a key the header holds says so in a
+        note. Read whenever a trace is opened: cheap. Nothing by default."""
+        return {}
+
+    @classmethod
     def worker_env(cls) -> dict[str, str]:
         """Environment variables a worker process (a sweep's) needs to build this policy
         as this process would (a C++ policy's resolved spec); none by default."""

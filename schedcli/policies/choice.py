@@ -32,6 +32,7 @@ class RecordedPolicy(NamedTuple):
     policy: str | None
     params: dict[str, object]
     recorded_class: str | None = None  # meta.class: an older recording's nameless class
+    meta: dict[str, object] | None = None  # the header's meta (which runtime made it)
 
     @classmethod
     def of(cls, header: Any) -> RecordedPolicy | None:
@@ -45,6 +46,7 @@ class RecordedPolicy(NamedTuple):
             header.policy,
             dict(header.params),
             named if isinstance(named, str) else None,
+            meta,
         )
 
 
@@ -70,8 +72,29 @@ def policy_for_trace(
     cls, spec, merged, blame = _chosen(recorded, trace_name, policy, params, note, level)
     with _at_header(trace_name, blame):
         built = build_policy(spec, merged, cls, level=None)
+    _note_other_runtime(recorded, type(built), built.name or spec, trace_name, note)
     used = built.params() if built.PARAMS else merged
     return built, built.name or spec, {k: v for k, v in used.items() if k in merged}
+
+
+def _note_other_runtime(
+    recorded: RecordedPolicy | None,
+    cls: type[Policy],
+    label: str,
+    trace_name: str,
+    note: Callable[[str], None],
+) -> None:
+    """A trace made by another version of the runtime the policy drives (its header's
+    ``meta.vllm``, say, against ``Policy.made_by``) is replayed all the same, with a note
+    naming both: where they schedule differently, --check says so at the step."""
+    meta = recorded.meta if recorded is not None and recorded.meta else {}
+    for key, running in cls.made_by().items():
+        made = meta.get(key)
+        if isinstance(made, str) and made != running:
+            note(
+                f"note: {trace_name} was made by {key} {made}; {label!r} runs {key} "
+                f"{running}: the two versions may schedule it differently"
+            )
 
 
 def check_policy_for_trace(

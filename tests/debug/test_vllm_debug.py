@@ -32,3 +32,27 @@ def test_the_kv_deadlock_shows_the_stuck_request_and_vllm_s_reason(cli: Cli) -> 
                 want["left"][0]["detail"],
             )
             assert held["reason"] == "kv_blocks"
+
+
+def test_over_a_worker_s_vllm_the_debugger_answers_as_in_process_replaying_not_forking(
+    cli: Cli,
+) -> None:
+    # vllm@PYTHON's scheduler lives in its worker: a fork would share it, so no checkpoints.
+    import sys
+
+    from schedcli.engine.travel.verdict import judge
+
+    remote = f"vllm@{sys.executable}"
+    answers = []
+    for policy in ("vllm", remote):
+        with Travel(str(DEADLOCK), policy=policy, every=1) as travel:
+            assert travel.wait("indexed", 600), travel.failed
+            assert travel.hello["checkpoints"] is (policy == "vllm")
+            ending = travel.indexed["ending"]
+            views = [travel.view(step) for step in travel.numbers]
+            answers.append((ending["exit"], views, ending["message"]))
+    (code, views, said), (remote_code, remote_views, remote_said) = answers
+    assert code == remote_code == 3 and views == remote_views
+    assert said.replace("'vllm'", repr(remote)) == remote_said
+    verdicts = [judge(str(DEADLOCK), policy=policy) for policy in ("vllm", remote)]
+    assert verdicts[0].exit == verdicts[1].exit == 3

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from ...engine.diff import Config, DiffResult, diff_dumps, diff_trace
 from ...engine.explain import explain_step
 from ...model.errors import UsageError
+from ...model.records import Left
+from ...model.task import Id, id_key, show_id
 from ..console import data_console, show
 from ..views.progress import trace_progress
 from ..views.render import diff_view, why_left
@@ -52,14 +56,31 @@ def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None
     first = result.first
     assert first is not None
     only_a, only_b = first.moved()
+    resized = [sid for _, sid, _, _ in first.resized()]
     console = data_console()
     for i, (label, side, tids) in enumerate((("A", a, only_b), ("B", b, only_a))):
         # A side with no batch at the step left nothing out there (it made no get_work).
-        if tids and (first.a, first.b)[i] is not None:
+        if (tids or resized) and (first.a, first.b)[i] is not None:
             if first.left is not None:
                 left = first.left[i]
             elif is_request_trace(trace):
                 continue  # reasons are kept only as the difference is found
             else:  # found past the step: its reasons from a replay to it
                 left = explain_step(trace, first.step, side.policy, side.params).left
-            console.print(why_left(label, left, tids))
+            if tids:
+                console.print(why_left(label, left, tids))
+            if resized and left is not None:
+                console.print(_said_of(label, left, resized))
+
+
+def _said_of(label: str, left: Left, sids: list[Id]) -> Text:
+    """What ``label``'s policy said at the step of requests both sides ran at other sizes
+    (its reasons for them: a slice cut to a threshold, say)."""
+    wanted = {id_key(s) for s in sids}
+    said = [
+        f"  {show_id(t.tid)}: {code}  {detail}"
+        for t, code, detail in left or ()
+        if id_key(t.sid) in wanted
+    ]
+    lines = [f"what {label} said of the requests both ran at other sizes:"]
+    return Text("\n".join(lines + (said or ["  nothing (no cut it gives a reason for)"])), "yellow")

@@ -246,7 +246,12 @@ def diff_view(result: Any) -> Group:
                     cells.append(Text("(no batch)" if missing and i == 0 else "", "dim"))
             table.add_row(str(i), *cells)
         table.caption = f"only in A: [{_ids(only_a)}]   only in B: [{_ids(only_b)}]"
-        if not only_a and not only_b and first.a is not None and first.b is not None:
+        resized = first.resized()
+        if resized and not only_a and not only_b:
+            shown = ", ".join(f"{show_id(t)} A {x} B {y}" for t, _, x, y in resized[:3])
+            more = f" and {len(resized) - 3} more" if len(resized) > 3 else ""
+            table.caption = f"same tasks, at other sizes: {shown}{more}"
+        elif not only_a and not only_b and first.a is not None and first.b is not None:
             table.caption = "same tasks, in a different order"
         if first.fields is not None:
             a_fields, b_fields = first.fields

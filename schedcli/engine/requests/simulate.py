@@ -264,7 +264,10 @@ def trace_writer(
 ) -> TraceWriter | RequestTraceWriter:
     """The writer of a simulated run's trace at the policy's level, its header written:
     the policy named so that a replay loads it (its registered name where it has one: a
-    trace header may name an import string, but a replay refuses to import it)."""
+    trace header may name an import string, but a replay refuses to import it); its meta
+    says which outside runtime scheduled it (``Policy.made_by``: ``vllm``'s version)."""
+    if isinstance(meta, dict):
+        meta = {**meta, **type(policy).made_by()}
     if isinstance(policy, RequestScheduler):
         return RequestTraceWriter(out, policy_reference(type(policy)), params, meta)
     writer = TraceWriter(out)

@@ -143,6 +143,11 @@ class VllmScheduler(RequestScheduler):
         )
 
     @classmethod
+    def made_by(cls) -> dict[str, str]:
+        """The vLLM this runs, as a recording's header says it (meta ``vllm``)."""
+        return {"vllm": cls.VERSION} if cls.VERSION else {}
+
+    @classmethod
     def runtime(cls) -> str | None:
         if cls.PYTHON is not None:
             return f"vllm=={worker(cls.PYTHON).info['version']}@{cls.PYTHON}"
