@@ -33,6 +33,7 @@
 
 #include <executorch/extension/llm/batching/scheduler.h>
 #include <executorch/extension/llm/batching/types.h>
+#include <schedcli/shape.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -74,11 +75,8 @@ namespace et = ::executorch::extension::llm::batching;
 // The shape this driver is written for (pytorch/executorch 152bb8a7): checked first (the
 // interface's types before runner.h is read), so a checkout of another shape fails here,
 // with the file and what it lacks.
-template <class I, class = void>
-struct has_payload : std::false_type {};
-template <class I>
-struct has_payload<I, std::void_t<decltype(std::declval<I&>().payload)>> : std::true_type {};
-static_assert(has_payload<et::Input>::value,
+// (schedcli/shape.h, included before the scheduler's header, tells the shapes apart.)
+static_assert(::schedcli::shape::kPayload,
               "schedcli: types.h: Input has no payload (std::variant<TokenInputPtr, "
               "PreparedInputPtr>): an interface before the payload shape, whose runner "
               "schedcli does not drive");
