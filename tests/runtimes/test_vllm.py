@@ -8,7 +8,6 @@ vLLM loads once per test process (about 20 s); each test builds its own small sc
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 
 from tests.conftest import Cli
 from tests.helpers import ROOT
+from tests.runtimes.bare_loop import bare_loop, trace_steps
 
 pytestmark = pytest.mark.needs("vllm")
 
@@ -35,14 +35,6 @@ SMALL = {
 
 def _params(**overrides: Any) -> list[str]:
     return [f"-P{k}={v}" for k, v in (SMALL | overrides).items()]
-
-
-def _bare_loop() -> Any:
-    spec = importlib.util.spec_from_file_location("vllm_bare", ROOT / "bench" / "vllm_bare.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.bare_loop
 
 
 def _workload(tmp_path: Path, n: int = 40, seed: int = 7) -> tuple[Path, list[dict[str, Any]]]:
@@ -65,16 +57,6 @@ def _workload(tmp_path: Path, n: int = 40, seed: int = 7) -> tuple[Path, list[di
     return path, requests
 
 
-def _steps(trace: Path) -> list[tuple[Any, Any, Any]]:
-    found = []
-    for line in trace.read_bytes().splitlines()[1:]:
-        event = orjson.loads(line)
-        if event.get("op") == "step":
-            e = event["expect"]
-            found.append((e["batch"], e["preempted"], e["finished"]))
-    return found
-
-
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_simulate_agrees_step_for_step_with_a_bare_loop_over_vllm(
     cli: Cli, tmp_path: Path, policy: str
@@ -84,9 +66,9 @@ def test_simulate_agrees_step_for_step_with_a_bare_loop_over_vllm(
     r = cli("simulate", workload, "-p", "vllm", *_params(policy=policy), "-o", trace)
     assert r.code == 0, r.stderr
     params = SMALL | {"policy": policy}
-    held_out = _bare_loop()(requests, params)
-    ours = _steps(trace)
-    assert ours == [(b, p, f) for b, p, f in held_out]
+    held_out = bare_loop(requests, params)
+    ours = trace_steps(trace)
+    assert ours == held_out
     assert sum(len(p) for _, p, _ in held_out) > 0  # the case preempts: it is exercised
     assert sum(len(f) for _, _, f in ours) == len(requests)
 

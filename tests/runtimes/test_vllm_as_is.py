@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import Cli
 from tests.helpers import ROOT
-from tests.runtimes.test_vllm import _bare_loop, _steps
+from tests.runtimes.bare_loop import bare_loop, trace_steps
 
 pytestmark = pytest.mark.needs("vllm")
 
@@ -117,18 +117,18 @@ def test_where_vllms_own_loop_progresses_the_steps_match_and_where_it_stalls_sch
               "block_size": 16, "policy": "priority" if seed % 2 else "fcfs"} | BARE  # fmt: skip
     rows = _traffic(seed)
     bound = 400
-    held_out = _bare_loop()(rows, params, max_steps=bound)
+    held_out = bare_loop(rows, params, max_steps=bound)
     trace = tmp_path / "sim.jsonl"
     r = cli("simulate", _write(tmp_path / "w.jsonl", rows), "-p", "vllm", *_params(params),
             "-o", trace)  # fmt: skip
-    ours = _steps(trace)
+    ours = trace_steps(trace)
     if len(held_out) < bound:  # vLLM's loop finished: every step the same
         assert r.code == 0, r.stderr
-        assert ours == [tuple(s) for s in held_out]
+        assert ours == held_out
         return
     assert r.code == 3, r.stderr  # it stalls: found within a few steps of the last progress
     assert "stalled since step" in r.stderr
-    assert ours == [tuple(s) for s in held_out[: len(ours)]]
+    assert ours == held_out[: len(ours)]
     assert all(not b for b, _, _ in held_out[len(ours) :])  # vLLM did nothing more either
     progress = max((i for i, (b, _, _) in enumerate(held_out) if b), default=-1)
     ops = [orjson.loads(x).get("op") for x in trace.read_bytes().splitlines()[1:]]

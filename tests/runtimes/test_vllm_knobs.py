@@ -3,9 +3,9 @@
 validated by vLLM's own classes, listed by ``schedcli policies``; the fields left out are
 left out for a reason docs/policies.md gives.
 
-The second path is tests/runtimes/bare_vllm.py: a standalone loop over vLLM's ``Scheduler``
-with the knob set on vLLM's config directly, run under each interpreter (this one's vLLM
-in this process; another release's, from SCHEDCLI_TEST_VLLM_PYTHONS, as a script).
+The second path is bench/vllm_bare.py: a standalone loop over vLLM's ``Scheduler`` with the
+knob set on vLLM's config directly, run under each interpreter (this one's vLLM in this
+process; another release's, from SCHEDCLI_TEST_VLLM_PYTHONS, as a script).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import random
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,11 @@ from hypothesis import strategies as st
 from schedcli.runtimes.vllm.vllm_build import NOT_KNOBS, RELEASE_KNOBS
 from tests.conftest import Cli
 from tests.helpers import ROOT
+from tests.runtimes.bare_loop import answers, trace_steps
 
-BARE = Path(__file__).with_name("bare_vllm.py")
 SMALL = {"max_num_batched_tokens": 256, "max_num_seqs": 8, "num_gpu_blocks": 64,
          "max_model_len": 1008}  # fmt: skip
-COST = ["--cost-a", "1", "--cost-b", "0", "--cost-c", "0"]  # a step a second, as bare_vllm
+COST = ["--cost-a", "1", "--cost-b", "0", "--cost-c", "0"]  # a step a second, as bare_case
 
 
 def _requests(seed: int = 11, n: int = 24) -> list[dict[str, Any]]:
@@ -67,58 +66,18 @@ KNOBS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 
 
 def bare_case(knobs: dict[str, Any], cls: str | None = None) -> dict[str, Any]:
-    """A bare_vllm case: the scheduler schedcli builds from SMALL and ``knobs`` (its pinned
-    defaults written out), each knob on the config class that has it."""
-    cache_fields = {"enable_prefix_caching", "prefix_match_unit"}
-    scheduler = {
-        "max_num_batched_tokens": SMALL["max_num_batched_tokens"],
-        "max_num_seqs": SMALL["max_num_seqs"],
-        "enable_chunked_prefill": True,
-        "long_prefill_token_threshold": 0,
-        "policy": "fcfs",
-    }
-    cache: dict[str, Any] = {"enable_prefix_caching": True}
-    for k, v in knobs.items():
-        (cache if k in cache_fields else scheduler)[k] = v
-    return {
-        "scheduler": scheduler,
-        "cache": cache,
-        "num_gpu_blocks": SMALL["num_gpu_blocks"],
-        "block_size": 16,
-        "max_model_len": SMALL["max_model_len"],
-        "class": cls,
-    }
-
-
-def _bare_module() -> Any:
-    spec = importlib.util.spec_from_file_location("bare_vllm", BARE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """A case of the bare loop: SMALL and ``knobs`` (the rest at -p vllm's documented
+    defaults, each knob set on the config class that has it), a step a second, and the
+    ``MODULE:CLASS`` Scheduler subclass ``cls`` if given."""
+    return {"params": SMALL | knobs, "cost": [1, 0, 0], "scheduler": cls}
 
 
 def bare_steps(python: str | None, cases: list[dict[str, Any]],
                requests: list[dict[str, Any]] = REQUESTS) -> list[Any]:  # fmt: skip
-    """Each case's steps under the bare loop: in this process (``python`` None), else
-    run as a script by ``python`` in the repository's folder."""
-    given = {"requests": requests, "cases": cases}
-    if python is None:
-        found: list[Any] = _bare_module().run_all(given)["steps"]
-        return found
-    with tempfile.TemporaryDirectory() as folder:
-        cases_file, out = Path(folder) / "cases.json", Path(folder) / "out.json"
-        cases_file.write_text(json.dumps(given))
-        done = subprocess.run(
-            [python, str(BARE), str(cases_file), str(out)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        found = json.loads(out.read_text())["steps"]
-        return found
+    """Each case's steps under the bare loop (``{"refused": MESSAGE}`` for a case vLLM
+    refuses): in this process (``python`` None), else run as a script by ``python``."""
+    found = answers(python, [case | {"requests": requests} for case in cases])
+    return [answer.get("steps", answer) for answer in found]
 
 
 @functools.cache
@@ -146,23 +105,13 @@ def simulate(cli: Cli, workload: Path, policy: str, params: dict[str, Any]) -> A
     trace = workload.with_name("sim.jsonl")
     trace.unlink(missing_ok=True)
     r = cli("simulate", workload, "-p", policy, *flags(SMALL | params), *COST, "-o", trace)
-    return r, (_steps(trace) if r.code == 0 else None)
+    return r, (trace_steps(trace) if r.code == 0 else None)
 
 
 def simulated_steps(cli: Cli, workload: Path, policy: str, params: dict[str, Any]) -> list[Any]:
     r, steps = simulate(cli, workload, policy, params)
     assert r.code == 0, r.stderr
     found: list[Any] = steps
-    return found
-
-
-def _steps(trace: Path) -> list[Any]:
-    found = []
-    for line in trace.read_bytes().splitlines()[1:]:
-        event = orjson.loads(line)
-        if event.get("op") == "step":
-            e = event["expect"]
-            found.append([e["batch"], e["preempted"], e["finished"]])
     return found
 
 

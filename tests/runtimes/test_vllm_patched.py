@@ -1,6 +1,6 @@
 """A patched vLLM scheduler (``-p vllm:MODULE:CLASS``, ``vllm@PYTHON:MODULE:CLASS``): a
 ``Scheduler`` subclass runs exactly as stock vLLM runs, and ``diff`` against stock parts
-where the two bare loops over vLLM part (tests/runtimes/bare_vllm.py, the second path).
+where the two bare loops over vLLM part (bench/vllm_bare.py, the second path).
 The patches are tests/vllm_patches.py.
 """
 

@@ -3,7 +3,7 @@
 
 The interpreters are this one, where vLLM imports here, and those SCHEDCLI_TEST_VLLM_PYTHONS
 names (os.pathsep between them; CI builds vLLM 0.34.0's with .ci/vllm-env). The held-out
-second path is bench/vllm_bare_any.py, a bare loop over vLLM's own Scheduler that runs
+second path is bench/vllm_bare.py, a bare loop over vLLM's own Scheduler that runs
 under either interpreter (the standard library and vLLM only), one process per interpreter
 answering case after case. The failure-mode tests need no vLLM at all, but the one that
 kills a worker mid-run.
@@ -12,7 +12,6 @@ kills a worker mid-run.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -28,9 +27,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import VLLM_PYTHONS_ENV, Cli, vllm_pythons
 from tests.helpers import ROOT
+from tests.runtimes.bare_loop import BARE, Bare, trace_steps
 
-BARE = ROOT / "bench" / "vllm_bare_any.py"
-COST = [0.005, 0.00002, 0.0001]  # simulate's default cost model
 HERE = importlib.util.find_spec("vllm") is not None
 DEADLOCK = ROOT / "docs" / "examples" / "vllm-kv-deadlock.workload.jsonl"
 # A cache of 64 blocks of 16 (1,008 tokens usable) that preempts under a few long prompts.
@@ -56,31 +54,6 @@ def _no_interpreter() -> None:
 # --- the held-out bare loop, one process per interpreter -------------------------------------
 
 
-class Bare:
-    """``PYTHON bench/vllm_bare_any.py``, asked one case a line."""
-
-    def __init__(self, python: str) -> None:
-        self.process = subprocess.Popen(
-            [python, str(BARE)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
-        self.version = subprocess.run(
-            [python, str(BARE), "--version"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    def steps(self, requests: list[dict[str, Any]], params: dict[str, Any]) -> list[Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        case = {"requests": requests, "params": params, "cost": COST}
-        self.process.stdin.write(json.dumps(case) + "\n")
-        answer = json.loads(self.process.stdout.readline())
-        assert "steps" in answer, answer
-        found: list[Any] = answer["steps"]
-        return found
-
-
 @pytest.fixture(scope="module")
 def bare() -> Iterator[dict[str, Bare]]:
     """The bare loop under each interpreter, started when first asked for."""
@@ -93,9 +66,7 @@ def bare() -> Iterator[dict[str, Bare]]:
 
     yield Lazy()
     for b in started.values():
-        assert b.process.stdin is not None
-        b.process.stdin.close()
-        b.process.wait(timeout=60)
+        b.close()
 
 
 # --- workloads ---------------------------------------------------------------------------------
@@ -156,16 +127,6 @@ def _args(params: dict[str, Any]) -> list[str]:
     return [f"-P{k}={v}" for k, v in params.items()]
 
 
-def _steps(trace: Path) -> list[Any]:
-    found = []
-    for line in trace.read_bytes().splitlines()[1:]:
-        event = orjson.loads(line)
-        if event.get("op") == "step":
-            e = event["expect"]
-            found.append([e["batch"], e["preempted"], e["finished"]])
-    return found
-
-
 def _header(trace: Path) -> dict[str, Any]:
     found: dict[str, Any] = orjson.loads(trace.read_bytes().splitlines()[0])
     return found
@@ -220,7 +181,7 @@ def test_vllm_at_this_python_writes_the_bytes_in_process_vllm_writes(
         done = [cli(*command, "-p", name) for name in ("vllm", remote)]
         assert [d.code for d in done] == [done[0].code] * 2 and done[0].code in (0, 1)
         assert done[0].stdout == done[1].stdout
-    steps = len(_steps(traces[0]))
+    steps = len(trace_steps(traces[0]))
     views = [
         cli("explain", traces[0], "--step", str(step % steps), "-p", name, "-f", "json")
         for name in ("vllm", remote)
@@ -261,7 +222,7 @@ def test_simulate_under_each_interpreter_s_vllm_is_that_vllm_s_bare_loop_step_fo
     workload = _write(tmp_path / "w.jsonl", requests)
     r = cli("simulate", workload, "-p", f"vllm@{python}", *_args(params), "-o", trace)
     assert r.code == 0, r.stderr
-    assert _steps(trace) == bare[python].steps(requests, params)
+    assert trace_steps(trace) == bare[python].steps(requests, params)
     assert _header(trace)["meta"]["vllm"] == bare[python].version
 
 
@@ -350,7 +311,7 @@ def test_a_vllm_034_run_of_hundreds_of_requests_keeps_every_token_id_an_int32(
         trace = tmp_path / "sim.jsonl"
         r = cli("simulate", workload, "-p", f"vllm@{python}", *_args(params), "-o", trace)
         assert r.code == 0, r.stderr
-        assert _steps(trace) == bare[python].steps(rows, params)
+        assert trace_steps(trace) == bare[python].steps(rows, params)
 
 
 # --- every command through a worker ------------------------------------------------------------
