@@ -101,7 +101,12 @@ def _compressed(raw: IO[bytes], path: str) -> Iterator[IO[bytes]]:
 
 @contextmanager
 def output_stream(path: str | None) -> Iterator[IO[bytes]]:
-    """Where data goes: FILE (written as it comes), or stdout for None or ``-``."""
+    """Where data goes: FILE (written as it comes), or stdout for None or ``-``.
+
+    A regular FILE is opened, and so emptied, at the first byte written (or when the run
+    ends having written none): a command that fails before writing anything (a policy it
+    cannot build, a parameter it refuses) leaves an existing FILE as it was. Whether FILE
+    can be written is checked at once, without touching it."""
     if path is None or path == "-":
         out = sys.stdout.buffer
         try:
@@ -110,6 +115,23 @@ def output_stream(path: str | None) -> Iterator[IO[bytes]]:
             with contextlib.suppress(BrokenPipeError):
                 out.flush()
         return
+    if _special(path):  # a device or a pipe: written in place, from the start
+        with _opened(path) as out:
+            yield out
+        return
+    _check_writable(path)
+    lazy = _OnFirstWrite(path)
+    try:
+        yield lazy  # type: ignore[misc]
+    except BaseException:
+        lazy.close()  # never opened if nothing was written: FILE is as it was
+        raise
+    lazy.open()  # a run that wrote nothing still leaves FILE as its (empty) output
+    lazy.close()
+
+
+@contextmanager
+def _opened(path: str) -> Iterator[IO[bytes]]:
     try:
         f = open(path, "wb", buffering=_BUFFER)  # noqa: SIM115 - closed below
     except OSError as e:
@@ -122,6 +144,50 @@ def output_stream(path: str | None) -> Iterator[IO[bytes]]:
             f.close()
         except OSError as e:
             raise unwritable(path, e) from None
+
+
+def _check_writable(path: str) -> None:
+    """UsageError now, as opening would give it later, for a FILE that cannot be written
+    (its folder missing or not writable, FILE itself read-only or a folder)."""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: cannot write: Is a directory")
+    if not os.path.isdir(folder):
+        raise UsageError(f"{path}: cannot write: No such file or directory")
+    target = path if os.path.exists(path) else folder
+    if not os.access(target, os.W_OK):
+        raise UsageError(f"{path}: cannot write: Permission denied")
+
+
+class _OnFirstWrite:
+    """FILE, opened at the first write (``open``); until then nothing of it is touched."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._opened: contextlib.ExitStack | None = None
+        self._out: IO[bytes] | None = None
+
+    def open(self) -> IO[bytes]:
+        if self._out is None:
+            stack = contextlib.ExitStack()
+            self._out = stack.enter_context(_opened(self._path))
+            self._opened = stack
+        return self._out
+
+    def write(self, data: bytes) -> int:
+        return self.open().write(data)
+
+    def flush(self) -> None:
+        if self._out is not None:
+            self._out.flush()
+
+    def close(self) -> None:
+        if self._opened is not None:
+            stack, self._opened = self._opened, None
+            stack.close()
+
+    def __getattr__(self, name: str) -> object:  # anything else a writer asks of a file
+        return getattr(self.open(), name)
 
 
 @contextmanager

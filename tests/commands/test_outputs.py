@@ -89,3 +89,40 @@ def test_an_option_that_does_not_apply_to_a_dump_is_a_usage_error(tmp_path: Path
     assert run_cli("replay", str(TRACE), "-f", "jsonl", "-o", str(dump)).returncode == 0
     r = run_cli("stats", str(dump), "-p", "fcfs")
     assert r.returncode == 2 and b"--policy, --param and --drain apply to traces" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [
+        ["-p", "nosuchpolicy"],
+        ["-p", "vllm@/nonexistent/python"],
+        ["-p", "fcfs", "-P", "max_num_seqz=4"],
+        ["-p", "vllm"],  # a request-level policy for a task-level trace
+    ],
+    ids=["unknown-policy", "no-interpreter", "misspelt-param", "other-level"],
+)
+def test_a_run_that_fails_before_writing_leaves_an_existing_output_as_it_was(
+    tmp_path: Path, failing: list[str]
+) -> None:
+    """Found by a new user: -o emptied yesterday's dump when the command refused its
+    options. An output is opened at its first byte (or at a successful end)."""
+    dump = tmp_path / "keep.dump.jsonl"
+    dump.write_bytes(b'{"kept": true}\n')
+    r = run_cli("replay", str(TRACE), *failing, "-f", "jsonl", "-o", str(dump))
+    assert r.returncode == 2, r.stderr
+    assert dump.read_bytes() == b'{"kept": true}\n'
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    r = run_cli("replay", str(TRACE), "-f", "jsonl", "-o", str(tmp_path / "no" / "d.jsonl"))
+    assert r.returncode == 2
+    assert b"d.jsonl: cannot write: No such file or directory" in r.stderr
+
+
+def test_a_run_that_writes_nothing_still_leaves_its_empty_output(tmp_path: Path) -> None:
+    out = tmp_path / "empty.txt"
+    out.write_bytes(b"stale\n")
+    (tmp_path / "t.jsonl").write_bytes(b'{"schedcli": 1}\n')
+    r = run_cli("replay", str(tmp_path / "t.jsonl"), "-f", "jsonl", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert b"stale" not in out.read_bytes()
