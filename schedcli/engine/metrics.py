@@ -82,7 +82,8 @@ class StepMetrics:
 
     def dispatched(self, batch: list[Task], step: int) -> None:
         self.steps += 1
-        self.last_step = step
+        if batch:  # an empty batch drains nothing: a trace's later get_work calls do not count
+            self.last_step = step
         tokens = 0
         for t in batch:
             submitted = self._submitted.pop(t.tid, step)
@@ -138,7 +139,10 @@ class StepMetrics:
         ]
         return {
             "steps": self.steps,
-            "steps_to_drain": self.last_step + 1,
+            # The step after the last batch that ran anything; None while work is left.
+            "steps_to_drain": (
+                None if any(x.pending > 0 for x in self._sessions.values()) else self.last_step + 1
+            ),
             "dispatched": self.dispatched_count,
             "cancelled": self.dropped_count,
             "mean_tokens_per_batch": self.tokens / self.steps if self.steps else 0.0,

@@ -390,3 +390,28 @@ def test_entry_point_registers_a_request_level_policy_by_name(tmp_path: Path) ->
     assert orjson.loads(r.stdout)["finished"] == 1
     wrong = run_cli("replay", str(TRACES / "deferral-order.jsonl"), "-p", "toy", env=env)
     assert wrong.returncode == 2 and b"'toy' is request-level" in wrong.stderr
+
+
+def test_steps_to_drain_is_the_step_after_the_last_batch_and_na_where_work_is_left(
+    tmp_path: Path,
+) -> None:
+    """Found by a new user: a trace's trailing empty get_work calls (recorded under another
+    version that took longer) made both sides read as draining in the same number of steps."""
+    head = {"schedcli": 1, "policy": "fcfs"}
+    head["params"] = {"max_batch_tokens": 16, "max_num_seqs": 2, "max_prefill_chunk_size": 8}
+    ops = [
+        {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4},
+        {"op": "submit", "tid": 2, "sid": 2, "kind": "prefill", "size": 8},
+        {"op": "get_work"},
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in [head, *ops, *ops[2:] * 3]))
+    r = run_cli("diff", str(trace), "--b", "fcfs", "--b-param", "max_num_seqs=1", "-f", "json")
+    data = orjson.loads(r.stdout)
+    assert data["a"]["metrics"]["steps_to_drain"] == 1  # four get_work calls, one ran work
+    assert data["b"]["metrics"]["steps_to_drain"] == 2
+    short = tmp_path / "short.jsonl"
+    short.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in [head, *ops]))
+    r = run_cli("diff", str(short), "--b", "fcfs", "--b-param", "max_num_seqs=1", "-f", "json")
+    data = orjson.loads(r.stdout)
+    assert data["b"]["metrics"]["steps_to_drain"] is None  # task 2 is still queued
