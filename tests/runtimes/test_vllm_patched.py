@@ -67,6 +67,10 @@ def _check_runs_and_diffs(cli: Cli, tmp_path: Path, python: str | None) -> None:
     r = cli("diff", trace, "--a", stock, "--b", f"{stock}:{STOCK}", "-f", "json")
     assert r.code == 0, r.stderr
     assert orjson.loads(r.stdout)["identical"] is True
+    # A patch's reasons are its own: none are read the stock way (a new user's trial saw
+    # "needs 35 KV blocks; 8166 free" for a request a patch held back by its own rule).
+    r = cli("explain", trace, "-p", f"{stock}:{SHORTEST}", "--step", str(first["step"]))
+    assert "no reasons given" in r.stdout.decode(), r.stdout.decode()
 
 
 @pytest.mark.needs("vllm")

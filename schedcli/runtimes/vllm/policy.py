@@ -458,7 +458,19 @@ def _class(name: str, python: str | None, scheduler: str | None) -> type[VllmSch
         # checkpoint) would share it, so the debugger replays from the start instead.
         "forkable": python is None,
     }
+    if scheduler:  # its reasons are its own: none read the stock way (docs/policies.md)
+        attrs["reasons"] = _no_reasons
+        attrs["left_behind"] = _no_left_behind
     return type("VllmPolicy", (VllmScheduler,), attrs)
+
+
+def _no_reasons(self: VllmScheduler) -> list[tuple[Id, str, str]]:
+    """None known: a patched scheduler decides by rules stock vLLM's reasons do not read."""
+    return []
+
+
+def _no_left_behind(self: VllmScheduler) -> Left:
+    return None
 
 
 def _no_fingerprint(self: VllmScheduler) -> object | None:
