@@ -91,7 +91,9 @@ class Task:
         position: int | None = None,
         produce_output: bool | None = None,
         tokens: Sequence[int] | None = None,
-        prepared: tuple[int, int] | None = None,
+        # Any object: checked below, so the compiled core refuses what pure Python refuses,
+        # in the same words (a typed parameter would refuse it first, as a TypeError).
+        prepared: object = None,
         priority: int = 0,
         meta: Any = None,
     ) -> None:
@@ -113,8 +115,7 @@ class Task:
             raise ValueError("size is required unless tokens are given")
         if size < 0:
             raise ValueError(f"size must be >= 0, not {size}")
-        if prepared is not None:
-            prepared = _prepared(prepared, size, tokens is not None)
+        kept = None if prepared is None else _prepared(prepared, size, tokens is not None)
         self.tid = tid
         self.sid = sid
         self.kind = k
@@ -122,7 +123,7 @@ class Task:
         self.position = position
         self.produce_output = produce_output
         self.tokens = tokens
-        self.prepared = prepared
+        self.prepared = kept
         self.priority = priority
         self.meta = meta
         self.cancelled = False
@@ -161,7 +162,8 @@ def _prepared(prepared: object, size: int, has_tokens: bool) -> tuple[int, int]:
         raise ValueError("a task's payload is tokens or prepared, not both")
     if not isinstance(prepared, tuple) or len(prepared) != 2:
         raise ValueError(f"prepared is (backing size, offset), not {prepared!r}")
-    backing, offset = prepared
+    backing: object = prepared[0]
+    offset: object = prepared[1]
     if type(backing) is not int or type(offset) is not int:
         raise ValueError(f"prepared's backing size and offset are integers, not {prepared!r}")
     if backing < 1 or offset < 0:
