@@ -128,11 +128,15 @@ class DebugApp(App[None]):
     def tick(self) -> None:
         """While indexing: the title's progress, the timeline, and the first view once
         the first step is in."""
+        # Read before the refresh, which then shows at least this: an index that ended
+        # between the refresh and a later read would stop the ticks with the title left
+        # at "indexing 94%" (a loaded CI run saw it).
+        whole = self.travel.indexed is not None
         self.refresh_index()
         if self.shown is None and self.travel.steps and not self.loading:
             self.load_view()
-        if self.travel.indexed is not None and self.ticking is not None:
-            self.ticking.stop()  # the index is whole: nothing more to follow
+        if whole and self.ticking is not None:
+            self.ticking.stop()  # the index is whole, and the title says so: nothing more
 
     @property
     def step(self) -> int:
