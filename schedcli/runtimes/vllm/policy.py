@@ -103,7 +103,7 @@ class VllmScheduler(RequestScheduler):
         self._block_size = int(values["block_size"])
         self._chunked = flag(values["enable_chunked_prefill"])
         self._threshold = int(values["long_prefill_token_threshold"])
-        self._core = core_for(self.PYTHON, _for_core(values), self.SCHEDULER)
+        self._core = core_for(self.PYTHON, dict(values), self.SCHEDULER)
         # vLLM's ids are strings: ours (int or str) map to "0", "1", ... in arrival order.
         self._key: dict[Id, str] = {}
         self._rid: dict[str, Id] = {}
@@ -378,13 +378,7 @@ def build_scheduler(params: dict[str, Any], cls: Any = None, **kwargs: Any) -> A
     from . import vllm_build
 
     values = {p.name: p.default for p in VllmScheduler.PARAMS} | params
-    return vllm_build.build(_for_core(values), cls, **kwargs)
-
-
-def _for_core(values: dict[str, Any]) -> dict[str, Any]:
-    """The parameters as vLLM's config classes take them: an optional knob left unset is
-    not passed (vLLM decides)."""
-    return dict(values)
+    return vllm_build.build(values, cls, **kwargs)
 
 
 # --- which vLLM, which scheduler ---------------------------------------------------------------
