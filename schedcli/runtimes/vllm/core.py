@@ -256,8 +256,7 @@ def serve(inp: Any, out: Any) -> int:
             message = json.loads(line)
             answer: Any
             if message.get("info"):
-                v = vb.load()
-                answer = {"version": vb.version(), "protocol": PROTOCOL, "knobs": vb.knobs(v)}
+                answer = vb.describe()
             elif "new" in message:
                 cores[int(message["new"])] = Core(message["params"], message.get("scheduler"))
                 answer = None

@@ -321,6 +321,12 @@ def _model_dir(max_len: int) -> str:
 # --- the knobs --------------------------------------------------------------------------------
 
 
+def describe() -> dict[str, Any]:
+    """The vLLM here, as a worker's ``info`` answers and ``-p vllm`` reads it: its version,
+    the pipe's protocol, its knobs (Unsupported outside the window)."""
+    return {"version": version(), "protocol": PROTOCOL, "knobs": knobs(load())}
+
+
 def knobs(v: Vllm) -> list[dict[str, Any]]:
     """Every field of the installed vLLM's ``SchedulerConfig`` and ``CacheConfig`` that a
     scheduling run can set, as a parameter: name, kind (int, float, bool, str), default (the

@@ -242,14 +242,9 @@ def describe_here() -> dict[str, Any]:
     from . import vllm_build
 
     try:
-        v = vllm_build.load()
+        return vllm_build.describe()
     except vllm_build.Unsupported as e:
         raise ValueError(str(e)) from None
-    return {
-        "version": vllm_build.version(),
-        "protocol": vllm_build.PROTOCOL,
-        "knobs": vllm_build.knobs(v),
-    }
 
 
 __all__ = ["Remote", "WorkerGone", "core_for", "describe_here", "interpreter", "worker"]
