@@ -25,6 +25,7 @@ COMPILED_MODULES = (
     "schedcli.model.scheduler",
     "schedcli.model.tally",
     "schedcli.policies._queues",
+    "schedcli.policies._rotation",
     "schedcli.policies._decode_first_reference",
     "schedcli.policies.decode_first",
     "schedcli.policies.fcfs",

@@ -227,7 +227,11 @@ def test_every_builtin_policy_is_on_the_compile_list() -> None:
     for name, cls in BUILTIN_POLICIES.items():
         assert cls.__module__ in _compiled.COMPILED_MODULES, (name, cls.__module__)
     # ...and so is what they call per task (the queues, the reference's bookkeeping).
-    for module in ("schedcli.policies._queues", "schedcli.policies._decode_first_reference"):
+    for module in (
+        "schedcli.policies._queues",
+        "schedcli.policies._rotation",
+        "schedcli.policies._decode_first_reference",
+    ):
         assert module in _compiled.COMPILED_MODULES, module
 
 

@@ -13,7 +13,6 @@ C++ runner replays batch for batch:
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -22,6 +21,7 @@ from mypy_extensions import mypyc_attr
 from ..model.scheduler import Param, Scheduler
 from ..model.task import DECODE, Id, Task, settle_outputs, show_id
 from ._limits import MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE
+from ._rotation import Decodes, Rotation
 
 FIXED: Final = "fixed"
 REFERENCE: Final = "reference"
@@ -54,11 +54,15 @@ class ReferenceDecodeFirst(Scheduler):
         self.decode_cap = decode_cap
         self.chunk_limit = chunk_limit
         self.pending: dict[Id, Task] = {}
-        self.decodes: deque[Task] = deque()
-        # A session is in the rotation exactly when it has an entry here, even an
-        # entry emptied by cancel: the pass that reaches it retires both together.
-        self.chunks: dict[Id, deque[Task]] = {}
-        self.rotation: deque[Id] = deque()
+        # The reference's decode deque, stale entries and all (_rotation.Decodes): a decode
+        # its cancel marked stays queued until a batch's walk passes it.
+        self.decodes = Decodes(keep_stale=True)
+        # Its rotation (_rotation.Rotation): a session is in it exactly when it has an
+        # entry in chunks, even an entry emptied by cancel: the pass that reaches it retires
+        # both together. A chunk queue never holds a task marked cancelled: the reference's
+        # cancel empties the session's queue, and its clear every queue.
+        self.rotation = Rotation(budget)
+        self.chunks = self.rotation.chunks
 
     def refusal(self, group: list[Task]) -> str | None:
         for i, t in enumerate(group):
@@ -102,9 +106,11 @@ class ReferenceDecodeFirst(Scheduler):
         """Its parameters, the tids ``pending`` holds (has_work and every erase read only
         those), and both queues in order, stale entries included, each task with whether
         it is marked cancelled (a stale entry is skipped by that mark)."""
-        decodes = [_entry(t) for t in self.decodes]
+        decodes = [_entry(t) for t in self.decodes.ordered()]
         chunks_of = self.chunks
-        rotation = [(sid, tuple([_entry(t) for t in chunks_of[sid]])) for sid in self.rotation]
+        rotation = [
+            (sid, tuple([_entry(t) for t in chunks_of[sid]])) for sid in self.rotation.order()
+        ]
         return (
             (self.budget, self.decode_cap, self.chunk_limit),
             tuple(self.pending),
@@ -138,16 +144,17 @@ class ReferenceDecodeFirst(Scheduler):
             return reason
         settle_outputs(group)
         for t in group:
+            marked = t.cancelled
             t.cancelled = False
             self.pending[t.tid] = t
-            if t.kind is DECODE:
-                self.decodes.append(t)
+            if t.kind is not DECODE:
+                self.rotation.add(t)
                 continue
-            queue = self.chunks.get(t.sid)
-            if queue is None:
-                queue = self.chunks[t.sid] = deque()
-                self.rotation.append(t.sid)
-            queue.append(t)
+            if marked:
+                # A task the reference's cancel returned, submitted again: any stale entry
+                # of it in the decode deque is live once more, as the reference reads it.
+                self.decodes.settle(t.sid, self.decodes.moved(t.sid))
+            self.decodes.push(t)
         return None
 
     def _release(self, t: Task) -> bool:
@@ -163,7 +170,15 @@ class ReferenceDecodeFirst(Scheduler):
         if queue is not None:
             dropped.extend(t for t in queue if self._release(t))
             queue.clear()
-        dropped.extend(t for t in self.decodes if t.sid == sid and self._release(t))
+            self.rotation.emptied(sid)
+        # Every decode entry of the session, stale ones too, in the deque's order: those
+        # that left its walked list (marked ones turn stale there), then those still in it
+        # (a mark there is read where the walk meets it).
+        moved = self.decodes.moved(sid)
+        dropped.extend(t for _, t in moved if self._release(t))
+        dropped.extend(t for t in self.decodes.in_main(sid) if self._release(t))
+        if moved:
+            self.decodes.settle(sid, moved)
         return dropped
 
     def _clear(self) -> list[Task]:
@@ -172,66 +187,16 @@ class ReferenceDecodeFirst(Scheduler):
             t.cancelled = True
         self.pending.clear()
         self.decodes.clear()
-        self.chunks.clear()
         self.rotation.clear()
         return dropped
 
     def _get_work(self) -> list[Task]:
         taken: list[Task] = []
-        decoding: set[Id] = set()
-        self._take_decodes(taken, decoding)
-        spent = len(taken)
-        while spent < self.budget:
-            spent, progress = self._prefill_pass(taken, spent, decoding)
-            if not progress:
-                break
+        decoding: dict[Id, Id] = {}
+        pending = self.pending
+        self.decodes.take(taken, decoding, self.decode_cap, pending)
+        self.rotation.take(taken, len(taken), self.budget, decoding, None, pending, None)
         return taken
-
-    def _take_decodes(self, taken: list[Task], decoding: set[Id]) -> None:
-        queue, pending = self.decodes, self.pending
-        deferred: list[Task] = []
-        while len(taken) < self.decode_cap:
-            while queue and queue[0].cancelled:
-                queue.popleft()
-            if not queue:
-                break
-            t = queue.popleft()
-            if t.sid in decoding:
-                deferred.append(t)
-                continue
-            decoding.add(t.sid)
-            taken.append(t)
-            pending.pop(t.tid, None)
-        queue.extendleft(reversed(deferred))
-
-    def _prefill_pass(self, taken: list[Task], spent: int, decoding: set[Id]) -> tuple[int, bool]:
-        rotation, pending = self.rotation, self.pending
-        progress = False
-        deferred: list[Id] = []
-        served: list[Id] = []
-        while spent < self.budget and rotation:
-            sid = rotation.popleft()
-            queue = self.chunks[sid]
-            while queue and queue[0].cancelled:
-                queue.popleft()
-            if not queue:
-                del self.chunks[sid]
-                continue
-            if sid in decoding or queue[0].size > self.budget - spent:
-                deferred.append(sid)
-                continue
-            t = queue.popleft()
-            taken.append(t)
-            pending.pop(t.tid, None)
-            spent += t.size
-            progress = True
-            if queue:
-                served.append(sid)
-            else:
-                del self.chunks[sid]
-        rotation.extendleft(reversed(deferred))
-        rotation.extend(served)
-        return spent, progress
 
 
 def _entry(t: Task) -> tuple[object, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from mypy_extensions import mypyc_attr
@@ -16,7 +15,8 @@ from ._limits import (
     MAX_PREFILL_CHUNK_SIZE,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue, chunk_reasons, decode_reasons, end_walk, task_state
+from ._queues import Why, chunk_reasons, task_state
+from ._rotation import Decodes, Rotation
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -62,18 +62,14 @@ class DecodeFirstScheduler(QueueScheduler):
                 f"max_decode_sequences ({b - d}): a full chunk must fit beside a full "
                 "decode batch"
             )
-        self._decodes = DecodeQueue()
-        # A session is in the rotation exactly when it has an entry here, so joining
-        # is decided by the entry's creation, not by its queue being empty. An entry
-        # emptied by cancel() stays until a pass reaches it: the session keeps its
-        # place, and rejoining before then cannot give it a second slot.
-        self._chunks: dict[Id, deque[Task]] = {}
-        # The rotation is _rotation[_turn:], walked in place (_queues.end_walk).
-        self._rotation: list[Id] = []
-        self._turn = 0
-        # Explaining: the reason a session's front chunk was passed over in this batch,
-        # and every queued task's reason after it (by object id).
-        self._why: dict[Id, tuple[str, str]] = {}
+        self._decodes = Decodes()
+        # The rotation of sessions with chunks queued (_rotation.Rotation): _chunks is its
+        # sid -> chunks. A session is in the rotation exactly when it has an entry there, so
+        # joining is decided by the entry's creation, not by its queue being empty. An entry
+        # emptied by cancel() stays until a walk reaches it: the session keeps its place,
+        # and rejoining before then cannot give it a second slot.
+        self._rotation = Rotation(max_batch_tokens)
+        self._chunks = self._rotation.chunks
         if compat == REFERENCE:
             raise ValueError(
                 "compat=reference is the reference's own class: build it with "
@@ -96,124 +92,75 @@ class DecodeFirstScheduler(QueueScheduler):
     # --- compat=fixed ---------------------------------------------------------
 
     def fingerprint(self) -> object | None:
-        """Its parameters, the decodes in order, and the rotation from its turn, each
+        """Its parameters, the decodes in order, and the rotation from its head, each
         session with its queued chunks (an entry a cancel emptied included: it holds the
         session's place). The reasons it keeps decide nothing."""
         chunks_of = self._chunks
         rotation = [
-            (sid, tuple([task_state(t) for t in chunks_of[sid]]))
-            for sid in self._rotation[self._turn :]
+            (sid, tuple([task_state(t) for t in chunks_of[sid]])) for sid in self._rotation.order()
         ]
-        return (tuple(self.params().values()), self._decodes.state(), tuple(rotation))
+        decodes = tuple([task_state(t) for t in self._decodes.ordered()])
+        return (tuple(self.params().values()), decodes, tuple(rotation))
 
     def enqueue(self, task: Task) -> None:
-        sid = task.sid
         if task.kind is DECODE:
             self._decodes.push(task)
-            return
-        chunks = self._chunks.get(sid)
-        if chunks is None:
-            chunks = self._chunks[sid] = deque()
-            self._rotation.append(sid)
-        chunks.append(task)
+        else:
+            self._rotation.add(task)
 
     def take_batch(self) -> list[Task]:
         taken: list[Task] = []
         decoding: dict[Id, Id] = {}  # sid -> the tid of its decode in this batch
-        self._decodes.take(taken, decoding, self.max_decode_sequences)
-        spent = len(taken)
+        self._decodes.take(taken, decoding, self.max_decode_sequences, None)
         # Sessions with an output-producing chunk in the batch, and that chunk's tid (a
         # decoding session is passed over anyway, so only chunks add to it).
         outputs: dict[Id, Id] = {}
-        self._why.clear()
-        while spent < self.max_batch_tokens:
-            spent, progress = self._prefill_pass(taken, spent, decoding, outputs)
-            if not progress:
-                break
-        if self.explaining:
-            passed = dict(self._why)
-            self._explain_later(lambda: self._reasons(decoding, spent, passed))
+        # Explaining: each stretch of the rotation a walk passed over, with the tokens it
+        # had left; the reasons are worked out from them only if asked.
+        walks: list[int] | None = [] if self.explaining else None
+        spent = self._rotation.take(
+            taken, len(taken), self.max_batch_tokens, decoding, outputs, None, walks
+        )
+        if walks is not None:
+            epoch = self._rotation.epoch
+            self._explain_later(lambda: self._reasons(decoding, spent, outputs, walks, epoch))
         return taken
 
     def _reasons(
-        self, decoding: dict[Id, Id], spent: int, passed: dict[Id, tuple[str, str]]
+        self,
+        decoding: dict[Id, Id],
+        spent: int,
+        outputs: dict[Id, Id],
+        walks: list[int],
+        epoch: int,
     ) -> dict[int, tuple[str, str]]:
         """Why each task still queued was left out (docs/policies.md, decode-first's codes)."""
-        why = decode_reasons(self._decodes, decoding, self.max_decode_sequences)
+        why: Why = {}
+        cap = self.max_decode_sequences
+        for t in self._decodes.ordered():
+            if t.sid in decoding:
+                detail = f"decode {show_id(decoding[t.sid])} of its session is in this batch"
+                why[id(t)] = ("one_decode_per_session", detail)
+            else:
+                why[id(t)] = ("decode_cap", f"{cap} decodes were already taken")
         budget = self.max_batch_tokens
         spent_all = ("budget_spent", f"{spent} of {budget} tokens were spent before its turn")
+        # The room each session's last turn had (none after the slots were renumbered:
+        # reasons are asked for before the next batch).
+        rooms = self._rotation.walked(walks) if epoch == self._rotation.epoch else {}
 
         def front(sid: Id, t: Task) -> tuple[str, str]:
-            return passed.get(sid) or spent_all
+            room = rooms.get(sid)
+            if room is None:
+                return spent_all
+            if t.size > room:
+                return ("no_room", f"{t.size} tokens, {room} left")
+            # Its turn came and it fitted: only fix 2 passes such a chunk over.
+            detail = f"chunk {show_id(outputs[sid])} of its session produces output"
+            return ("second_output", detail)
 
         chunk_reasons(why, self._chunks, decoding, front)
         return why
-
-    def _prefill_pass(
-        self, taken: list[Task], spent: int, decoding: dict[Id, Id], outputs: dict[Id, Id]
-    ) -> tuple[int, bool]:
-        budget = self.max_batch_tokens
-        rotation = self._rotation
-        chunks_of = self._chunks
-        progress = False
-        # The pass walks the rotation without moving it. A session passed over keeps its
-        # place; one served goes to the back, one found empty leaves. Until the first of
-        # those, the walked part needs no rewriting (kept is None).
-        kept: list[Id] | None = None
-        served: list[Id] = []
-        # Nothing rejoins the rotation inside this loop: one turn per session per pass.
-        start = i = self._turn
-        end = len(rotation)
-        while spent < budget and i < end:
-            sid = rotation[i]
-            i += 1
-            chunks = chunks_of[sid]
-            if not chunks:
-                del chunks_of[sid]
-                if kept is None:
-                    kept = rotation[start : i - 1]
-                continue
-            if sid in decoding:
-                # No chunk beside the session's own decode: two ranges that do not
-                # adjoin, both producing output.
-                if kept is not None:
-                    kept.append(sid)
-                continue
-            t = chunks[0]
-            if t.size > budget - spent:
-                # Pass the turn on: a smaller chunk behind this one may still fit.
-                if kept is not None:
-                    kept.append(sid)
-                if self.explaining:
-                    self._why[sid] = ("no_room", f"{t.size} tokens, {budget - spent} left")
-                continue
-            if t.produce_output and sid in outputs:
-                # Fix 2: the batch already owes this session an output. Passed over
-                # exactly like a chunk that does not fit, so it keeps its place.
-                if kept is not None:
-                    kept.append(sid)
-                if self.explaining:
-                    detail = f"chunk {show_id(outputs[sid])} of its session produces output"
-                    self._why[sid] = ("second_output", detail)
-                continue
-            chunks.popleft()
-            taken.append(t)
-            spent += t.size
-            progress = True
-            if t.produce_output:
-                outputs[sid] = t.tid
-            if kept is None:
-                kept = rotation[start : i - 1]
-            if chunks:
-                served.append(sid)
-            else:
-                del chunks_of[sid]
-        if kept is not None:
-            # Got-nothing outranks got-something: the passed-over keep the front, in
-            # order, ahead of the unwalked rest; the served go to the back.
-            rotation.extend(served)
-            self._turn = end_walk(rotation, i, kept)
-        return spent, progress
 
     def remove_session(self, sid: Id) -> list[Task]:
         dropped: list[Task] = []
@@ -221,11 +168,10 @@ class DecodeFirstScheduler(QueueScheduler):
         if chunks:
             dropped.extend(chunks)
             chunks.clear()
+            self._rotation.emptied(sid)
         dropped.extend(self._decodes.remove_session(sid))
         return dropped
 
     def reset(self) -> None:
         self._decodes.clear()
-        self._chunks.clear()
         self._rotation.clear()
-        self._turn = 0

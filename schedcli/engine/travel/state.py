@@ -11,6 +11,7 @@ from typing import Final
 
 from ...model.state import attributes
 from ...model.task import Task, show_id
+from ...policies._rotation import Decodes, Rotation
 
 ITEMS: Final = 12  # of a container, shown before "… N more"
 DEPTH: Final = 3
@@ -41,6 +42,12 @@ def shown(value: object, depth: int) -> str:
         return repr(value) if isinstance(value, str | bytes) else str(value)
     if depth == 0:
         return "…"
+    # decode-first's queues, as the queues they stand for: the rotation's sessions in order,
+    # every queued decode in arrival order (not their indexes).
+    if isinstance(value, Rotation):
+        value = value.order()
+    elif isinstance(value, Decodes):
+        value = value.ordered()
     if isinstance(value, list | tuple | deque | set | frozenset):
         items = list(value)
         return _bracketed("[]", [shown(v, depth - 1) for v in items[:ITEMS]], len(items))
