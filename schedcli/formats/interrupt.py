@@ -57,13 +57,16 @@ def install() -> None:
 
 @contextmanager
 def whole_write() -> Iterator[None]:
-    """Hold stop signals for the duration of one record's write."""
+    """Hold stop signals for the duration of one record's write (nested: the outermost
+    one raises what was held)."""
+    outer = guard.writing
     guard.writing = True
     try:
         yield
     finally:
-        guard.writing = False
-    raise_held()
+        guard.writing = outer
+    if not outer:
+        raise_held()
 
 
 def raise_held() -> None:

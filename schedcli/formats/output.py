@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from ..model.errors import UsageError
+from .interrupt import whole_write
 
 _BUFFER = 1 << 20
 
@@ -201,15 +202,19 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
 
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise unwritable(path, e) from None
     ok = False
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # a new file's usual mode, not mkstemp's private one
+    tmp: str | None = None
     try:
+        # A stop while the temporary file comes into being waits until its name is known,
+        # so the finally below always removes it (a worker stopped here left one, #58's CI).
+        with whole_write():
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+            except OSError as e:
+                raise unwritable(path, e) from None
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a new file's usual mode, not mkstemp's private one
         with os.fdopen(fd, "wb", buffering=_BUFFER) as f, _compressed(f, path) as out:
             yield out
         os.replace(tmp, target)
@@ -217,6 +222,6 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
     except OSError as e:
         raise unwritable(path, e) from None
     finally:
-        if not ok:
+        if not ok and tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
