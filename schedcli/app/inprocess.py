@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..formats.interrupt import guard
+
 
 @dataclass
 class CliRun:
@@ -34,6 +36,7 @@ def run_cli_in_process(
     stdin = io.TextIOWrapper(io.BytesIO(input), encoding="utf-8")
     saved = sys.stdout, sys.stderr, sys.stdin
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = guard.writing, guard.held  # the exit holds stops for its last flush
     old_columns = os.environ.get("COLUMNS")
     if columns is not None:
         os.environ["COLUMNS"] = str(columns)
@@ -47,6 +50,7 @@ def run_cli_in_process(
         sys.stdout, sys.stderr, sys.stdin = saved
         for s, h in handlers.items():
             signal.signal(s, h)
+        guard.writing, guard.held = held
         if columns is not None:
             if old_columns is None:
                 os.environ.pop("COLUMNS", None)

@@ -537,3 +537,12 @@ def test_progress_bar_shows_on_a_terminal_stderr(
     )
     assert r.returncode in (0, 1), r.stdout  # diff exits 1 when the policies differ
     assert label in r.stdout  # the pty carries stderr's progress bar
+
+
+def test_a_command_run_in_this_process_leaves_stop_signals_live_for_what_runs_next() -> None:
+    from schedcli.formats.interrupt import guard
+
+    assert run_cli("replay", str(TRACES / "rotation-fairness.jsonl")).returncode == 0
+    # The exit holds stops for its last flush; left held, a Ctrl-C in the tests (or the
+    # fuzzer) that run in this process afterwards would wait forever.
+    assert (guard.writing, guard.held) == (False, None)
