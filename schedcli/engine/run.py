@@ -8,16 +8,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from ..catalog.choice import RecordedPolicy, policy_for_trace
+from ..catalog.registry import Level, resolve_policy
 from ..formats.kinds import LEVEL
-from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Header, TraceReader, incomplete_trace, open_trace
 from ..model.errors import InputError, UnfitTask, UsageError
 from ..model.records import Left, discard
 from ..model.scheduler import Policy, Scheduler
 from ..model.task import Id, Task
-from ..policies.choice import RecordedPolicy, policy_for_trace
-from ..policies.registry import Level, resolve_policy
+from ..streams.source import DEFAULT_MAX_LINE_BYTES, display_name
 from .replay import Emit, Observer, Replayer, Totals
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def choose_policy(
     note: Callable[[str], None] = _stderr_note,
     level: Level = "task",
 ) -> tuple[Policy, str, dict[str, object]]:
-    """The policy to replay a trace of ``level`` with (``policies.choice.policy_for_trace``
+    """The policy to replay a trace of ``level`` with (``catalog.choice.policy_for_trace``
     decides), promised serial calls: only the replay's loop calls it."""
     recorded = RecordedPolicy.of(header)
     built, label, used = policy_for_trace(recorded, trace_name, policy, params, note, level)

@@ -10,8 +10,8 @@ from ..model.errors import InputError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
 from ..model.records import Record
 from ..model.task import Id, Task, same_id
+from ..streams.source import display_name, numbered_lines, open_binary
 from .kinds import check_kind
-from .source import display_name, numbered_lines, open_binary
 
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
 

@@ -1,6 +1,7 @@
 """What a file is, from its first line, in one place: which of schedcli's own formats
-(trace, dump, workload, sweep results), or which public request trace the converter table's
-detectors recognise; a reader given the wrong kind raises ``WrongKind`` naming it."""
+(trace, dump, workload, sweep results); a reader given the wrong kind raises ``WrongKind``
+naming it. Which public request trace a file is, convert.py's ``detect_format`` asks the
+converters."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import zlib
 import orjson
 
 from ..model.errors import InputError, WrongKind
-from .source import (
+from ..streams.source import (
     DEFAULT_MAX_LINE_BYTES,
     display_name,
     numbered_lines,
@@ -83,16 +84,6 @@ def sniff_kind(path: str) -> str:
                 raise WrongKind(name, lineno, kind, NOUNS[kind], "")
             return kind or "trace"
     return "trace"
-
-
-def detect_format(first_line: bytes) -> str | None:
-    """The source format its first line (the CSV header, or a JSON object) says it is."""
-    from .converters import converters
-
-    for name, converter in converters().items():
-        if converter.detect(first_line):
-            return name
-    return None
 
 
 def is_request_trace(path: str) -> bool:

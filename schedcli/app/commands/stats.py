@@ -10,8 +10,8 @@ from ...engine.requests.preemption import PreemptionTally
 from ...engine.run import replay_metrics
 from ...formats.dump import batch_tasks, read_dump
 from ...formats.kinds import sniff_kind
-from ...formats.source import display_name
 from ...model.errors import UsageError
+from ...streams.source import display_name
 from ..views.progress import TraceProgress
 
 

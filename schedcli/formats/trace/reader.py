@@ -8,14 +8,14 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, BinaryIO, cast
 
 from ...model.errors import InputError
-from ..kinds import check_kind
-from ..source import (
+from ...streams.source import (
     DEFAULT_MAX_LINE_BYTES,
     display_name,
     lines_of,
     numbered_chunks,
     open_binary,
 )
+from ..kinds import check_kind
 from .events import Event, Header, Line, LineError, Run, as_event
 from .lines import (
     _key_total,
