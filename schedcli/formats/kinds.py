@@ -6,6 +6,7 @@ converters."""
 from __future__ import annotations
 
 import zlib
+from typing import BinaryIO
 
 import orjson
 
@@ -78,11 +79,16 @@ def sniff_kind(path: str) -> str:
     """
     name = display_name(path)
     with open_binary(path, name) as stream:
-        for lineno, raw, _ in numbered_lines(stream, name):
-            kind = kind_of_line(raw)
-            if kind == "csv":
-                raise WrongKind(name, lineno, kind, NOUNS[kind], "")
-            return kind or "trace"
+        return kind_of_stream(stream, name)
+
+
+def kind_of_stream(stream: BinaryIO, name: str) -> str:
+    """``sniff_kind`` of a stream opened already (it reads the first lines)."""
+    for lineno, raw, _ in numbered_lines(stream, name):
+        kind = kind_of_line(raw)
+        if kind == "csv":
+            raise WrongKind(name, lineno, kind, NOUNS[kind], "")
+        return kind or "trace"
     return "trace"
 
 
