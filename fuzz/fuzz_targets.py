@@ -18,8 +18,8 @@ import orjson
 
 from schedcli import Scheduler, Task
 from schedcli.app.inprocess import run_cli_in_process
+from schedcli.catalog.registry import build_policy
 from schedcli.policies import REQUEST_POLICIES, FcfsScheduler
-from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 from schedcli.runtimes.vllm import policy as vllm_policy
 
@@ -759,9 +759,7 @@ def debug_views(data: bytes) -> None:
                 got = [(e["tid"], e["line"], e["since"]) for e in queue]
                 if [(e["tid"], e["line"], e["step"]) for e in want["queue"]] != got:
                     raise AssertionError(f"step {step}: queue {got} != {want['queue']}")
-                reasons = sorted(
-                    (json.dumps(e["tid"]), e["reason"]) for e in queue if e["reason"]
-                )
+                reasons = sorted((json.dumps(e["tid"]), e["reason"]) for e in queue if e["reason"])
                 given = sorted((json.dumps(e["tid"]), e["reason"]) for e in want["left"] or [])
                 if reasons != given:
                     raise AssertionError(f"step {step}: reasons {reasons} != {given}")

@@ -2,33 +2,71 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 # First: whether the compiled core is used is decided before any of its modules loads.
 from ._compiled import CORE
 
 if TYPE_CHECKING:
+    from .catalog.registry import build_policy, policy_sources, resolve_policy
     from .model.errors import CheckFailed, InputError, InvariantError, SchedcliError, UsageError
     from .model.requests import Arrival, RequestScheduler, Slice, StepPlan
     from .model.scheduler import Param, Policy, QueueScheduler, Scheduler
     from .model.task import Id, Task, TaskKind, settle_outputs
     from .policies import BUILTIN_POLICIES, DecodeFirstScheduler
-    from .policies.registry import build_policy, policy_sources, resolve_policy
 
     __version__: str
 
+
 # Each public name and the module it lives in, imported when first asked for: a command
 # loads only what it uses (start-up is most of a small run).
-_HOMES = {
+def _errors() -> ModuleType:
+    from .model import errors
+
+    return errors
+
+
+def _scheduler() -> ModuleType:
+    from .model import scheduler
+
+    return scheduler
+
+
+def _requests() -> ModuleType:
+    from .model import requests
+
+    return requests
+
+
+def _task() -> ModuleType:
+    from .model import task
+
+    return task
+
+
+def _policies() -> ModuleType:
+    from . import policies
+
+    return policies
+
+
+def _registry() -> ModuleType:
+    from .catalog import registry
+
+    return registry
+
+
+_HOMES: dict[str, Callable[[], ModuleType]] = {
     **dict.fromkeys(
-        ("CheckFailed", "InputError", "InvariantError", "SchedcliError", "UsageError"),
-        "model.errors",
+        ("CheckFailed", "InputError", "InvariantError", "SchedcliError", "UsageError"), _errors
     ),
-    **dict.fromkeys(("Param", "Policy", "QueueScheduler", "Scheduler"), "model.scheduler"),
-    **dict.fromkeys(("Arrival", "RequestScheduler", "Slice", "StepPlan"), "model.requests"),
-    **dict.fromkeys(("Id", "Task", "TaskKind", "settle_outputs"), "model.task"),
-    **dict.fromkeys(("BUILTIN_POLICIES", "DecodeFirstScheduler"), "policies"),
-    **dict.fromkeys(("build_policy", "policy_sources", "resolve_policy"), "policies.registry"),
+    **dict.fromkeys(("Param", "Policy", "QueueScheduler", "Scheduler"), _scheduler),
+    **dict.fromkeys(("Arrival", "RequestScheduler", "Slice", "StepPlan"), _requests),
+    **dict.fromkeys(("Id", "Task", "TaskKind", "settle_outputs"), _task),
+    **dict.fromkeys(("BUILTIN_POLICIES", "DecodeFirstScheduler"), _policies),
+    **dict.fromkeys(("build_policy", "policy_sources", "resolve_policy"), _registry),
 }
 
 
@@ -45,9 +83,7 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'schedcli' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    value = getattr(home(), name)
     globals()[name] = value
     return value
 

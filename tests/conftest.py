@@ -21,15 +21,23 @@ from pathlib import Path
 import pytest
 
 from schedcli.app.inprocess import run_cli_in_process
-from schedcli.policies import REQUEST_POLICIES
-from tests.helpers import ROOT, TOY_NAME, TOY_WHERE
+from schedcli.catalog import REQUEST_POLICIES
+from schedcli.model.requests import RequestScheduler
+from tests.helpers import ROOT, TOY_NAME
+
+
+def _toy() -> type[RequestScheduler]:
+    from tests.doubles.requests import ToyRequests
+
+    return ToyRequests
 
 
 @pytest.fixture(autouse=True)
 def toy_is_a_named_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The toy request-level policy under its name, in this process (as an installed
     plugin's would be), so that a trace header may name it; a subprocess gives it with -p."""
-    monkeypatch.setitem(REQUEST_POLICIES, TOY_NAME, TOY_WHERE)
+    monkeypatch.setitem(REQUEST_POLICIES, TOY_NAME, _toy)
+
 
 pytest_plugins = ["pytester"]
 

@@ -17,10 +17,11 @@ from schedcli.app.options import PolicyOption, TraceOption
 from schedcli.app.views import outputs
 from schedcli.app.views.outputs import Output
 from schedcli.app.views.progress import TraceProgress
+from schedcli.catalog import REQUEST_POLICIES
 from schedcli.engine.ledger import Totals
 from schedcli.kit import MAX_BATCH_TOKENS
 from schedcli.model.records import Record
-from schedcli.policies import BUILTIN_POLICIES, REQUEST_POLICIES
+from schedcli.policies import BUILTIN_POLICIES
 from tests.helpers import TRACES, run_cli
 
 TRACE = TRACES / "rotation-fairness.jsonl"
@@ -74,7 +75,9 @@ def test_a_request_level_policy_is_one_module_and_one_line_in_request_policies(
     # The recipe's example is the test double: a RequestScheduler in a module of its own.
     # Registered under the name its class gives (ToyRequests.name), so that a trace it
     # simulates names it by that name, which a replay resolves.
-    monkeypatch.setitem(REQUEST_POLICIES, "toy-requests", "tests.doubles.requests:ToyRequests")
+    from tests.doubles.requests import ToyRequests
+
+    monkeypatch.setitem(REQUEST_POLICIES, "toy-requests", lambda: ToyRequests)
     listed = orjson.loads(run_cli("policies", "-f", "json").stdout)
     [toy] = [p for p in listed if p["name"] == "toy-requests"]
     assert (toy["level"], toy["origin"]) == ("request", "built-in, request-level")

@@ -51,7 +51,7 @@ def loaded(*args: str) -> set[str]:
 
 
 def test_a_replay_to_a_dump_loads_no_tables_no_validator_no_other_command_no_hasher() -> None:
-    # Nor importlib.metadata: plugins are found by policies/entry_points.py. Nor gzip for a
+    # Nor importlib.metadata: plugins are found by catalog/entry_points.py. Nor gzip for a
     # plain file, nor the request level's modules for a task-level trace.
     trace = str(TRACES / "rotation-fairness.jsonl")
     assert loaded("replay", trace, "-f", "jsonl", "-o", "-") == {

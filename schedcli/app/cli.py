@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from .. import CORE
-from ..formats.source import DEFAULT_MAX_LINE_BYTES
+from ..streams.source import DEFAULT_MAX_LINE_BYTES
 from . import options as o
 from .console import PipeClosed, data_console, show, stderr_console
 from .parsing import StepRange, parse_id_option
@@ -196,7 +196,7 @@ def policies(
 
     Exit codes: 0 ok; 2 a NAME that is no policy.
     """
-    from ..policies.registry import describe_named, describe_policies
+    from ..catalog.registry import describe_named, describe_policies
     from .views.render import policies_table
 
     show(fmt, [describe_named(policy)] if policy else describe_policies(), policies_table)

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from .._compiled import CORE_IS_STALE, STALE
-from ..formats import interrupt
-from ..formats.interrupt import Stopped, guard
 from ..model.errors import SchedcliError, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..runtimes import supervisor
+from ..streams import interrupt
+from ..streams.interrupt import Stopped, guard
 from .cli import app_for
 from .completion import init_if_completing
 from .console import PipeClosed
@@ -191,7 +191,8 @@ def _take(args: list[str], option: str, needs: str, use: Callable[[str], None]) 
 
 
 def _plugin_imported() -> bool:
-    """Whether a plugin was imported (the registry is loaded only by a command that
-    builds a policy: without it, no plugin was)."""
-    registry = sys.modules.get("schedcli.policies.registry")
-    return registry is not None and bool(registry.plugin_imported())
+    """Whether a plugin was imported (the catalog's own module is light: importing it
+    here costs nothing)."""
+    from ..catalog import plugin_imported
+
+    return plugin_imported()

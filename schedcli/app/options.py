@@ -12,9 +12,9 @@ import typer
 
 from ..engine.cost import CostModel
 from ..formats.converters import NAMES as CONVERTER_NAMES
-from ..formats.output import refuse_overwriting
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
+from ..streams.output import refuse_overwriting
 from .views.outputs import OutputFormat
 
 # `convert`'s FORMAT: auto, or a name from the converter table (one line adds a format).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from ..formats.source import display_name, open_binary
 from ..model.errors import InputError, UsageError
+from ..streams.source import display_name, open_binary
 
 
 class CostModel:

@@ -16,11 +16,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..catalog.registry import config_label
 from ..formats.dump import batch_tasks, read_dump
-from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..model.records import Left, Record
 from ..model.task import id_key, ids_only_in
-from ..policies.registry import config_label
+from ..streams.source import DEFAULT_MAX_LINE_BYTES, display_name
 from .metrics import StepMetrics
 from .run import Driver, Progress, open_replay
 

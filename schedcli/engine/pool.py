@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
-from ..formats.interrupt import die_with_parent
+from ..streams.interrupt import die_with_parent
 
 J = TypeVar("J")
 R = TypeVar("R")
@@ -92,9 +92,7 @@ def answers(
 
     def hire() -> None:
         here, there = context.Pipe()
-        process = context.Process(
-            target=_serve, args=(there, fn, setup, os.getpid()), daemon=True
-        )
+        process = context.Process(target=_serve, args=(there, fn, setup, os.getpid()), daemon=True)
         process.start()
         there.close()
         worker: _Worker[J] = _Worker(process, here)

@@ -21,13 +21,13 @@ from typing import IO, Any, Final
 import orjson
 from mypy_extensions import mypyc_attr
 
-from ..formats.output import atomic_output
+from ..catalog.registry import policy_reference
 from ..formats.writer import LineBuffer, TraceWriter, task_record
 from ..model.limits import INT_MAX, INT_MIN
 from ..model.records import Left, Record
 from ..model.scheduler import Scheduler, own_subclass_cache
 from ..model.task import DECODE, Id, Task
-from ..policies.registry import policy_reference
+from ..streams.output import atomic_output
 from .flight import Window
 
 # The gathered lines of recordings not yet closed, written at exit even when their owner
@@ -443,7 +443,7 @@ def _task_record(t: Task) -> Record:
 @contextlib.contextmanager
 def _output(path: str) -> Iterator[IO[bytes]]:
     """The recording's file: written as calls happen (``.gz`` compressed by name)."""
-    from ..formats.output import output_stream
+    from ..streams.output import output_stream
 
     with output_stream(path) as out:
         yield out

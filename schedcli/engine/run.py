@@ -6,18 +6,18 @@ import functools
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, cast, runtime_checkable
 
+from ..catalog.choice import RecordedPolicy, policy_for_trace
+from ..catalog.registry import Level, resolve_policy
 from ..formats.kinds import LEVEL
-from ..formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Header, TraceReader, incomplete_trace, open_trace
 from ..model.errors import InputError, UnfitTask, UsageError
 from ..model.records import Left, discard
 from ..model.scheduler import Policy, Scheduler
 from ..model.task import Id, Task
-from ..policies.choice import RecordedPolicy, policy_for_trace
-from ..policies.registry import Level, resolve_policy
+from ..streams.source import DEFAULT_MAX_LINE_BYTES, display_name
 from .replay import Emit, Observer, Replayer, Totals
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def choose_policy(
     note: Callable[[str], None] = _stderr_note,
     level: Level = "task",
 ) -> tuple[Policy, str, dict[str, object]]:
-    """The policy to replay a trace of ``level`` with (``policies.choice.policy_for_trace``
+    """The policy to replay a trace of ``level`` with (``catalog.choice.policy_for_trace``
     decides), promised serial calls: only the replay's loop calls it."""
     recorded = RecordedPolicy.of(header)
     built, label, used = policy_for_trace(recorded, trace_name, policy, params, note, level)
@@ -296,13 +296,21 @@ def open_replay(
     follow: bool = False,
     allow_incomplete: bool = False,
     data: bytes | None = None,
+    stream: BinaryIO | None = None,
 ) -> Iterator[OpenReplay]:
     """The trace opened for one pass, its policy built, at the level its header says.
     ``on_wait`` runs before reading from a pipe (or a ``follow``ed file) would wait: flush
-    outputs there. ``data``: the trace's bytes, held in memory (``path`` names it)."""
+    outputs there. ``data``: the trace's bytes, held in memory, or ``stream``: the trace
+    opened already (``path`` names it)."""
     name = display_name(path)
     with open_trace(
-        path, name=name, max_line_bytes=max_line_bytes, on_wait=on_wait, follow=follow, data=data
+        path,
+        name=name,
+        max_line_bytes=max_line_bytes,
+        on_wait=on_wait,
+        follow=follow,
+        data=data,
+        stream=stream,
     ) as reader:
         header = reader.header
         if header is not None and header.level == LEVEL:
@@ -370,15 +378,17 @@ def replay_metrics(
     allow_incomplete: bool = False,
     progress: Progress | None = None,
     measure_preemption: bool = False,
+    stream: BinaryIO | None = None,
 ) -> tuple[dict[str, Any], str]:
     """A trace replayed at its level and its steps measured (``stats``, a sweep's trace
     point); and a title: the trace and the policy it ran under. A request-level replay's
     metrics see dispatches only (a request's waits are not a task's), and with
-    ``measure_preemption`` what preemption cost (``requests.preemption``; ``stats``)."""
+    ``measure_preemption`` what preemption cost (``requests.preemption``; ``stats``).
+    ``stream``: the trace opened already (``path`` names it)."""
     from .metrics import StepMetrics  # a dataclass: not made at start-up for every replay
 
     with open_replay(
-        path, policy=policy, params=params, allow_incomplete=allow_incomplete
+        path, policy=policy, params=params, allow_incomplete=allow_incomplete, stream=stream
     ) as opened:
         metrics = StepMetrics(opened.token_budget, waits_known=opened.level == "task")
         on_step = None

@@ -26,12 +26,12 @@ from typing import Any
 
 import orjson
 
+from ..catalog.registry import build_policy, policy_source, resolve_policy, settled_params
 from ..formats.kinds import sniff_kind
 from ..formats.workload import Request, read_workload
 from ..model.errors import InvariantError, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..model.scheduler import Policy
-from ..policies.registry import build_policy, policy_source, resolve_policy, settled_params
 from .cost import CostModel
 from .requests.simulate import simulate_either
 from .run import replay_metrics

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from ..model.errors import InputError, UsageError
+from ..streams.source import display_name, numbered_lines, open_binary
 from .converters import converters
 from .converters._common import ConvertOptions, ConvertReport, Row
-from .kinds import detect_format
-from .source import display_name, numbered_lines, open_binary
 from .writer import JsonlWriter
 
 
@@ -42,6 +41,15 @@ class _Arrivals:
             gap = self.rng.gammavariate(shape, 1.0 / (self.rate * shape))
         self.t += gap
         return self.t
+
+
+def detect_format(first_line: bytes) -> str | None:
+    """The source format its first line (the CSV header, or a JSON object) says it is:
+    the first converter whose detector recognises it."""
+    for name, converter in converters().items():
+        if converter.detect(first_line):
+            return name
+    return None
 
 
 def convert(

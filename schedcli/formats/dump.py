@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from typing import BinaryIO
 
 import orjson
 
@@ -10,8 +12,8 @@ from ..model.errors import InputError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
 from ..model.records import Record
 from ..model.task import Id, Task, same_id
+from ..streams.source import display_name, numbered_lines, open_binary
 from .kinds import check_kind
-from .source import display_name, numbered_lines, open_binary
 
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE
 
@@ -141,22 +143,29 @@ class IncompleteDump(InputError):
 
 
 def read_dump(
-    path: str, *, allow_incomplete: bool = False, golden: bool = False
+    path: str,
+    *,
+    allow_incomplete: bool = False,
+    golden: bool = False,
+    stream: BinaryIO | None = None,
 ) -> Iterator[Record]:
     """A dump's records, streamed; a record that cannot be read is ``FILE:LINE: message``.
 
     A dump is complete only with its ``end`` record, last. Without it, the records are all
     yielded and then ``IncompleteDump`` is raised, unless ``allow_incomplete``. A
     ``golden`` may end instead with the partial record of a contract break (``"exit": 3``),
-    yielded: the ending it pins.
+    yielded: the ending it pins. ``stream``: the dump opened already (``path`` names it).
     """
     name = display_name(path)
     first = True
     last_step: int | None = None
     ended: int | None = None  # the line of the end (or partial) record
     partial: Record | None = None
-    with open_binary(path, name) as stream:
-        for lineno, raw, _ in numbered_lines(stream, name):
+    opened: AbstractContextManager[BinaryIO] = (
+        open_binary(path, name) if stream is None else nullcontext(stream)
+    )
+    with opened as source:
+        for lineno, raw, _ in numbered_lines(source, name):
             if ended is not None:
                 raise InputError(
                     name,

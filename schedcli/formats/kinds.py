@@ -1,15 +1,17 @@
 """What a file is, from its first line, in one place: which of schedcli's own formats
-(trace, dump, workload, sweep results), or which public request trace the converter table's
-detectors recognise; a reader given the wrong kind raises ``WrongKind`` naming it."""
+(trace, dump, workload, sweep results); a reader given the wrong kind raises ``WrongKind``
+naming it. Which public request trace a file is, convert.py's ``detect_format`` asks the
+converters."""
 
 from __future__ import annotations
 
 import zlib
+from typing import BinaryIO
 
 import orjson
 
 from ..model.errors import InputError, WrongKind
-from .source import (
+from ..streams.source import (
     DEFAULT_MAX_LINE_BYTES,
     display_name,
     numbered_lines,
@@ -77,22 +79,17 @@ def sniff_kind(path: str) -> str:
     """
     name = display_name(path)
     with open_binary(path, name) as stream:
-        for lineno, raw, _ in numbered_lines(stream, name):
-            kind = kind_of_line(raw)
-            if kind == "csv":
-                raise WrongKind(name, lineno, kind, NOUNS[kind], "")
-            return kind or "trace"
+        return kind_of_stream(stream, name)
+
+
+def kind_of_stream(stream: BinaryIO, name: str) -> str:
+    """``sniff_kind`` of a stream opened already (it reads the first lines)."""
+    for lineno, raw, _ in numbered_lines(stream, name):
+        kind = kind_of_line(raw)
+        if kind == "csv":
+            raise WrongKind(name, lineno, kind, NOUNS[kind], "")
+        return kind or "trace"
     return "trace"
-
-
-def detect_format(first_line: bytes) -> str | None:
-    """The source format its first line (the CSV header, or a JSON object) says it is."""
-    from .converters import converters
-
-    for name, converter in converters().items():
-        if converter.detect(first_line):
-            return name
-    return None
 
 
 def is_request_trace(path: str) -> bool:

@@ -13,8 +13,8 @@ import orjson
 from ..model.errors import InputError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within, request_tokens
 from ..model.task import Id, id_key, show_id
+from ..streams.source import display_name, numbered_lines, open_binary
 from .kinds import check_kind
-from .source import display_name, numbered_lines, open_binary
 
 FIELDS = frozenset(
     ("sid", "arrival", "prompt_tokens", "output_tokens", "cancel_after", "priority", "meta")

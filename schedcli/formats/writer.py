@@ -13,7 +13,7 @@ import orjson
 
 from ..model.records import TaskEntry
 from ..model.task import Id, Task
-from .interrupt import guard, raise_held, whole_write
+from ..streams.interrupt import guard, raise_held, whole_write
 
 FORMAT_VERSION = 1
 _NEWLINE: Final = orjson.OPT_APPEND_NEWLINE

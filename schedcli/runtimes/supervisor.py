@@ -36,7 +36,7 @@ import sys
 import threading
 from typing import NoReturn
 
-from ..formats.interrupt import die_with_parent
+from ..streams.interrupt import die_with_parent
 
 # The calls as shim.cpp numbers them in the shared byte (its kCalls), 0 for none.
 CALLS = (
@@ -70,11 +70,7 @@ def allow() -> None:
 def watched() -> mmap.mmap | None:
     """Before outside code is loaded: the supervisor started, if this process may have one,
     and the shared byte the shim keeps its call in (None without a supervisor)."""
-    if (
-        _state.shared is None
-        and _state.allowed == os.getpid()
-        and threading.active_count() == 1
-    ):
+    if _state.shared is None and _state.allowed == os.getpid() and threading.active_count() == 1:
         _start()
     return _state.shared
 

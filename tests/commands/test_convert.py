@@ -209,7 +209,6 @@ def test_a_new_format_is_one_converter_record_and_one_name(
     """docs/architecture.md's recipe for an input format, followed: a module's CONVERTER,
     its name in NAMES; conversion and auto-detection then take it."""
     import io
-    import sys
     import types
     from collections.abc import Iterator
 
@@ -235,7 +234,8 @@ def test_a_new_format_is_one_converter_record_and_one_name(
     )
     module = types.ModuleType("schedcli.formats.converters.example")
     module.CONVERTER = example  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, module.__name__, module)
+    imported = converters._modules
+    monkeypatch.setattr(converters, "_modules", lambda: {**imported(), "example": module})
     monkeypatch.setattr(converters, "NAMES", (*converters.NAMES, "example"))
     converters.converters.cache_clear()
     request.addfinalizer(converters.converters.cache_clear)

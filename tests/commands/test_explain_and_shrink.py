@@ -350,7 +350,7 @@ def test_shrink_at_max_time_ends_a_command_that_never_ends(tmp_path: Path) -> No
     --max-time, and ended with what it started."""
     from schedcli.engine.shrink.reduce import GRACE
 
-    command = 'cmd:[ $(wc -l < {}) -ge 20 ] && exit 1; echo $$ >> pids; exec sleep 300'
+    command = "cmd:[ $(wc -l < {}) -ge 20 ] && exit 1; echo $$ >> pids; exec sleep 300"
     small = tmp_path / "small.jsonl"
     r = shrink_bounded(str(CHAT), "--until", command, "-o", str(small), "--max-time", "1.5",
                        cwd=tmp_path)  # fmt: skip

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
+import gzip
 import hashlib
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -17,7 +20,7 @@ from schedcli.engine.cost import CostModel
 from schedcli.engine.simulate import simulate
 from schedcli.formats.workload import Request
 from schedcli.formats.writer import TraceWriter
-from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, needs_real, run_cli
+from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, needs_real, run_cli, run_process
 
 GOLDEN = ROOT / "tests" / "golden" / "azure-conv-60.json"
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -244,3 +247,33 @@ def test_stats_on_a_trace_and_on_its_dump(tmp_path: Path) -> None:
     assert d["jain_fairness"] == s["jain_fairness"]
     table = run_cli("stats", str(ROOT / "traces" / "rejections.jsonl")).stdout.decode()
     assert "rejected submits" in table and "6" in table
+
+
+def test_stats_reads_a_trace_or_a_dump_from_a_pipe_as_from_its_file() -> None:
+    # A real process's stdin is a pipe: stats tells a dump from a trace by its first line
+    # and reads on from there (a dump on stdin was refused as 'not a trace').
+    trace = ROOT / "traces" / "cancel-and-rejoin.jsonl"
+    dump = ROOT / "traces" / "golden" / "cancel-and-rejoin.dump.jsonl"
+    for path in (trace, dump):
+        from_file = run_cli("stats", str(path), "-f", "json")
+        piped = run_process("stats", "-", "-f", "json", input=path.read_bytes())
+        assert (piped.returncode, piped.stdout) == (0, from_file.stdout), piped.stderr
+        gzipped = run_process("stats", "-", "-f", "json", input=gzip.compress(path.read_bytes()))
+        assert (gzipped.returncode, gzipped.stdout) == (0, from_file.stdout), gzipped.stderr
+
+
+@pytest.mark.parametrize("name", ["cancel-and-rejoin.jsonl", "golden/cancel-and-rejoin.dump.jsonl"])
+def test_stats_opens_its_input_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(ROOT / "traces" / name)
+    real = builtins.open
+    opened: list[object] = []
+
+    def counting(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if file == path:
+            opened.append(file)
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    r = run_cli("stats", path, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert len(opened) == 1

@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES, DecodeFirstScheduler, Task
+from schedcli.catalog.registry import build_policy
 from schedcli.engine.flight import Window, _record
 from schedcli.engine.recorder import _inline_line, _inline_submit, _task_record
 from schedcli.formats.trace.scan import _canonical_task
-from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 from tests.helpers import ROOT, run_cli
 

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedcli.app.inprocess import run_cli_in_process
+from schedcli.catalog.registry import build_policy
 from schedcli.engine.stall import BUDGET, PARTS, STALL_STEPS, STALL_STEPS_ENV, Watch, declared
 from schedcli.model.state import NotAValue, TooLarge, plain
 from schedcli.model.task import DECODE, PREFILL, Task
 from schedcli.policies import BUILTIN_POLICIES
-from schedcli.policies.registry import build_policy
 from tests.conftest import Cli
 from tests.doubles import stalls
 from tests.doubles.stalls import ODD, PLACES
@@ -555,9 +555,7 @@ def test_an_opaque_policy_is_never_looked_into_whatever_it_holds() -> None:
 
 def test_a_fingerprint_too_large_to_compare_is_asked_for_once(cli: Cli, tmp_path: Path) -> None:
     stalls.HugeFingerprint.calls = 0
-    r = cli(
-        "replay", _trace(tmp_path, 1), "-p", STALLS + "HugeFingerprint", "-P", "size=1000000"
-    )
+    r = cli("replay", _trace(tmp_path, 1), "-p", STALLS + "HugeFingerprint", "-P", "size=1000000")
     assert r.code == 3, r.stderr
     assert f"its fingerprint() has more than {PARTS:,} parts to compare" in r.stderr
     assert stalls.HugeFingerprint.calls == 1  # then opaque, remembered

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcli import Task
+from schedcli.catalog.registry import build_policy
 from schedcli.formats.trace import TraceReader
 from schedcli.policies import BUILTIN_POLICIES
-from schedcli.policies.registry import build_policy
 from schedcli.record import RecordingScheduler
 from tests.helpers import run_cli
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from schedcli.formats import interrupt
-from schedcli.formats.interrupt import Stopped
-from schedcli.formats.output import atomic_output
+from schedcli.streams import interrupt
+from schedcli.streams.interrupt import Stopped
+from schedcli.streams.output import atomic_output
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcli import Scheduler, Task, policy_sources
-from schedcli.policies.registry import build_policy
+from schedcli.catalog.registry import build_policy
 from tests.conformance import Model, Op, play, random_ops
 
 POLICIES = sorted(n for n, s in policy_sources().items() if s.level == "task")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedcli.policies import entry_points
-from schedcli.policies.entry_points import Plugin, find, read_directly
+from schedcli.catalog import entry_points
+from schedcli.catalog.entry_points import Plugin, find, read_directly
 
 GROUP = "schedcli.policies"
 

@@ -16,7 +16,7 @@ import pytest
 
 from bench.replay_bench import generate
 from schedcli import Task, policy_sources
-from schedcli.policies.registry import build_policy
+from schedcli.catalog.registry import build_policy
 from tests.helpers import ROOT, TRACES, run_cli, run_process
 
 

@@ -11,8 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from schedcli import Id, QueueScheduler, Scheduler, Task, settle_outputs
+from schedcli.catalog.registry import _check_class
 from schedcli.kit import MAX_BATCH_TOKENS, DecodeQueue
-from schedcli.policies.registry import _check_class
 from schedcli.testing import check_policy
 from tests.helpers import TRACES, run_cli
 
@@ -153,7 +153,7 @@ def test_the_decode_queue_keeps_arrival_order_through_any_takes_and_cancels(
 
 
 def test_policies_expose_their_chunk_limit_as_a_property() -> None:
-    from schedcli.policies.registry import build_policy
+    from schedcli.catalog.registry import build_policy
 
     assert build_policy("decode-first", {"max_prefill_chunk_size": 128}).prefill_chunk_limit == 128
     assert FiveMethods().prefill_chunk_limit is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from schedcli import Scheduler, Task
-from schedcli.policies.registry import build_policy
+from schedcli.catalog.registry import build_policy
 from tests.helpers import dc, pf
 
 

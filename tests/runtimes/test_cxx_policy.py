@@ -177,8 +177,8 @@ def test_the_cpp_twin_diffs_and_goldens_as_fcfs_though_it_gives_no_reasons(
 def test_a_cpp_policy_is_opaque_to_the_stall_watch(cxx: str) -> None:
     """Its state lives in C++: the watch cannot compare it, so a C++ policy that returns
     empty batches is given the bound (docs/policies.md), never a stall it cannot see."""
+    from schedcli.catalog.registry import build_policy
     from schedcli.model.task import PREFILL, Task
-    from schedcli.policies.registry import build_policy
 
     policy = build_policy(fifo(), {})
     policy.submit([Task(1, 1, PREFILL, 4)])
@@ -583,8 +583,8 @@ needs_checkout = pytest.mark.skipif(not CHECKOUT, reason="SCHEDCLI_TEST_EXECUTOR
 def test_executorchs_decode_first_batches_as_our_reference_port_on_random_traffic(
     monkeypatch: pytest.MonkeyPatch, cxx_cache: Path, ops: list[dict[str, object]]
 ) -> None:
+    from schedcli.catalog.registry import build_policy
     from schedcli.model.task import Task
-    from schedcli.policies.registry import build_policy
 
     monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
     monkeypatch.setenv("EXECUTORCH_ROOT", str(CHECKOUT))

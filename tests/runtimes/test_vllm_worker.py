@@ -393,6 +393,7 @@ def test_a_sweep_starts_one_worker_per_process_not_one_per_point(
     assert len(log.read_text().split()) == 1  # four points, one worker
     two = _sweep(cli, workload, f"vllm@{python}", tmp_path, "-j", "2")
     assert len(log.read_text().split()) <= 1 + 2  # and one in each of the pool's processes
+
     def unnamed(records: list[Any]) -> list[Any]:
         return [r["metrics"] | {"policy": None} for r in records]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ...formats.convert import ConvertOptions, convert, to_text
-from ...formats.output import atomic_output
+from ...streams.output import atomic_output
 
 
 def convert_to(fmt: str, src: str, output: str, options: ConvertOptions) -> None:

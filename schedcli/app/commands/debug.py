@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from ...engine.travel import Compare, Travel
 from ...engine.travel.verdict import verdict as judged
-from ...formats.interrupt import Stopped
 from ...model.errors import SchedcliError, UsageError
+from ...streams.interrupt import Stopped
 
 if TYPE_CHECKING:
     from textual.app import App

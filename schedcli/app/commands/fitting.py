@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from ...engine.fit import Fit, fit_recordings
-from ...formats.output import atomic_output
+from ...streams.output import atomic_output
 from ..console import show
 from ..usage import warn_poor_fit
 from ..views.render import fit_table

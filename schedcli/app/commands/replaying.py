@@ -11,9 +11,6 @@ from msgspec import Struct
 
 from ...engine.replay import Record, Totals
 from ...engine.run import Driver, OpenReplay, open_replay
-from ...formats.interrupt import Stopped
-from ...formats.output import atomic_output, output_stream
-from ...formats.source import WaitHook
 from ...formats.writer import JsonlWriter
 from ...model.errors import (
     CheckFailed,
@@ -25,6 +22,9 @@ from ...model.errors import (
 )
 from ...model.records import Left
 from ...model.task import Id
+from ...streams.interrupt import Stopped
+from ...streams.output import atomic_output, output_stream
+from ...streams.source import WaitHook
 from ..views.outputs import (
     VIEWS,
     Fanout,

@@ -18,7 +18,7 @@ def report_command(
     allow_incomplete: bool,
 ) -> None:
     """``schedcli report``: the page, written atomically, and its size said."""
-    from ...formats.output import atomic_output
+    from ...streams.output import atomic_output
     from ..views.progress import trace_progress
 
     progress = trace_progress("reporting", path)

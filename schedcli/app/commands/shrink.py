@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from rich.console import Console
 
 from ...engine.shrink import shrink
-from ...formats.output import atomic_output
-from ...formats.source import display_name
+from ...streams.output import atomic_output
+from ...streams.source import display_name
 from ..views.progress import ProgressBar
 
 

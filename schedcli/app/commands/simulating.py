@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import orjson
 from rich.console import Console
 
+from ...catalog.registry import CXX_PREFIX, RUNNER_PREFIX, build_policy, settled_params
 from ...engine.cost import CostModel
 from ...engine.replay import PolicyCrashed
 from ...engine.requests.simulate import chunking, simulate_either, trace_writer
 from ...engine.simulate import Live, SimResult
-from ...formats.interrupt import Stopped, stop_reason
-from ...formats.output import atomic_output
 from ...formats.perfetto import PerfettoWriter
 from ...formats.workload import Request, read_workload
 from ...formats.writer import task_entry
 from ...model.errors import InvariantError, SchedcliError, UsageError
 from ...model.records import Record
 from ...model.task import Task
-from ...policies.registry import RUNNER_PREFIX, build_policy
+from ...streams.interrupt import Stopped, stop_reason
+from ...streams.output import atomic_output
 from ..report.sweep import group_reasons
 from ..views.progress import ProgressBar
 from ..views.render import simulation_tables
@@ -126,7 +126,9 @@ def run_with_runner(req: SimulateRequest, out: Console, err: Console, to_stderr:
         raise UsageError(f"--perfetto is not available with {req.policy!r} (ExecuTorch's runner)")
     requests = list(read_workload(req.workload))  # bad input is said before any build
     spec = runner.spec_of(req.policy)
-    values = runner.factory_values(spec, req.policy, req.params or {})
+    # The factory's parameters, -P over the spec's defaults, checked as cxx:NAME checks them.
+    settled = settled_params(CXX_PREFIX + req.policy[len(RUNNER_PREFIX) :], req.params or {})
+    values = runner.factory_values(spec, settled)
     exe = runner.program(spec, req.policy, lambda note: print(note, file=sys.stderr))
     meta = trace_meta(req)
     meta["runner"] = "ExecuTorch's batching::Runner (the checkout's runner.cpp), a fake executor"

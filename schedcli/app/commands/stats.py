@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
 from ...engine.run import replay_metrics
 from ...formats.dump import batch_tasks, read_dump
-from ...formats.kinds import sniff_kind
-from ...formats.source import display_name
+from ...formats.kinds import kind_of_stream
 from ...model.errors import UsageError
+from ...streams.source import display_name, looked_ahead, open_binary
 from ..views.progress import TraceProgress
 
 
-def _dump_stats(path: str, allow_incomplete: bool) -> dict[str, Any]:
+def _dump_stats(path: str, stream: BinaryIO, allow_incomplete: bool) -> dict[str, Any]:
     metrics = StepMetrics(waits_known=False)
     preemption = PreemptionTally()  # a request level's dump: what preemption cost
     rejected = 0
     queued: int | None = None
-    for record in read_dump(path, allow_incomplete=allow_incomplete):
+    for record in read_dump(path, allow_incomplete=allow_incomplete, stream=stream):
         preemption.record(record)
         if "batch" in record:
             metrics.dispatched(batch_tasks(record), record["step"])
@@ -48,22 +48,27 @@ def stats_of(
     progress: TraceProgress | None = None,
     allow_incomplete: bool = False,
 ) -> tuple[dict[str, Any], str]:
-    """Metrics of ``path`` and a title saying what they are of."""
-    if path != "-" and sniff_kind(path) == "dump":
-        if policy is not None or params or drain:
-            raise UsageError(
-                "a dump is one schedule already: --policy, --param and --drain apply to traces"
-            )
-        return _dump_stats(path, allow_incomplete), f"{display_name(path)} (dump)"
-    return replay_metrics(
-        path,
-        policy,
-        params,
-        drain=drain,
-        allow_incomplete=allow_incomplete,
-        progress=progress,
-        measure_preemption=True,
-    )
+    """Metrics of ``path`` and a title saying what they are of. The input is opened and
+    read once, what it is told from its first line on the way (so a pipe is read too)."""
+    name = display_name(path)
+    with open_binary(path, name) as opened:
+        kind, stream = looked_ahead(opened, lambda s: kind_of_stream(s, name))
+        if kind == "dump":
+            if policy is not None or params or drain:
+                raise UsageError(
+                    "a dump is one schedule already: --policy, --param and --drain apply to traces"
+                )
+            return _dump_stats(path, stream, allow_incomplete), f"{name} (dump)"
+        return replay_metrics(
+            path,
+            policy,
+            params,
+            drain=drain,
+            allow_incomplete=allow_incomplete,
+            progress=progress,
+            measure_preemption=True,
+            stream=stream,
+        )
 
 
 def stats_command(

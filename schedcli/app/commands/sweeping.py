@@ -17,10 +17,10 @@ from rich.text import Text
 from ... import __version__
 from ...engine.cost import CostModel
 from ...engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
-from ...formats.output import atomic_output
 from ...formats.sweep_schema import SweepSpec, refusal
 from ...model.errors import InvariantError, UsageError
 from ...model.limits import OPTIONS, BoundError
+from ...streams.output import atomic_output
 from ..report.sweep import group_reasons, number
 from ..views.progress import ProgressBar
 

@@ -6,14 +6,14 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...catalog.choice import RecordedPolicy, check_policy_for_trace
+from ...catalog.registry import Level
 from ...engine.clock import StepClock
 from ...engine.run import CheckEvent, interface_check
 from ...formats.kinds import LEVEL
-from ...formats.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ...formats.trace import TraceReader, incomplete_trace, open_trace
 from ...model.errors import InputError, UsageError
-from ...policies.choice import RecordedPolicy, check_policy_for_trace
-from ...policies.registry import Level
+from ...streams.source import DEFAULT_MAX_LINE_BYTES, display_name
 from ..usage import error_text
 
 

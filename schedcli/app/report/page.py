@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from ...engine.cost import CostModel
 from ...formats.kinds import sniff_kind
-from ...formats.source import display_name
 from ...model.errors import UsageError
+from ...streams.source import display_name
 from ..views.progress import TraceProgress
 from .charts import (
     CSS,

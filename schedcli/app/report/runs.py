@@ -7,19 +7,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...catalog.registry import build_policy, config_label
 from ...engine.cost import CostModel
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
 from ...engine.requests.simulate import simulate_either
 from ...engine.run import open_replay
 from ...formats.dump import batch_tasks, read_dump
-from ...formats.source import display_name
 from ...formats.workload import read_workload
 from ...model.errors import UsageError
 from ...model.records import Record, discard
 from ...model.requests import RequestScheduler
 from ...model.task import DECODE, Task
-from ...policies.registry import build_policy, config_label
+from ...streams.source import display_name
 from ..views.progress import TraceProgress
 
 MAX_BINS = 400

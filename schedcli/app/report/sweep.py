@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from ...formats.source import display_name, numbered_lines, open_binary
 from ...formats.sweep_schema import SweepRecord, refusal
 from ...model.errors import InputError
+from ...streams.source import display_name, numbered_lines, open_binary
 
 
 def read_sweep(path: str) -> list[dict[str, Any]]:

@@ -17,12 +17,12 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ...engine.ledger import Totals
 from ...formats.dump import RecordFilter, partial_record
-from ...formats.interrupt import stop_reason
-from ...formats.output import atomic_output
 from ...formats.perfetto import PerfettoWriter
 from ...formats.writer import JsonlWriter
 from ...model.errors import InvariantError
 from ...model.records import Left, Record, discard
+from ...streams.interrupt import stop_reason
+from ...streams.output import atomic_output
 from ..console import data_console
 
 if TYPE_CHECKING:

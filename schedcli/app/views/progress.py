@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-from ...formats.source import file_size
+from ...streams.source import file_size
 
 
 class ProgressBar:

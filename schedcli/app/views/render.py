@@ -12,9 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ...engine.replay import Totals
-from ...formats.interrupt import whole_write
 from ...model.records import Left, Record
 from ...model.task import Id, id_key, show_id
+from ...streams.interrupt import whole_write
 
 
 def _step_table(header: bool) -> Table:

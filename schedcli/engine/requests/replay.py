@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...catalog.choice import RecordedPolicy, policy_for_trace
 from ...formats.dump import batch_tasks
 from ...formats.requests import RequestEvent, arrival, expect_of
 from ...formats.requests.schema import Abort, Arrive, Schedule, Step, Update
@@ -20,7 +21,6 @@ from ...model.errors import InputError, InvariantError, StepMismatch
 from ...model.records import Left, Record
 from ...model.requests import RequestScheduler, StepPlan
 from ...model.task import DECODE, PREFILL, Id
-from ...policies.choice import RecordedPolicy, policy_for_trace
 from ..ledger import Totals
 from ..replay import Observer, PolicyCrashed
 from ..stall import Watch, opaque_text, repeat_text, stuck_text

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from ...catalog.registry import policy_reference
 from ...formats.requests import RequestTraceWriter
 from ...formats.workload import Request
 from ...formats.writer import TraceWriter
@@ -19,7 +20,6 @@ from ...model.errors import InvariantError, UsageError
 from ...model.requests import Arrival, RequestScheduler, StepPlan
 from ...model.scheduler import Policy, Scheduler
 from ...model.task import DECODE, PREFILL, Id, Task
-from ...policies.registry import policy_reference
 from ..cost import CostModel
 from ..simulate import Live, Runner, SimResult, chunk_size_for, run, simulate
 from ..stall import stuck_text

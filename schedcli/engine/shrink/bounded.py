@@ -24,8 +24,8 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
-from ...formats.interrupt import die_with_parent
 from ...model.errors import InvariantError
+from ...streams.interrupt import die_with_parent
 
 
 class Abandoned(Exception):

@@ -18,14 +18,14 @@ from typing import IO, Any
 import orjson
 
 from ...formats.requests import RequestReader
-from ...formats.source import (
+from ...formats.trace import open_trace, partial_marker
+from ...streams.source import (
     DEFAULT_MAX_LINE_BYTES,
     display_name,
     lines_of,
     numbered_chunks,
     open_binary,
 )
-from ...formats.trace import open_trace, partial_marker
 
 Event = dict[str, Any]
 _LIMIT = DEFAULT_MAX_LINE_BYTES  # the copy's lines were read within it, as replay reads

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-from ...formats.interrupt import Stopped
 from ...model.errors import InputError, UsageError
 from ...model.task import id_key
+from ...streams.interrupt import Stopped
 from .bounded import Abandoned, Worker, can_bound
 from .candidates import HELD, SMALL, Candidate, Lines, Ranges
 from .failures import Failure, Test, failure_test, refusal

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from ...formats.dump import partial_record, read_dump
-from ...formats.interrupt import stop_reason
 from ...model.errors import InvariantError
 from ...model.records import Record
 from ...model.task import show_id
+from ...streams.interrupt import stop_reason
 from ..diff import Aligner, DiffResult, RecordDifference, same
 from ..lockstep import twin
 from ..run import OpenReplay

@@ -8,14 +8,14 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, BinaryIO, cast
 
 from ...model.errors import InputError
-from ..kinds import check_kind
-from ..source import (
+from ...streams.source import (
     DEFAULT_MAX_LINE_BYTES,
     display_name,
     lines_of,
     numbered_chunks,
     open_binary,
 )
+from ..kinds import check_kind
 from .events import Event, Header, Line, LineError, Run, as_event
 from .lines import (
     _key_total,
@@ -196,13 +196,16 @@ def open_trace(
     on_wait: Callable[[], None] | None = None,
     follow: bool = False,
     data: bytes | None = None,
+    stream: BinaryIO | None = None,
 ) -> Iterator[TraceReader]:
-    """The trace at ``path`` opened for one pass; ``data``: its bytes, held in memory
-    (``path`` then only names it)."""
+    """The trace at ``path`` opened for one pass; ``data``: its bytes, held in memory, or
+    ``stream``: it opened already (``path`` then only names it)."""
     name = name or display_name(path)
     opened: AbstractContextManager[BinaryIO] = (
         nullcontext(cast(BinaryIO, io.BytesIO(data)))
         if data is not None
+        else nullcontext(stream)
+        if stream is not None
         else open_binary(path, name, on_wait=on_wait, follow=follow)
     )
     with opened as stream:

@@ -30,11 +30,10 @@ from typing import IO, Any
 
 import orjson
 
-from ...formats.interrupt import Stopped, whole_write
 from ...formats.workload import Request
 from ...model.errors import InvariantError, UsageError
 from ...model.limits import INT_MAX, INT_MIN
-from ...policies.registry import settled_params
+from ...streams.interrupt import Stopped, whole_write
 from . import build as cxx_build
 from . import include_dir
 from .spec import PREFIX as CXX
@@ -149,10 +148,10 @@ def program(spec: CxxSpec, name: str, note: Callable[[str], None]) -> Path:
         raise UsageError(f"policy {name!r}: {said}") from None
 
 
-def factory_values(spec: CxxSpec, name: str, params: Mapping[str, object]) -> dict[str, int]:
-    """The factory's parameters, ``params`` (``-P``) over the spec's defaults, checked as
-    ``cxx:`` checks them."""
-    settled = settled_params(CXX + name[len(PREFIX) :], params)
+def factory_values(spec: CxxSpec, settled: Mapping[str, Any]) -> dict[str, int]:
+    """The factory's parameters from ``settled``: every parameter of the ``cxx:`` policy
+    the spec names, ``-P`` over its defaults, checked as ``cxx:`` checks them (by the
+    catalog, above this layer)."""
     return {n: int(settled[n]) for n, _ in spec.params}
 
 

@@ -125,8 +125,7 @@ def parse_line(name: str, line: str, base: Path, where: str) -> tuple[str, str, 
     bad = next((c for c in line if ord(c) < 32 or ord(c) == 127), None)
     if bad is not None:
         raise UsageError(
-            f"{where}: a C++ policy spec is one line of printable characters; it holds "
-            f"{bad!r}"
+            f"{where}: a C++ policy spec is one line of printable characters; it holds {bad!r}"
         )
     header, sep, call = line.partition("=")
     if not sep or not header.strip():
@@ -261,9 +260,7 @@ class _Call:
             self.fail(f"an integer expected at column {start + 1}")
         number = self.text[start : self.at]
         if len(number) > MAX_DIGITS or int(number) > INT_MAX:
-            raise UsageError(
-                f"{self.where}: factory argument {_short(number)!r} is past 64 bits"
-            )
+            raise UsageError(f"{self.where}: factory argument {_short(number)!r} is past 64 bits")
         return number
 
     def name(self, depth: int) -> str:

@@ -24,11 +24,11 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import FinishReason
 from vllm.v1.request import RequestStatus
 
-from ...formats.output import output_stream
 from ...formats.requests import RequestTraceWriter
 from ...formats.writer import LineBuffer
 from ...model.requests import Arrival, Slice, StepPlan
 from ...model.task import Id
+from ...streams.output import output_stream
 from .vllm_build import UNSET, knobs
 from .vllm_build import version as vllm_version
 

@@ -241,7 +241,7 @@ def load() -> Vllm:
         if found == NOT_INSTALLED:
             raise Unsupported(
                 f"{sys.executable} has no vLLM (no vllm distribution is installed in it): "
-                f"install vLLM {SUPPORTED} into it (docs/policies.md, \"vLLM versions side "
+                f'install vLLM {SUPPORTED} into it (docs/policies.md, "vLLM versions side '
                 'by side", says how)'
             )
         if not found.startswith(FAMILY):

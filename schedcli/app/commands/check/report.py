@@ -13,8 +13,8 @@ from typing import IO
 import orjson
 
 from ....formats.junit import ERROR, FAILURE, SKIPPED, Case, write_junit
-from ....formats.output import atomic_output, refuse_overwriting
 from ....model.errors import CheckFailed, UsageError
+from ....streams.output import atomic_output, refuse_overwriting
 from ...config import Config, load_config
 from .running import run_suite
 from .suite import (

@@ -12,10 +12,10 @@ import orjson
 
 from ....engine.pool import Vanished, answers
 from ....engine.stall import STALL_STEPS_ENV
-from ....formats.source import open_binary
 from ....model.errors import SchedcliError
 from ....runtimes.executorch.spec import ENV_ROOT
 from ....runtimes.executorch.spec import PREFIX as CXX_PREFIX
+from ....streams.source import open_binary
 from .suite import BROKEN, CheckRequest, Job, Suite, Verdict, check_job
 
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from ....engine.replay import Record
 from ....engine.run import open_replay
-from ....formats.output import atomic_output
 from ....formats.writer import JsonlWriter
 from ....model.errors import (
     CheckFailed,
@@ -29,6 +28,7 @@ from ....model.errors import (
     StepMismatch,
     UsageError,
 )
+from ....streams.output import atomic_output
 from ...config import Config
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")

@@ -114,6 +114,41 @@ class _Prefixed(io.RawIOBase):
         return self._rest.readinto(out)  # type: ignore[union-attr]
 
 
+class _Kept(io.RawIOBase):
+    """A stream whose every byte read is kept, to be given back (``looked_ahead``)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self.kept = bytearray()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Buffer) -> int:
+        out = memoryview(buffer).cast("B")
+        data = self._stream.read(len(out))
+        n = len(data)
+        out[:n] = data
+        self.kept += data
+        return n
+
+
+def looked_ahead(stream: BinaryIO, look: Callable[[BinaryIO], str]) -> tuple[str, BinaryIO]:
+    """What ``look`` makes of ``stream``'s first bytes, and the stream to read from where
+    ``look`` began: the same one, sought back, where it can seek (a file, or a ``.gz``
+    file), else one that gives back the bytes ``look`` read first (a pipe): an input is
+    opened, and read, once."""
+    under = getattr(stream, "fileobj", stream)  # a gzip stream seeks by its file's seeks
+    if under.seekable():
+        start = stream.tell()
+        found = look(stream)
+        stream.seek(start)
+        return found, stream
+    kept = _Kept(stream)
+    found = look(io.BufferedReader(kept, 1 << 16))
+    return found, io.BufferedReader(_Prefixed(bytes(kept.kept), stream), 1 << 16)
+
+
 # Standard input's first bytes, read ahead to learn its level, for the stream they came
 # from: the next open_binary("-") of that same stream gives them back first.
 _stdin_ahead: tuple[object, bytes] | None = None

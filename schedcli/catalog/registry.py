@@ -8,7 +8,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
@@ -16,7 +16,9 @@ import orjson
 
 from ..model.errors import UsageError
 from ..model.scheduler import Param, Policy, Scheduler, check_params
-from . import BUILTIN_POLICIES, REQUEST_POLICIES
+from ..policies import BUILTIN_POLICIES
+from . import IMPORTED as _imported
+from . import REQUEST_POLICIES
 from .entry_points import Plugin, find
 
 if TYPE_CHECKING:
@@ -27,25 +29,16 @@ Level = Literal["task", "request"]
 ENTRY_POINT_GROUP = "schedcli.policies"
 
 
-# Plugins this process imported, or tried to (see plugin_imported).
-_imported: list[str] = []
-
-
-def plugin_imported() -> bool:
-    """Whether a plugin was imported: its objects may count on the interpreter's teardown
-    (a file closed when collected), so the command line then keeps it."""
-    return bool(_imported)
-
-
 class PolicySource(NamedTuple):
     """Where a policy name comes from: a built-in class, a built-in imported when asked
-    for (``module:Class``: its runtime is an extra), or an installed entry point."""
+    for (by the function that imports it: its runtime is an extra), or an installed entry
+    point."""
 
     name: str
     origin: str
     builtin: type[Policy] | None = None
     entry_point: Plugin | None = None
-    lazy: str | None = None
+    lazy: Callable[[], type[RequestScheduler]] | None = None
 
     @property
     def level(self) -> str:
@@ -56,8 +49,7 @@ class PolicySource(NamedTuple):
         if self.builtin is not None:
             return self.builtin
         if self.lazy is not None:
-            module, _, attr = self.lazy.partition(":")
-            return _check_class(getattr(importlib.import_module(module), attr), self.name)
+            return _check_class(self.lazy(), self.name)
         assert self.entry_point is not None
         ep = self.entry_point
         _imported.append(ep.value)
@@ -92,8 +84,8 @@ def policy_sources() -> dict[str, PolicySource]:
         name: PolicySource(name, "built-in", builtin=cls) for name, cls in BUILTIN_POLICIES.items()
     }
     later = {
-        name: PolicySource(name, "built-in, request-level", lazy=where)
-        for name, where in REQUEST_POLICIES.items()
+        name: PolicySource(name, "built-in, request-level", lazy=load)
+        for name, load in REQUEST_POLICIES.items()
     }
     eps = sorted(_entry_points(), key=lambda e: (e.name, e.value))
     for ep in eps:
@@ -227,7 +219,6 @@ def resolve_policy(spec: str, level: Level | None = "task") -> type[Policy]:
 
 
 CXX_PREFIX = "cxx:"
-_CXX = "schedcli.runtimes.executorch.policy"
 # ExecuTorch's own runner driving the scheduler cxx:NAME names (docs/cxx.md, "The runner in
 # the loop"): a way to simulate, not a policy; simulate runs it, its traces replay under cxx:.
 RUNNER_PREFIX = "cxx-runner:"
@@ -240,30 +231,31 @@ _RUNNER = (
 # vLLM from another interpreter (vllm@PYTHON[:MODULE:CLASS]) or a patched scheduler class
 # (vllm:MODULE:CLASS): docs/policies.md, "vLLM versions side by side".
 VLLM_PREFIXES = ("vllm@", "vllm:")
-_VLLM = "schedcli.runtimes.vllm.policy"
 
 
 def _vllm_class(spec: str) -> type[Policy]:
-    """A vLLM policy by its name (imported by name, as the runtime sits above this layer);
-    a name it cannot be, or a vLLM it cannot run, is a UsageError."""
+    """A vLLM policy by its name (its runtime imported when one is named); a name it
+    cannot be, or a vLLM it cannot run, is a UsageError."""
+    from ..runtimes.vllm.policy import policy_class
+
     try:
-        cls: type[Policy] = importlib.import_module(_VLLM).policy_class(spec)
+        return policy_class(spec)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return cls
 
 
 def _cxx_class(spec: str) -> type[Scheduler]:
-    """A C++ scheduler as a policy (docs/cxx.md): imported by name, as the runtime sits
-    above this layer."""
-    cls: type[Scheduler] = importlib.import_module(_CXX).policy_class(spec)
-    return cls
+    """A C++ scheduler as a policy (docs/cxx.md), its runtime imported when one is named."""
+    from ..runtimes.executorch.policy import policy_class
+
+    return policy_class(spec)
 
 
 def cxx_policy_names() -> list[str]:
     """The ``cxx:`` policies the built-ins and the configuration name."""
-    names: list[str] = importlib.import_module("schedcli.runtimes.executorch.spec").configured()
-    return names
+    from ..runtimes.executorch.spec import configured
+
+    return configured()
 
 
 _REQUEST_LEVEL = (
@@ -284,7 +276,8 @@ def policy_reference(cls: type) -> str:
         builtin = BUILTIN_POLICIES.get(name)
         if builtin is cls or (builtin is not None and cls in builtin.VARIANTS):
             return name
-        if REQUEST_POLICIES.get(name) == where:
+        load = REQUEST_POLICIES.get(name)
+        if load is not None and load() is cls:
             return name
         if any(ep.value == where for ep in _entry_points(name=name)):
             return name
