@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..formats.interrupt import guard
+from ..streams.interrupt import guard
 
 
 @dataclass

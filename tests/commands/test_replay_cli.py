@@ -540,7 +540,7 @@ def test_progress_bar_shows_on_a_terminal_stderr(
 
 
 def test_a_command_run_in_this_process_leaves_stop_signals_live_for_what_runs_next() -> None:
-    from schedcli.formats.interrupt import guard
+    from schedcli.streams.interrupt import guard
 
     assert run_cli("replay", str(TRACES / "rotation-fairness.jsonl")).returncode == 0
     # The exit holds stops for its last flush; left held, a Ctrl-C in the tests (or the
