@@ -220,11 +220,11 @@ def diff(
 
     Exit codes: 0 identical; 1 different; 2 bad input or usage; 3 a policy broke the contract.
     """
-    from ..engine.diff import Config
+    from ..engine.diff import Side
     from .commands.diff import run_diff
 
-    a = Config(a_policy, dict(o.parse_params(a_param)))
-    b = Config(b_policy, dict(o.parse_params(b_param)))
+    a = Side(a_policy, dict(o.parse_params(a_param)))
+    b = Side(b_policy, dict(o.parse_params(b_param)))
     if not run_diff(inputs, a, b, drain=drain, allow_incomplete=allow_incomplete, fmt=fmt):
         raise typer.Exit(1)
 
