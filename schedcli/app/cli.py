@@ -83,7 +83,8 @@ def command(fn: F, into: typer.Typer | None = None) -> F:
 
 
 def _declared(name: str) -> Callable[..., Any]:
-    """The function of the command ``name`` (one of ``COMMANDS``), from its own module."""
+    """The function of the command ``name`` (one of ``COMMANDS``), from its own module,
+    imported by name so that a run of one command loads no other command's module."""
     module = importlib.import_module(f"{commandline.__name__}.{name}")
     fn: Callable[..., Any] = getattr(module, name)
     return fn
