@@ -73,6 +73,27 @@ def test_help_and_version_load_no_tables() -> None:
     assert loaded("--version") == {"importlib.metadata"}  # where the version is found
 
 
+def test_a_command_loads_its_own_command_line_module_and_no_other() -> None:
+    # Each command's options are its module's (app/commandline/): a run of one loads it
+    # alone, and --help every one.
+    probe = (
+        "import sys\nfrom schedcli.app.entry import main\ntry:\n    main(sys.argv[1:])\n"
+        "except SystemExit:\n    pass\nprint(*sorted(m for m in sys.modules "
+        "if m.startswith('schedcli.app.commandline.')), file=sys.stderr)"
+    )
+
+    def lines(*args: str) -> set[str]:
+        run = subprocess.run(
+            [sys.executable, "-c", probe, *args], capture_output=True, check=True, timeout=60
+        )
+        return set(run.stderr.decode().strip().splitlines()[-1].split())
+
+    trace = str(TRACES / "rotation-fairness.jsonl")
+    assert lines("replay", trace, "-f", "jsonl", "-o", "-") == {"schedcli.app.commandline.replay"}
+    assert lines("stats", "--help") == {"schedcli.app.commandline.stats"}
+    assert lines("--help") == {f"schedcli.app.commandline.{c}" for c in cli.COMMANDS}
+
+
 def _outcomes(args: list[str]) -> list[tuple[int, bytes, bytes]]:
     return [(r.code, r.stdout, r.stderr) for r in [run_cli_in_process(args, columns=100)]]
 

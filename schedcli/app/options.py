@@ -1,7 +1,7 @@
-"""Every option and argument of the command line, declared once (typer's ``Annotated``
-aliases), and what checks them: ``check_numbers`` against the one table of bounds
-(``limits.OPTIONS``), ``parse_params`` for ``-P KEY=VALUE``. ``cli.py`` then holds only
-the commands, each its options and one library call."""
+"""The options and arguments several commands share, declared once (typer's ``Annotated``
+aliases; a command's own are declared in its module in ``commandline/``), and what checks
+every command's: ``check_numbers`` against the one table of bounds (``limits.OPTIONS``),
+``check_paths`` against the path tables below, ``parse_params`` for ``-P KEY=VALUE``."""
 
 from __future__ import annotations
 
@@ -11,24 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from ..engine.cost import CostModel
-from ..formats.converters import NAMES as CONVERTER_NAMES
 from ..model.errors import UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..streams.output import refuse_overwriting
-from .views.outputs import OutputFormat
-
-# `convert`'s FORMAT: auto, or a name from the converter table (one line adds a format).
-ConvertFormat = StrEnum(  # type: ignore[misc]
-    "ConvertFormat", [(name, name) for name in ("auto", *CONVERTER_NAMES)]
-)
 
 
 class ViewFormat(StrEnum):
     table = "table"
     json = "json"
-
-
-Shell = StrEnum("Shell", [(s, s) for s in ("bash", "zsh", "fish", "powershell")])  # type: ignore[misc]
 
 
 class CheckFormat(StrEnum):
@@ -165,367 +155,24 @@ def check_paths(kwargs: dict[str, Any]) -> None:
     refuse_overwriting(inputs, outputs)
 
 
-# Each command's own options and arguments.
+# More options two or three commands share.
 
 TraceOption = Annotated[
     str,
     typer.Argument(metavar="TRACE", help="Trace file (JSON Lines, .gz ok), or - for stdin."),
 ]
-FmtOption = Annotated[
-    OutputFormat | None,
-    typer.Option(
-        "--format",
-        "-f",
-        metavar="table|jsonl",
-        help="table (default on a terminal) or jsonl (default otherwise).",
-    ),
-]
-OutputOption = Annotated[
-    str | None, typer.Option("--output", "-o", metavar="FILE", help="Write to FILE.")
-]
-StepsOption = Annotated[
-    str | None,
-    typer.Option("--steps", metavar="A:B", help="Show only steps A:B (half-open), A: or :B."),
-]
-SessionOption = Annotated[
-    str | None,
-    typer.Option(
-        "--session",
-        metavar="SID",
-        help="Show only this session (7 is an int, '\"7\"' a string).",
-    ),
-]
-CheckOption = Annotated[
-    bool,
-    typer.Option(
-        "--check",
-        help="Compare every batch with the trace's expect (and a recording's submit "
-        "outcomes); exit 1 if one differs.",
-    ),
-]
-RequireAllOption = Annotated[
-    bool,
-    typer.Option("--require-all", help="With --check: fail if any batch records no expect."),
-]
+ExplainTraceOption = Annotated[str, typer.Argument(metavar="TRACE", help="Trace file (.gz ok).")]
 GoldenOption = Annotated[
     str | None,
     typer.Option("--golden", metavar="FILE", help="Compare the whole dump with this golden dump."),
-]
-UpdateGoldenOption = Annotated[
-    bool, typer.Option("--update-golden", help="Rewrite the --golden file (atomically).")
-]
-FollowOption = Annotated[
-    bool,
-    typer.Option(
-        "--follow",
-        help="Keep reading FILE as it grows (like tail -f) until Ctrl-C.",
-    ),
-]
-MaxErrorsOption = Annotated[
-    int, typer.Option("--max-errors", metavar="N", help="Show at most N problems.")
-]
-InputsOption = Annotated[
-    list[str],
-    typer.Argument(
-        metavar="INPUT...", help="One trace (replayed under A and B), or two dumps to compare."
-    ),
-]
-PolicyNameArgument = Annotated[
-    str | None, typer.Argument(metavar="[NAME]", help="One policy, as -p names it; default: all.")
-]
-APolicyOption = Annotated[
-    str | None,
-    typer.Option("--a", metavar="POLICY", help="Policy of side A (default: the trace header's)."),
-]
-BPolicyOption = Annotated[
-    str | None,
-    typer.Option("--b", metavar="POLICY", help="Policy of side B (default: the trace header's)."),
-]
-AParamOption = Annotated[
-    list[str] | None,
-    typer.Option("--a-param", metavar="KEY=VALUE", help="Side A parameter KEY=VALUE."),
 ]
 BParamOption = Annotated[
     list[str] | None,
     typer.Option("--b-param", metavar="KEY=VALUE", help="Side B parameter KEY=VALUE."),
 ]
-ConvertFmtOption = Annotated[
-    ConvertFormat,
-    typer.Argument(metavar="FORMAT", help="Source format, or auto to recognise it."),
-]
-SrcOption = Annotated[
-    str, typer.Argument(metavar="SOURCE", help="Source file (.gz ok), or - for stdin.")
-]
-ConvertOutputOption = Annotated[
-    str,
-    typer.Option("--output", "-o", metavar="FILE", help="Workload file to write (- for stdout)."),
-]
-LimitOption = Annotated[
-    int | None, typer.Option("--limit", metavar="N", help="Keep the first N requests.")
-]
-StartOption = Annotated[
-    float,
-    typer.Option(
-        "--start", metavar="SECONDS", help="Window start, seconds after the first request."
-    ),
-]
-DurationOption = Annotated[
-    float | None,
-    typer.Option("--duration", metavar="SECONDS", help="Window length in seconds."),
-]
-TimeScaleOption = Annotated[
-    float,
-    typer.Option(
-        "--time-scale", metavar="FACTOR", help="Multiply arrival times (0.5 = twice the rate)."
-    ),
-]
-SeedOption = Annotated[
-    int, typer.Option("--seed", metavar="N", help="Seed for generated arrivals.")
-]
-RateOption = Annotated[
-    float | None,
-    typer.Option("--rate", metavar="PER_SECOND", help="lengths: requests per second (Poisson)."),
-]
-CvOption = Annotated[
-    float | None,
-    typer.Option(
-        "--cv",
-        metavar="CV",
-        help="lengths: coefficient of variation of gaps (gamma; 1 = Poisson).",
-    ),
-]
-SkipBadOption = Annotated[
-    bool, typer.Option("--skip-bad", help="Skip and count bad rows instead of stopping.")
-]
-KeepFailedOption = Annotated[
-    bool,
-    typer.Option("--keep-failed", help="burstgpt: keep failed requests (1 token, meta.failed)."),
-]
-WorkloadOption = Annotated[
-    str, typer.Argument(metavar="WORKLOAD", help="Workload file (JSON Lines, .gz ok), or -.")
-]
-SimulatePolicyOption = Annotated[
-    str, typer.Option("--policy", "-p", metavar="NAME", help="Policy name or module:Class.")
-]
-SimulateOutputOption = Annotated[
-    str | None,
-    typer.Option(
-        "--output", "-o", metavar="FILE", help="Write the event trace (explicit mode) to FILE."
-    ),
-]
-MetricsOption = Annotated[
-    str | None,
-    typer.Option("--metrics", metavar="FILE", help="Write the metrics as JSON to FILE."),
-]
-ChunkSizeOption = Annotated[
-    int | None,
-    typer.Option(
-        "--chunk-size",
-        metavar="TOKENS",
-        help="Prompt chunk size (default: the policy's max_prefill_chunk_size, else 256).",
-    ),
-]
-CostFileOption = Annotated[
-    str | None,
-    typer.Option(
-        "--cost",
-        metavar="FILE",
-        help="A fitted cost model (schedcli fit -o); not with --cost-a/-b/-c.",
-    ),
-]
-SloTtftOption = Annotated[
-    float | None,
-    typer.Option("--slo-ttft", metavar="SECONDS", help="Goodput: TTFT target, seconds."),
-]
-SloTpotOption = Annotated[
-    float | None,
-    typer.Option("--slo-tpot", metavar="SECONDS", help="Goodput: TPOT target, seconds."),
-]
-ExplainTraceOption = Annotated[str, typer.Argument(metavar="TRACE", help="Trace file (.gz ok).")]
-StepOption = Annotated[
-    int | None, typer.Option("--step", metavar="N", help="The queue and batch of step N.")
-]
-TaskOption = Annotated[
-    str | None, typer.Option("--task", metavar="TID", help="A task's life (7 or '\"7\"').")
-]
-ExplainSessionOption = Annotated[
-    str | None, typer.Option("--session", metavar="SID", help="Every task of a session.")
-]
-ShrinkTraceOption = Annotated[
-    str, typer.Argument(metavar="TRACE", help="A failing trace (.gz ok).")
-]
-UntilOption = Annotated[
-    str,
-    typer.Option(
-        "--until",
-        metavar="HOW",
-        help="check | contract | diff:POLICY | cmd:'SHELL' ({} or $TRACE is the file).",
-    ),
-]
-ShrinkOutputOption = Annotated[
-    str, typer.Option("--output", "-o", metavar="FILE", help="The small trace (- stdout).")
-]
-MaxTimeOption = Annotated[
-    float | None,
-    typer.Option(
-        "--max-time",
-        metavar="SECONDS",
-        help="Stop after this long and write the smallest failing trace found so far.",
-    ),
-]
-KeepExpectsOption = Annotated[
-    bool,
-    typer.Option(
-        "--keep-expects",
-        help="Keep every kept get_work's expect (default: only the failing batch's).",
-    ),
-]
-WorkloadsOption = Annotated[
-    list[str] | None,
-    typer.Argument(metavar="WORKLOAD...", help="Workloads (or traces) to run each point on."),
-]
-SweepPolicyOption = Annotated[
-    list[str] | None,
-    typer.Option("--policy", "-p", metavar="NAME", help="A policy to sweep (repeatable)."),
-]
-GridOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--grid",
-        metavar="KEY=V1,V2",
-        help="Values of a parameter (or time_scale, chunk_size, cost_a/b/c); repeatable.",
-    ),
-]
-SpecOption = Annotated[
-    str | None, typer.Option("--spec", metavar="FILE", help="The sweep as a TOML file.")
-]
-SweepOutputOption = Annotated[
-    str, typer.Option("--output", "-o", metavar="FILE", help="One JSON line per point.")
-]
-BackendOption = Annotated[
-    str, typer.Option("--backend", metavar="local|ray", help="Where points run.")
-]
 JobsOption = Annotated[
     int | None,
     typer.Option("--jobs", "-j", metavar="N", help="Workers (default: every core)."),
-]
-AddressOption = Annotated[
-    str | None,
-    typer.Option("--address", metavar="ADDR", help="Ray: an existing cluster's address."),
-]
-CacheOption = Annotated[
-    str, typer.Option("--cache", metavar="DIR", help="Where finished points are kept.")
-]
-FreshOption = Annotated[bool, typer.Option("--fresh", help="Run every point, cache or not.")]
-CapacityOption = Annotated[
-    bool,
-    typer.Option("--capacity", help="Find each point's highest arrival rate meeting SLOs."),
-]
-SweepSloTtftOption = Annotated[
-    float | None, typer.Option("--slo-ttft", metavar="SECONDS", help="Capacity: TTFT SLO.")
-]
-SweepSloTpotOption = Annotated[
-    float | None, typer.Option("--slo-tpot", metavar="SECONDS", help="Capacity: TPOT SLO.")
-]
-GoodputOption = Annotated[
-    float,
-    typer.Option("--goodput", metavar="FRACTION", help="Capacity: requests meeting SLOs."),
-]
-RecordingsOption = Annotated[
-    list[str],
-    typer.Argument(metavar="RECORDING...", help="Clocked recordings (clock=True; .gz ok)."),
-]
-FitOutputOption = Annotated[
-    str | None,
-    typer.Option("--output", "-o", metavar="FILE", help="Write the cost model as JSON."),
-]
-InputPathOption = Annotated[str, typer.Argument(metavar="INPUT", help="An event trace or a dump.")]
-StatsPolicyOption = Annotated[
-    str | None,
-    typer.Option("--policy", "-p", metavar="NAME", help="Traces: policy (default: the header's)."),
-]
-ReportInputPathOption = Annotated[
-    str, typer.Argument(metavar="INPUT", help="A trace, a dump or a workload.")
-]
-ReportOutputOption = Annotated[
-    str, typer.Option("--output", "-o", metavar="FILE", help="The HTML file to write.")
-]
-ReportPolicyOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--policy",
-        "-p",
-        metavar="NAME",
-        help="A configuration to show: NAME or NAME,KEY=VALUE,... (repeat to compare).",
-    ),
-]
-
-# check
-CheckPathsArgument = Annotated[
-    list[str] | None,
-    typer.Argument(
-        metavar="[PATH]...",
-        help="Trace files (*.jsonl, *.jsonl.gz) and folders of them (default: [tool.schedcli] "
-        "traces in pyproject.toml, else traces).",
-        show_default=False,
-    ),
-]
-GoldenDirOption = Annotated[
-    str | None,
-    typer.Option(
-        "--golden-dir",
-        metavar="DIR",
-        help="Where the goldens are (default: golden/ beside each trace); a trace "
-        "NAME.jsonl has its golden at NAME.dump.jsonl there.",
-    ),
-]
-AllowUncheckedOption = Annotated[
-    bool,
-    typer.Option(
-        "--allow-unchecked", help="A trace with no expect and no golden passes (else it fails)."
-    ),
-]
-StrictOption = Annotated[
-    bool | None,
-    typer.Option(
-        "--strict/--no-strict",
-        help="A golden that no trace claims fails the check (the default; or as configured).",
-        show_default=False,
-    ),
-]
-ShellArgument = Annotated[
-    Shell,
-    typer.Argument(metavar="SHELL", help="bash, zsh, fish or powershell."),
-]
-InstallOption = Annotated[
-    bool,
-    typer.Option("--install", help="Add it to the shell's start-up file instead of printing it."),
-]
-StagedOption = Annotated[
-    bool,
-    typer.Option(
-        "--staged",
-        help="Check what git's staged commit touches, deletions and renames included "
-        "(the pre-commit hook).",
-    ),
-]
-AllowMissingGoldenOption = Annotated[
-    bool,
-    typer.Option(
-        "--allow-missing-golden",
-        help="A trace without a golden passes on its expects (else it fails: no golden).",
-    ),
-]
-UpdateOption = Annotated[
-    bool,
-    typer.Option(
-        "--update",
-        help="Rewrite every differing or missing golden (atomically) from its replay, and "
-        "say what changed; traces whose expects fail are left alone.",
-    ),
-]
-DryRunOption = Annotated[
-    bool, typer.Option("--dry-run", help="With --update: say what it would write, write nothing.")
 ]
 JunitOption = Annotated[
     str | None,
@@ -542,59 +189,5 @@ CheckFormatOption = Annotated[
         "-f",
         metavar="text|json",
         help="text (for people) or json (a record per trace).",
-    ),
-]
-CheckPolicyOption = Annotated[
-    str | None,
-    typer.Option(
-        "--policy",
-        "-p",
-        metavar="NAME",
-        help="Replay every trace under this policy (name, module:Class or cxx:...), in place "
-        "of its folder's policy and parameters and its header's policy.",
-    ),
-]
-
-
-# conformance
-class ConformancePart(StrEnum):
-    contract = "contract"
-    decode_first = "decode-first"
-
-
-ConformancePartsArgument = Annotated[
-    list[ConformancePart] | None,
-    typer.Argument(
-        metavar="[PART]...",
-        help="contract (what any Scheduler keeps; the default) and/or decode-first "
-        "(DecodeFirstScheduler's own batches).",
-        show_default=False,
-    ),
-]
-
-# debug
-DebugCheckOption = Annotated[
-    bool,
-    typer.Option("--check", help="Mark every step whose batch differs from the trace's expect."),
-]
-AgainstOption = Annotated[
-    str | None,
-    typer.Option(
-        "--against", metavar="POLICY", help="Replay beside a second policy; mark where they part."
-    ),
-]
-AgainstParamOption = Annotated[
-    list[str] | None,
-    typer.Option("--against-param", metavar="KEY=VALUE", help="A parameter of --against's policy."),
-]
-NoColorOption = Annotated[
-    bool, typer.Option("--no-color", help="No colour (as NO_COLOR=1); marks stay readable.")
-]
-EveryOption = Annotated[
-    int,
-    typer.Option(
-        "--checkpoint-every",
-        metavar="STEPS",
-        help="Steps between checkpoints at first (they thin out past 32).",
     ),
 ]

@@ -26,19 +26,13 @@ def error_text(e: SchedcliError) -> str:
     return str(e) if located else f"schedcli: {e}"
 
 
-# The parser's words, in ours: pydantic's (typer 0.29, which coerces through it) and
-# click's (typer <= 0.28, vendoring click), so a message reads the same under either.
-# Compiled by re (and kept in its cache) at the first usage error, not at start-up.
+# The parser's words, in ours: click's, as typer 0.28 vendors it (pyproject.toml pins
+# typer below 0.29). Compiled by re (and kept in its cache) at the first usage error, not
+# at start-up.
 _REWRITES = (
     (r"'.*' is not a valid int(eger)?\.?$", "must be a whole number"),
     (r"'.*' is not a valid float\.?$", "must be a number"),
     (r"^'(.*)' is not one of (.*)\.$", r"must be one of \2, not '\1'"),
-    (r"Input should be greater than or equal to (\S+)", r"must be >= \1"),
-    (r"Input should be greater than (\S+)", r"must be > \1"),
-    (r"Input should be a valid integer.*", "must be a whole number"),
-    (r"Input should be a valid number.*", "must be a number"),
-    (r"Value error, '(.*)' is not one of (.*)\.", r"must be one of \2, not '\1'"),
-    (r"Value error, (.*)", r"\1"),
 )
 
 

@@ -26,7 +26,7 @@ from .run import Driver, Progress, open_replay
 
 
 @dataclass
-class Config:
+class Side:
     """One side of a diff: a policy and its parameters (None: the trace header's)."""
 
     policy: str | None = None
@@ -340,8 +340,8 @@ def _other_fields(record: Record) -> Record:
 
 def diff_trace(
     path: str,
-    a: Config,
-    b: Config,
+    a: Side,
+    b: Side,
     *,
     drain: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,

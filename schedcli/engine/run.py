@@ -349,18 +349,6 @@ def _request_level(
         built.close()
 
 
-@contextmanager
-def open_task_replay(path: str, **options: Any) -> Iterator[OpenTrace]:
-    """``open_replay`` for a command that reads task-level traces only: a request-level
-    one is a usage error naming the file."""
-    with open_replay(path, **options) as opened:
-        if not isinstance(opened, OpenTrace):
-            raise UsageError(
-                f"{opened.name}: a request-level trace; this command reads task-level ones"
-            )
-        yield opened
-
-
 class Progress(Protocol):
     """A progress display that follows a replay (``app.views.progress.TraceProgress``)."""
 

@@ -35,7 +35,6 @@ class Live:
         "arrival",
         "arrival_step",
         "cancelled",
-        "first_dispatch",
         "first_dispatch_step",
         "first_token",
         "first_token_step",
@@ -61,7 +60,6 @@ class Live:
         self.output = req.output_tokens
         self.produced = 0
         self.cancelled = False
-        self.first_dispatch = -1.0
         self.first_dispatch_step = -1
         self.first_token = -1.0
         self.first_token_step = -1
@@ -533,7 +531,6 @@ class TaskRunner(Runner):
                     f"policy {self.policy_name!r} dispatched task {x.tid} of no live request"
                 )
             if req.first_dispatch_step < 0:
-                req.first_dispatch = start
                 req.first_dispatch_step = step
                 result.queue_delay.append(start - req.arrival)
                 result.queue_delay_steps.append(step - req.arrival_step)

@@ -23,17 +23,6 @@ def encode(record: Record) -> bytes:
     return orjson.dumps(record, option=_DUMP_OPTIONS)
 
 
-class Tee:
-    """One emit that feeds several sinks, in order."""
-
-    def __init__(self, *sinks: Callable[[Record], None]) -> None:
-        self.sinks = sinks
-
-    def __call__(self, record: Record) -> None:
-        for sink in self.sinks:
-            sink(record)
-
-
 class RecordFilter:
     """Passes on the records a user asked to see (--steps, --session); ``end`` always."""
 

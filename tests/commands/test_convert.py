@@ -212,7 +212,7 @@ def test_a_new_format_is_one_converter_record_and_one_name(
     import types
     from collections.abc import Iterator
 
-    from schedcli.app.options import ConvertFormat
+    from schedcli.app.commandline.convert import ConvertFormat
     from schedcli.formats import converters
     from schedcli.formats.convert import ConvertOptions, convert
     from schedcli.formats.converters._common import (

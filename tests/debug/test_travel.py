@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcli.app.commands.explain import explain_lives
-from schedcli.engine.diff import Config, diff_trace
+from schedcli.engine.diff import Side, diff_trace
 from schedcli.engine.explain import explain_step
 from schedcli.engine.travel import Compare, Travel, Unanswered
 from tests.conftest import Cli
@@ -292,7 +292,7 @@ def test_under_check_the_first_divergence_is_where_replay_check_stops(
 
 def test_against_a_second_policy_every_step_diff_finds_is_marked(tmp_path: Path) -> None:
     trace = ROOT / "traces/long-prompts-and-chat.jsonl"
-    result = diff_trace(str(trace), Config(None, {}), Config("fcfs", {}))
+    result = diff_trace(str(trace), Side(None, {}), Side("fcfs", {}))
     marked = _divergences(trace, Compare(against="fcfs"))
     assert len(marked) == result.steps_differing > 0
     assert result.first is not None and marked[0] == result.first.step
@@ -454,7 +454,7 @@ def test_at_the_request_level_against_a_second_policy_diff_s_steps_are_marked(
 ) -> None:
     trace = _request_trace(tmp_path)
     b = ("tests.doubles:Thrashes", {"max_num_batched_tokens": 8, "max_num_seqs": 1})
-    result = diff_trace(str(trace), Config(None, {}), Config(*b))
+    result = diff_trace(str(trace), Side(None, {}), Side(*b))
     against = Compare(against=b[0], against_params=b[1])
     with Travel(str(trace), policy=TOY, compare=against, every=3) as t:
         t.wait("indexed", 60)

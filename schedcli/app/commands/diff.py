@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ...engine.diff import Config, DiffResult, diff_dumps, diff_trace
+from ...engine.diff import DiffResult, Side, diff_dumps, diff_trace
 from ...engine.explain import explain_step
 from ...model.errors import UsageError
 from ...model.records import Left
@@ -17,8 +17,8 @@ from ..views.render import diff_view, why_left
 
 def run_diff(
     inputs: list[str],
-    a: Config,
-    b: Config,
+    a: Side,
+    b: Side,
     *,
     drain: bool = False,
     allow_incomplete: bool = False,
@@ -49,7 +49,7 @@ def run_diff(
     return result.identical
 
 
-def _print_reasons(trace: str, result: DiffResult, a: Config, b: Config) -> None:
+def _print_reasons(trace: str, result: DiffResult, a: Side, b: Side) -> None:
     """Each side's reasons at the first differing step (a replay is deterministic)."""
     from ...formats.kinds import is_request_trace
 

@@ -26,7 +26,7 @@ from ...streams.output import atomic_output
 from ..console import data_console
 
 if TYPE_CHECKING:
-    from .render import TableView as TableRows
+    from .render import TableRows
 
 
 class Opened(NamedTuple):
@@ -102,7 +102,7 @@ class TableView(Output):
         self._trace: Opened | None = None
 
     def opened(self, trace: Opened) -> None:
-        from .render import TableView as TableRows  # rich's tables: only for this view
+        from .render import TableRows  # rich's tables: only for this view
 
         self._trace = trace
         self._view = TableRows(self.console, trace.budget)

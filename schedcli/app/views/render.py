@@ -40,7 +40,7 @@ def _ids(values: Iterable[Id]) -> str:
     return ", ".join(show_id(v) for v in values)
 
 
-class TableView:
+class TableRows:
     """Prints each record as it arrives, so a long replay streams instead of piling up."""
 
     def __init__(self, console: Console, budget: int | None) -> None:

@@ -139,7 +139,7 @@ class RequestRunner(Runner):
                     f"policy {self.policy_name!r} scheduled request {s.rid!r}, which is not live"
                 )
             if req.first_dispatch_step < 0:
-                req.first_dispatch, req.first_dispatch_step = start, step
+                req.first_dispatch_step = step
                 result.queue_delay.append(start - req.arrival)
                 result.queue_delay_steps.append(step - req.arrival_step)
             if not s.samples:

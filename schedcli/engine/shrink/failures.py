@@ -14,7 +14,7 @@ from typing import Any
 from ...model.errors import InvariantError, SchedcliError, UsageError
 from ...model.records import discard
 from ...model.task import id_key, ids_only_in
-from ..diff import Config, diff_trace
+from ..diff import Side, diff_trace
 from ..recorded import OutcomeMismatch
 from ..replay import ExpectMismatch, Mismatch
 from ..requests.replay import RequestExpectMismatch, RequestMismatch
@@ -59,7 +59,7 @@ def failure_test(
         check = until == "check"
         return lambda path, data: _replay_fails(path, data, policy, params, check, drain)
     if until.startswith("diff:") and until[5:]:
-        a, b = Config(policy, dict(params)), Config(until[5:], dict(b_params or {}))
+        a, b = Side(policy, dict(params)), Side(until[5:], dict(b_params or {}))
         return lambda path, data: _parts_ways(_on_disk(path, data), a, b)
     if until.startswith("cmd:") and until[4:].strip():
         command = until[4:]
@@ -74,7 +74,7 @@ def _on_disk(path: str, data: bytes | None) -> str:
     return path
 
 
-def _parts_ways(path: str, a: Config, b: Config) -> Failure | None:
+def _parts_ways(path: str, a: Side, b: Side) -> Failure | None:
     try:
         result = diff_trace(path, a, b)
     except SchedcliError:

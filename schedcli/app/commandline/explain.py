@@ -1,0 +1,39 @@
+"""``schedcli explain``: its own options and its call (app/commands/explain.py)."""
+
+from typing import Annotated
+
+import typer
+
+from .. import options as o
+
+StepOption = Annotated[
+    int | None, typer.Option("--step", metavar="N", help="The queue and batch of step N.")
+]
+
+TaskOption = Annotated[
+    str | None, typer.Option("--task", metavar="TID", help="A task's life (7 or '\"7\"').")
+]
+
+ExplainSessionOption = Annotated[
+    str | None, typer.Option("--session", metavar="SID", help="Every task of a session.")
+]
+
+
+def explain(
+    trace: o.ExplainTraceOption,
+    step: StepOption = None,
+    task: TaskOption = None,
+    session: ExplainSessionOption = None,
+    policy: o.PolicyOption = None,
+    param: o.ParamOption = None,
+    fmt: o.ViewFormatOption = o.ViewFormat.table,
+) -> None:
+    """Why the scheduler did that: the queue get_work saw at a step and why each task was
+    left behind, or the life of a task or a session (submitted, passed over, dispatched).
+    """
+    from ..commands.explain import explain_command
+
+    params = o.parse_params(param)
+    explain_command(
+        trace, step=step, task=task, session=session, policy=policy, params=params, fmt=fmt
+    )
