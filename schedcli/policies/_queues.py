@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, TypeVar
 
 from ..model.records import Reasons
@@ -15,6 +15,13 @@ from ..model.task import DECODE, Id, Task, show_id
 # int64 key, and compares far faster than a tuple.
 _ARRIVAL_BITS: Final = 64
 _ARRIVAL_MASK: Final = (1 << _ARRIVAL_BITS) - 1
+
+# A queue walked from the front is a list read from a head index: compiled, a list is
+# indexed in place, where each deque call is a call by name. Slots before the head are
+# spent; they are dropped once there are this many and they are most of the list, so
+# memory follows what is queued.
+_COMPACT_AFTER: Final = 1024
+_T = TypeVar("_T")
 
 
 def task_state(t: Task) -> tuple[object, ...]:
@@ -31,32 +38,37 @@ def _arrival(entry: int) -> int:
 class OrderedQueue:
     """Queued tasks in (key, arrival) order, removable by session in O(session).
 
-    While every key is 0 the order is arrival order, which ``_live`` keeps by itself: a
-    pass walks it, and nothing taken out is put back. The first nonzero key builds a heap
-    of entries, and from then on entries taken out of the heap but not dispatched are put
-    back with their original (key, arrival), so a task that waits never loses its place.
-    A task's key is raised to that of its session's previous queued task, so keys never
-    reorder a session.
+    While every key is 0 the order is arrival order: ``_order`` holds the arrivals, walked
+    from ``_head``; a pass walks it, nothing taken out is put back, and after the pass the
+    tasks it passed over take the last walked slots (``end_walk``), so a pass never walks
+    what an earlier one took, and an arrival a cancel removed is walked at most once. The
+    first nonzero key builds a heap of entries, and from then on entries taken out of the
+    heap but not dispatched are put back with their original (key, arrival), so a task
+    that waits never loses its place. A task's key is raised to that of its session's
+    previous queued task, so keys never reorder a session.
 
     A pass is ``pop`` until None or enough, ``taken`` for each task dispatched, and
-    ``put_back`` of the rest, which ends it; nothing is pushed during a pass.
+    ``put_back`` of the rest, which ends it; nothing is pushed during a pass. So a pass
+    costs O(log n) (O(1) unkeyed) for each task it takes or passes over.
     """
 
     def __init__(self) -> None:
         self._live: dict[int, Task] = {}
-        # sid -> {arrival: key}, in arrival order; a dict so removal is O(1).
-        self._of_session: dict[Id, dict[int, int]] = {}
+        # sid -> its queued (arrival, key), in arrival order: a session's tasks leave in
+        # that order, so the oldest is the first.
+        self._of_session: dict[Id, deque[tuple[int, int]]] = {}
         self._arrivals = 0
         # None until a key is nonzero (fcfs never sets one): raising a key to its
         # session's last one changes nothing until then, and arrival order needs no heap.
         self._heap: list[int] | None = None
-        # The unkeyed pass: where it has got to in _live, and the arrivals it took, which
-        # leave _live when it ends (a dict cannot shrink while it is walked).
-        self._cursor: Iterator[tuple[int, Task]] | None = None
-        self._gone: list[int] = []
+        # Unkeyed: the arrivals from _head on, in order; one not in _live is spent. _at is
+        # where the pass has got to (-1 between passes).
+        self._order: list[int] = []
+        self._head = 0
+        self._at = -1
 
     def __len__(self) -> int:
-        return len(self._live) - len(self._gone)
+        return len(self._live)
 
     def count(self, sid: Id) -> int:
         return len(self._of_session.get(sid, ()))
@@ -65,6 +77,14 @@ class OrderedQueue:
         """The queued tasks, in arrival order."""
         return iter(self._live.values())
 
+    def ordered(self) -> list[Task]:
+        """The queued tasks in the order a pass meets them (between passes)."""
+        live = self._live
+        if self._heap is None:
+            return list(live.values())
+        keyed = sorted([(k, a) for mine in self._of_session.values() for a, k in mine])
+        return [live[a] for _, a in keyed]
+
     def state(self) -> tuple[object, ...]:
         """The queued tasks in the order a pass meets them, (key, arrival), each with its
         key: what a pass decides from. Arrival numbers themselves, the heap's layout and its
@@ -72,9 +92,7 @@ class OrderedQueue:
         live = self._live
         if self._heap is None:  # every key is 0, and _live is in arrival order
             return tuple([(0, task_state(t)) for t in live.values()])
-        keyed: list[tuple[int, int]] = sorted(
-            [(key, arrival) for mine in self._of_session.values() for arrival, key in mine.items()]
-        )
+        keyed = sorted([(k, a) for mine in self._of_session.values() for a, k in mine])
         return tuple([(key, task_state(live[arrival])) for key, arrival in keyed])
 
     def push(self, task: Task, key: int = 0) -> None:
@@ -83,27 +101,39 @@ class OrderedQueue:
         heap = self._heap
         mine = self._of_session.get(task.sid)
         if mine is None:
-            mine = self._of_session[task.sid] = {}
+            mine = self._of_session[task.sid] = deque()
         elif heap is not None:
-            key = max(key, next(reversed(mine.values())))
+            key = max(key, mine[-1][1])
         elif key < 0:
             key = 0  # the last key of the session, like every key so far
         if heap is None and key:
             heap = self._heap = list(self._live)  # arrivals in order: already a heap
+            self._order = []
+            self._head = 0
         if heap is not None:
             heapq.heappush(heap, (key << _ARRIVAL_BITS) + arrival)
+        else:
+            self._order.append(arrival)
         self._live[arrival] = task
-        mine[arrival] = key
+        mine.append((arrival, key))
 
     def pop(self) -> tuple[int, Task] | None:
         """The next live entry of the pass (put it back or ``taken`` it)."""
         heap, live = self._heap, self._live
         if heap is None:
-            cursor = self._cursor
-            if cursor is None:
-                cursor = self._cursor = iter(live.items())
-            for item in cursor:
-                return item
+            order = self._order
+            i = self._at
+            if i < 0:
+                i = self._head
+            end = len(order)
+            while i < end:
+                arrival = order[i]
+                i += 1
+                t = live.get(arrival)
+                if t is not None:
+                    self._at = i
+                    return arrival, t
+            self._at = i
             return None
         while heap:
             entry = heapq.heappop(heap)
@@ -114,47 +144,70 @@ class OrderedQueue:
 
     def is_oldest(self, entry: int, task: Task) -> bool:
         """Whether no earlier task of the same session is still queued."""
-        for oldest in self._of_session[task.sid]:  # compiled, a loop beats next(iter(...))
-            return oldest == _arrival(entry)
-        return False
+        return self._of_session[task.sid][0][0] == _arrival(entry)
 
     def put_back(self, entries: list[int]) -> None:
         """End the pass: ``entries``, popped and not taken, keep their places."""
         heap = self._heap
         if heap is None:
-            live = self._live
-            for arrival in self._gone:
-                del live[arrival]
-            self._gone.clear()
-            self._cursor = None
+            at = self._at
+            self._at = -1
+            if at < 0:
+                return
+            order = self._order
+            if at == len(order) and not entries:
+                order.clear()
+                self._head = 0
+            else:
+                self._head = end_walk(order, at, entries)
             return
         for entry in entries:
             heapq.heappush(heap, entry)
 
     def taken(self, entry: int, task: Task) -> None:
         arrival = _arrival(entry)
-        if self._heap is None:
-            self._gone.append(arrival)
-        else:
-            del self._live[arrival]
+        del self._live[arrival]
         mine = self._of_session[task.sid]
-        del mine[arrival]
+        if mine[0][0] == arrival:
+            mine.popleft()
+        else:  # a policy of the kit may take a later one
+            for i, (a, _) in enumerate(mine):
+                if a == arrival:
+                    del mine[i]
+                    break
         if not mine:
             del self._of_session[task.sid]
 
     def remove_session(self, sid: Id) -> list[Task]:
-        """The session's queued tasks in arrival order; their heap entries go stale."""
+        """The session's queued tasks in arrival order; their entries go stale."""
         arrivals = self._of_session.pop(sid, None)
         if not arrivals:
             return []
         live = self._live
-        return [live.pop(a) for a in arrivals]
+        dropped = [live.pop(a) for a, _ in arrivals]
+        # Stale entries are dropped where a pass meets them; past twice what is live, the
+        # order (or the heap) is rebuilt, so memory follows what is queued.
+        heap = self._heap
+        if heap is None:
+            order = self._order
+            if len(order) - self._head > 2 * len(live) + _COMPACT_AFTER:
+                self._order = [a for a in order[self._head :] if a in live]
+                self._head = 0
+        elif len(heap) > 2 * len(live) + _COMPACT_AFTER:
+            rebuilt = [
+                (k << _ARRIVAL_BITS) + a for mine in self._of_session.values() for a, k in mine
+            ]
+            heapq.heapify(rebuilt)
+            self._heap = rebuilt
+        return dropped
 
     def clear(self) -> None:
         if self._heap is not None:
             self._heap.clear()
         self._live.clear()
         self._of_session.clear()
+        self._order.clear()
+        self._head = 0
 
 
 class BatchSessions:
@@ -258,14 +311,6 @@ def take_in_order(
     return spent
 
 
-# A queue walked from the front is a list read from a head index: compiled, a list is
-# indexed in place, where each deque call is a call by name. Slots before the head are
-# spent; they are dropped once there are this many and they are most of the list, so
-# memory follows what is queued.
-_COMPACT_AFTER: Final = 1024
-_T = TypeVar("_T")
-
-
 def end_walk(items: list[_T], walked_to: int, passed: list[_T]) -> int:
     """After a walk from the head to ``walked_to``: the items ``passed`` over (in order,
     every other walked item gone) take the last walked slots, ahead of the unwalked rest.
@@ -350,7 +395,152 @@ class DecodeQueue:
         self._of_session.clear()
 
 
-def decode_reasons(queue: DecodeQueue, decoding: dict[Id, Id], cap: int) -> Why:
+# An entry of a FitIndex: (key, sid, size).
+FitEntry = tuple[int, Id, int]
+
+
+class FitIndex:
+    """Sessions, each with an int key and a size: ``first(room)`` is the entry of least key
+    among those of size at most ``room``, in O(log S) for sizes up to S, whatever the number
+    of sessions.
+
+    fair and sjf keep here each waiting session by its turn (its key) and its front task's
+    size: the walk of a batch in turn order, passing over every session whose task does not
+    fit the room left, meets first exactly ``first(room)``; the room only shrinks, so those
+    it passed over it would pass over again, and need never be walked.
+
+    Per size, a heap of entries (key, sid, size); a min-tree over the sizes (a dict, so a
+    large S costs only the sizes used) holds each heap's least entry. An entry is live while
+    it equals ``live[sid]`` (equal, not the same object: compiled, a tuple is unboxed and
+    boxed anew); a replaced or dropped one is stale and leaves its heap when it reaches the
+    top. An entry equal to the live one stands for it wherever it is. Every heap's top is
+    live, so the tree's entries are. Keys are unique among live entries, and a stale
+    entry's key equals a live one's only if both are its session's, so entries never compare
+    by sid across sessions.
+    """
+
+    def __init__(self, max_size: int) -> None:
+        self.live: dict[Id, FitEntry] = {}
+        self._heaps: dict[int, list[FitEntry]] = {}
+        self._top = max(max_size, 1)
+        self._leaves = 1 << self._top.bit_length()  # a leaf for each size 0..max_size
+        self._tree: dict[int, FitEntry] = {}
+        self._held = 0  # entries in the heaps, stale ones included
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def put(self, sid: Id, key: int, size: int) -> None:
+        """``sid``'s entry is now (key, size)."""
+        entry = (key, sid, size)
+        old = self.live.get(sid)
+        self.live[sid] = entry
+        heap = self._heaps.get(size)
+        if heap is None:
+            heap = self._heaps[size] = []
+        heapq.heappush(heap, entry)
+        self._held += 1
+        if old is not None and old[2] != size:
+            self._settle(old[2])
+        self._settle(size)
+        if self._held > 2 * len(self.live) + _COMPACT_AFTER:
+            self._rebuild()
+
+    def drop(self, sid: Id) -> None:
+        """``sid`` has no entry from now on."""
+        old = self.live.pop(sid, None)
+        if old is not None:
+            self._settle(old[2])
+
+    def first(self, room: int) -> FitEntry | None:
+        """The live entry of least key whose size is at most ``room``."""
+        tree = self._tree
+        if room >= self._top:
+            return tree.get(1)
+        if room < 0:
+            return None
+        best: FitEntry | None = None
+        lo = self._leaves
+        hi = lo + room + 1
+        while lo < hi:  # the tree's nodes covering sizes 0..room, bottom up
+            if lo & 1:
+                e = tree.get(lo)
+                if e is not None and (best is None or e < best):
+                    best = e
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                e = tree.get(hi)
+                if e is not None and (best is None or e < best):
+                    best = e
+            lo >>= 1
+            hi >>= 1
+        return best
+
+    def ordered(self) -> list[Id]:
+        """The sessions in key order (for a person to read)."""
+        return [e[1] for e in sorted(self.live.values())]
+
+    def _settle(self, size: int) -> None:
+        """Drop the stale entries at the top of ``size``'s heap; the tree takes its top."""
+        heaps = self._heaps
+        heap = heaps.get(size)
+        top: FitEntry | None = None
+        if heap is not None:
+            live = self.live
+            while heap:
+                e = heap[0]
+                if live.get(e[1]) == e:
+                    top = e
+                    break
+                heapq.heappop(heap)
+                self._held -= 1
+            if top is None:
+                del heaps[size]
+        tree = self._tree
+        p = size + self._leaves
+        if tree.get(p) == top:
+            return
+        if top is None:
+            del tree[p]
+        else:
+            tree[p] = top
+        p >>= 1
+        while p:
+            left = tree.get(2 * p)
+            right = tree.get(2 * p + 1)
+            low = right if left is None or (right is not None and right < left) else left
+            if tree.get(p) == low:
+                break  # every node above holds the same already
+            if low is None:
+                del tree[p]
+            else:
+                tree[p] = low
+            p >>= 1
+
+    def _rebuild(self) -> None:
+        """The heaps and the tree again from the live entries alone."""
+        heaps: dict[int, list[FitEntry]] = {}
+        for e in self.live.values():
+            heap = heaps.get(e[2])
+            if heap is None:
+                heap = heaps[e[2]] = []
+            heap.append(e)
+        self._heaps = heaps
+        self._tree = {}
+        self._held = len(self.live)
+        for size, heap in heaps.items():
+            heapq.heapify(heap)
+            self._settle(size)
+
+    def clear(self) -> None:
+        self.live.clear()
+        self._heaps.clear()
+        self._tree.clear()
+        self._held = 0
+
+
+def decode_reasons(queue: Iterable[Task], decoding: dict[Id, Id], cap: int) -> Why:
     """Why each decode still queued was left out: its session's decode went instead, or
     the cap was reached before its turn (the decode pass stops only at the cap)."""
     why: Why = {}

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import heapq
+import struct
 from collections import deque
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
 from ..model.scheduler import Param, QueueScheduler
 from ..model.task import DECODE, Id, Task, show_id
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
-from ._queues import BatchSessions, task_state
+from ._queues import BatchSessions, FitIndex, task_state
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -57,6 +59,11 @@ class FairScheduler(QueueScheduler):
         self._backlog: dict[Id, deque[Task]] = {}
         # Counters outlive backlogs: one float per session seen.
         self._counter: dict[Id, float] = {}
+        # Each backlogged session's place in that order, and (between batches) its turn:
+        # key (counter, place), size its front task's. A batch serves first(room left).
+        self._joined: dict[Id, int] = {}
+        self._joins = 0
+        self._turns = FitIndex(max_prefill_chunk_size)
 
     def counter(self, sid: Id) -> float:
         with self._lock:
@@ -79,34 +86,45 @@ class FairScheduler(QueueScheduler):
         queue = self._backlog.get(sid)
         if queue is None:
             own = self._counter.get(sid, 0.0)
-            if self._backlog:
-                own = max(own, min(self._counter[s] for s in self._backlog))
+            least = self._turns.first(self.max_prefill_chunk_size)  # any size
+            if least is not None:  # the lowest counter among the backlogged
+                own = max(own, self._counter[least[1]])
             self._counter[sid] = own
             queue = self._backlog[sid] = deque()
+            self._joined[sid] = self._joins
+            self._joins += 1
+            queue.append(task)
+            self._turn(sid)
+            return
         queue.append(task)
 
+    def _turn(self, sid: Id) -> None:
+        """``sid``'s turn from its counter and its front task, as the walk orders it."""
+        self._turns.put(
+            sid, _key(self._counter[sid], self._joined[sid]), self._backlog[sid][0].size
+        )
+
     def take_batch(self) -> list[Task]:
+        if self.explaining:
+            return self._take_walking()
         taken: list[Task] = []
-        backlog, counter = self._backlog, self._counter
-        heap = [(counter[sid], order, sid) for order, sid in enumerate(backlog)]
-        heapq.heapify(heap)
+        backlog, counter, turns = self._backlog, self._counter, self._turns
         sessions = BatchSessions()
         budget, cap = self.max_batch_tokens, self.max_num_seqs
         spent = 0
-        why: dict[int, tuple[str, str]] | None = {} if self.explaining else None
-        while heap and len(taken) < cap and spent < budget:
-            _, order, sid = heapq.heappop(heap)
+        aside: list[Id] = []  # served, and sitting the rest of this batch out
+        # The walk in turn order serves the first session whose task fits the room left;
+        # every one before it does not fit, sits this batch out, and would not fit later
+        # (the room only shrinks): first(room) finds that session without walking them.
+        # A session in turns may take its front task: it has nothing in the batch, or only
+        # prefill chunks without output, and its front is a chunk (else it is aside).
+        while len(taken) < cap and spent < budget:
+            entry = turns.first(budget - spent)
+            if entry is None:
+                break
+            sid = entry[1]
             queue = backlog[sid]
-            t = queue[0]
-            if not sessions.allows(t) or t.size > budget - spent:
-                if why is not None:
-                    why[id(t)] = (
-                        ("no_room", f"{t.size} tokens, {budget - spent} left")
-                        if sessions.allows(t)
-                        else ("session_rule", "its session has a decode or an output in this batch")
-                    )
-                continue  # sits this batch out
-            queue.popleft()
+            t = queue.popleft()
             taken.append(t)
             sessions.add(t)
             spent += t.size
@@ -114,11 +132,59 @@ class FairScheduler(QueueScheduler):
             counter[sid] += weight * t.size
             if not queue:
                 del backlog[sid]
+                del self._joined[sid]
+                turns.drop(sid)
+            elif sid in sessions.closed or queue[0].kind is DECODE:
+                turns.drop(sid)
+                aside.append(sid)
+            else:
+                self._turn(sid)
+        for sid in aside:
+            self._turn(sid)
+        return taken
+
+    def _take_walking(self) -> list[Task]:
+        """take_batch walking every session in turn (a heap of them all), to say why each
+        task was left: the same batch, at O(backlog) a batch, as explaining costs anyway."""
+        taken: list[Task] = []
+        backlog, counter = self._backlog, self._counter
+        heap = [(counter[sid], order, sid) for order, sid in enumerate(backlog)]
+        heapq.heapify(heap)
+        sessions = BatchSessions()
+        budget, cap = self.max_batch_tokens, self.max_num_seqs
+        spent = 0
+        why: dict[int, tuple[str, str]] = {}
+        served: list[Id] = []
+        while heap and len(taken) < cap and spent < budget:
+            _, order, sid = heapq.heappop(heap)
+            queue = backlog[sid]
+            t = queue[0]
+            if not sessions.allows(t) or t.size > budget - spent:
+                why[id(t)] = (
+                    ("no_room", f"{t.size} tokens, {budget - spent} left")
+                    if sessions.allows(t)
+                    else ("session_rule", "its session has a decode or an output in this batch")
+                )
+                continue  # sits this batch out
+            queue.popleft()
+            taken.append(t)
+            sessions.add(t)
+            spent += t.size
+            served.append(sid)
+            weight = self.decode_weight if t.kind is DECODE else self.prefill_weight
+            counter[sid] += weight * t.size
+            if not queue:
+                del backlog[sid]
             elif sid not in sessions.closed:
                 heapq.heappush(heap, (counter[sid], order, sid))
-        if why is not None:
-            capped = len(taken) >= cap
-            self._explain_later(lambda: self._reasons(why, sessions, capped, spent))
+        for sid in served:
+            if sid in backlog:
+                self._turn(sid)
+            elif sid in self._joined:
+                del self._joined[sid]
+                self._turns.drop(sid)
+        capped = len(taken) >= cap
+        self._explain_later(lambda: self._reasons(why, sessions, capped, spent))
         return taken
 
     def _reasons(
@@ -144,7 +210,25 @@ class FairScheduler(QueueScheduler):
 
     def remove_session(self, sid: Id) -> list[Task]:
         queue = self._backlog.pop(sid, None)
-        return list(queue) if queue else []
+        if queue is None:
+            return []
+        del self._joined[sid]
+        self._turns.drop(sid)
+        return list(queue)
 
     def reset(self) -> None:
         self._backlog.clear()
+        self._joined.clear()
+        self._turns.clear()
+
+
+_DOUBLE: Final = struct.Struct("<q")
+_FLOAT: Final = struct.Struct("<d")
+
+
+def _key(counter: float, joined: int) -> int:
+    """(counter, joined) as one int in the same order: a counter is never below 0.0, and a
+    float's bits read as an int order the floats at or above 0 (-0.0, equal to 0.0, is 0.0
+    first)."""
+    bits: int = _DOUBLE.unpack(_FLOAT.pack(counter + 0.0))[0]
+    return (bits << 64) | joined

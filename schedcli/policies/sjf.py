@@ -15,7 +15,8 @@ from ._limits import (
     chunk_fits_budget,
     decodes_leave_room,
 )
-from ._queues import DecodeQueue, chunk_reasons, decode_reasons, task_state
+from ._queues import FitIndex, chunk_reasons, decode_reasons, task_state
+from ._rotation import Decodes
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -46,11 +47,16 @@ class SjfScheduler(QueueScheduler):
         )
         decodes_leave_room(max_decode_sequences, max_batch_tokens)
         chunk_fits_budget(max_prefill_chunk_size, max_batch_tokens)
-        self._decodes = DecodeQueue()
+        self._decodes = Decodes()
         # Insertion order is arrival order: the tie-break. A drained session leaves,
         # and comes back as a new arrival.
         self._chunks: dict[Id, deque[Task]] = {}
         self._remaining: dict[Id, int] = {}
+        # Each session's place in that order, and (between batches) its turn: key
+        # (remaining, place), size its front chunk's. A pass serves first(room left).
+        self._joined: dict[Id, int] = {}
+        self._joins = 0
+        self._turns = FitIndex(max_prefill_chunk_size)
 
     def fingerprint(self) -> object | None:
         """Its parameters, the decodes in order, and each session's chunks in arrival order
@@ -58,7 +64,8 @@ class SjfScheduler(QueueScheduler):
         sessions = [
             (sid, tuple([task_state(t) for t in chunks])) for sid, chunks in self._chunks.items()
         ]
-        return (tuple(self.params().values()), self._decodes.state(), tuple(sessions))
+        decodes = tuple([task_state(t) for t in self._decodes.ordered()])
+        return (tuple(self.params().values()), decodes, tuple(sessions))
 
     def enqueue(self, task: Task) -> None:
         sid = task.sid
@@ -69,18 +76,75 @@ class SjfScheduler(QueueScheduler):
         if chunks is None:
             chunks = self._chunks[sid] = deque()
             self._remaining[sid] = 0
+            self._joined[sid] = self._joins
+            self._joins += 1
         chunks.append(task)
         self._remaining[sid] += task.size
+        self._turn(sid)
+
+    def _turn(self, sid: Id) -> None:
+        """``sid``'s turn from its remaining tokens and its front chunk, as a pass orders it."""
+        key = (self._remaining[sid] << 64) | self._joined[sid]
+        self._turns.put(sid, key, self._chunks[sid][0].size)
 
     def take_batch(self) -> list[Task]:
         taken: list[Task] = []
         decoding: dict[Id, Id] = {}
-        self._decodes.take(taken, decoding, self.max_decode_sequences)
+        self._decodes.take(taken, decoding, self.max_decode_sequences, None)
+        if self.explaining:
+            return self._take_walking(taken, decoding)
+        spent = len(taken)
+        budget = self.max_batch_tokens
+        chunks_of, remaining, turns = self._chunks, self._remaining, self._turns
+        # Sessions out of this batch's passes (decoding, or owed an output): out of turns
+        # until it ends.
+        aside = [sid for sid in decoding if sid in chunks_of]
+        for sid in aside:
+            turns.drop(sid)
+        # A pass walks the sessions in turn order and serves each whose chunk fits the room
+        # left: the next it serves is first(room), as every session before it that is still
+        # in turns did not fit and would not fit later (the room only shrinks). One served
+        # waits out of turns until the pass ends, so the pass meets it once.
+        while spent < budget:
+            served: list[Id] = []
+            progress = False
+            while spent < budget:
+                entry = turns.first(budget - spent)
+                if entry is None:
+                    break
+                sid = entry[1]
+                turns.drop(sid)
+                chunks = chunks_of[sid]
+                t = chunks.popleft()
+                taken.append(t)
+                spent += t.size
+                progress = True
+                if chunks:
+                    remaining[sid] -= t.size
+                    (aside if t.produce_output else served).append(sid)
+                else:
+                    del chunks_of[sid]
+                    del remaining[sid]
+                    del self._joined[sid]
+            for sid in served:
+                self._turn(sid)
+            if not progress:
+                break
+        for sid in aside:
+            if sid in chunks_of:
+                self._turn(sid)
+        return taken
+
+    def _take_walking(self, taken: list[Task], decoding: dict[Id, Id]) -> list[Task]:
+        """take_batch's prefill passes walking every session in order (a sort of them all),
+        to say why each task was left: the same batch, at O(sessions) a pass, as
+        explaining costs anyway."""
         spent = len(taken)
         owing: dict[Id, Id] = {}  # sid -> its output chunk's tid in this batch
         budget = self.max_batch_tokens
         chunks_of, remaining = self._chunks, self._remaining
         no_room: dict[Id, int] = {}  # sid -> tokens left when its chunk did not fit
+        served: list[Id] = []
         progress = True
         while progress and spent < budget and chunks_of:
             progress = False
@@ -99,6 +163,7 @@ class SjfScheduler(QueueScheduler):
                 taken.append(t)
                 spent += t.size
                 progress = True
+                served.append(sid)
                 no_room.pop(sid, None)
                 if t.produce_output:
                     owing[sid] = t.tid
@@ -107,15 +172,20 @@ class SjfScheduler(QueueScheduler):
                 else:
                     del chunks_of[sid]
                     del remaining[sid]
-        if self.explaining:
-            self._explain_later(lambda: self._reasons(decoding, owing, no_room, spent))
+        for sid in served:
+            if sid in chunks_of:
+                self._turn(sid)
+            elif sid in self._joined:
+                del self._joined[sid]
+                self._turns.drop(sid)
+        self._explain_later(lambda: self._reasons(decoding, owing, no_room, spent))
         return taken
 
     def _reasons(
         self, decoding: dict[Id, Id], owing: dict[Id, Id], no_room: dict[Id, int], spent: int
     ) -> dict[int, tuple[str, str]]:
         """Why each task still queued was left out (docs/policies.md, sjf's codes)."""
-        why = decode_reasons(self._decodes, decoding, self.max_decode_sequences)
+        why = decode_reasons(self._decodes.ordered(), decoding, self.max_decode_sequences)
 
         def front(sid: Id, t: Task) -> tuple[str, str]:
             if sid in owing:
@@ -133,8 +203,12 @@ class SjfScheduler(QueueScheduler):
 
     def remove_session(self, sid: Id) -> list[Task]:
         chunks = self._chunks.pop(sid, None)
-        self._remaining.pop(sid, None)
-        dropped = list(chunks) if chunks else []
+        dropped: list[Task] = []
+        if chunks is not None:
+            del self._remaining[sid]
+            del self._joined[sid]
+            self._turns.drop(sid)
+            dropped.extend(chunks)
         dropped.extend(self._decodes.remove_session(sid))
         return dropped
 
@@ -142,3 +216,5 @@ class SjfScheduler(QueueScheduler):
         self._decodes.clear()
         self._chunks.clear()
         self._remaining.clear()
+        self._joined.clear()
+        self._turns.clear()

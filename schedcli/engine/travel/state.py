@@ -11,6 +11,7 @@ from typing import Final
 
 from ...model.state import attributes
 from ...model.task import Task, show_id
+from ...policies._queues import FitIndex, OrderedQueue
 from ...policies._rotation import Decodes, Rotation
 
 ITEMS: Final = 12  # of a container, shown before "… N more"
@@ -42,11 +43,13 @@ def shown(value: object, depth: int) -> str:
         return repr(value) if isinstance(value, str | bytes) else str(value)
     if depth == 0:
         return "…"
-    # decode-first's queues, as the queues they stand for: the rotation's sessions in order,
-    # every queued decode in arrival order (not their indexes).
+    # The built-ins' queues, as the queues they stand for (not their indexes): decode-first's
+    # rotation of sessions in order and every queued decode in arrival order; fcfs's,
+    # priority's and prefill-first's tasks in the order a batch meets them; fair's and
+    # sjf's sessions in turn order.
     if isinstance(value, Rotation):
         value = value.order()
-    elif isinstance(value, Decodes):
+    elif isinstance(value, Decodes | OrderedQueue | FitIndex):
         value = value.ordered()
     if isinstance(value, list | tuple | deque | set | frozenset):
         items = list(value)
