@@ -1191,3 +1191,98 @@ def test_an_opaque_tasks_base_position_is_the_position_that_must_fit(
     done = cli("replay", past, "-p", fifo(), "--drain")
     assert done.code == 2
     assert f"{past}:2: position - prepared.offset 2147483648 does not fit" in done.stderr
+
+
+# --- the bound calls (#58): the engine reaches the C++ without a Python frame -------------
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> list[tuple[str, object]]:
+    """Calls of a task-level policy, with what the interface refuses mixed in: tids and
+    sids it cannot hold, sizes it refuses, groups given as tuples or generators."""
+    out: list[tuple[str, object]] = []
+    serial = 0
+    for _ in range(draw(st.integers(1, 30))):
+        op = draw(
+            st.sampled_from(["submit"] * 4 + ["get_work"] * 2 + ["has_work", "cancel", "clear"])
+        )
+        if op == "submit":
+            group = []
+            for _ in range(draw(st.integers(0, 3))):
+                serial += 1
+                tid = draw(st.sampled_from([serial, serial, 3, 2**70, "t"]))
+                decode = draw(st.booleans())
+                size = 1 if decode else draw(st.integers(0, 8))
+                output = draw(st.sampled_from([None, None, True, False]))
+                sid = draw(st.sampled_from([0, 1, 2, -(2**70)]))
+                group.append((tid, sid, "decode" if decode else "prefill", size, output))
+            out.append(("try_submit", (draw(st.sampled_from(["list", "tuple", "gen"])), group)))
+        elif op == "cancel":
+            out.append(("cancel", draw(st.sampled_from([0, 1, 2, "1", True, 2**70]))))
+        else:
+            out.append((op, None))
+    return out
+
+
+def _outcome(policy: object, name: str, arg: object, bound: bool) -> object:
+    """One call, through the instance (its bound callables) or the class's method, and what
+    it answered: the value (tasks as their tid and cancelled flag; the group's settled
+    outputs) or the error's type and words."""
+    tasks: list[Task] = []
+    args: tuple[object, ...] = ()
+    if name == "try_submit":
+        assert isinstance(arg, tuple)
+        kind, group = arg
+        tasks = [Task(t, s, k, n, produce_output=o) for t, s, k, n, o in group]
+        given = {"list": list, "tuple": tuple, "gen": lambda ts: (t for t in ts)}[kind](tasks)
+        args = (given,)
+    elif name == "cancel":
+        args = (arg,)
+    call = getattr(policy, name) if bound else getattr(type(policy), name).__get__(policy)
+    try:
+        answer = call(*args)
+    except Exception as e:
+        return ("error", type(e).__name__, str(e), [t.produce_output for t in tasks])
+    if isinstance(answer, list):
+        answer = [(t.tid, t.cancelled) for t in answer]
+    return ("ok", answer, [t.produce_output for t in tasks])
+
+
+@pytest.mark.parametrize("cxx", EVERY_SHAPE, indirect=True, ids=[s for _, s in EVERY_SHAPE])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(script=calls())
+def test_a_cpp_policys_calls_cross_without_a_python_frame_answering_as_its_methods(
+    cxx: str, script: list[tuple[str, object]]
+) -> None:
+    from schedcli.runtimes.executorch.policy import policy_class
+
+    cls = policy_class(fifo(b=12, n=3, c=6))
+    fast, slow = cls(), cls()
+    for name in ("try_submit", "has_work", "get_work", "cancel", "clear"):
+        # The instance's own callable, from the extension: no Python function in between.
+        assert type(vars(fast)[name]).__name__ == "Bound", name
+    for name, arg in script:
+        assert _outcome(fast, name, arg, True) == _outcome(slow, name, arg, False), (name, arg)
+
+
+@pytest.mark.parametrize("how", [1, 2, 5, 6, 13, 15, 16, 17, 18, 23, 24, 26])
+def test_a_cpp_policys_bound_calls_break_and_stay_abandoned_as_its_methods_do(
+    cxx: str, how: int
+) -> None:
+    from schedcli.runtimes.executorch.policy import policy_class
+
+    cls = policy_class(crashing(crash_at=2, how=how))
+    fast, slow = cls(), cls()
+    script: list[tuple[str, object]] = [
+        ("try_submit", ("list", [(1, 0, "prefill", 2, None), (2, 0, "prefill", 3, None)])),
+        ("get_work", None),
+        ("get_work", None),
+        ("get_work", None),
+        ("has_work", None),
+        ("try_submit", ("list", [(3, 1, "decode", 1, None)])),
+        ("cancel", 0),
+        ("cancel", "0"),
+        ("clear", None),
+    ]
+    for name, arg in script:
+        assert _outcome(fast, name, arg, True) == _outcome(slow, name, arg, False), (name, arg)

@@ -48,6 +48,11 @@ class CxxScheduler(Scheduler):
                 + ": the C++ refuses these parameters"
             )
         self._handle = handle
+        # The five calls as the shim's own callables, bound to this scheduler: they shadow
+        # the methods below (an instance's attribute comes before its class's function), so
+        # a call crosses into the C++ without a Python frame. They answer as those methods
+        # do, errors and all (tests/runtimes/test_cxx_policy.py compares the two).
+        vars(self).update(self._shim.bind(handle))
         limit = self._shim.max_prefill_chunk_size(handle)
         self._chunk_limit: int | None = limit if limit else values.get("max_prefill_chunk_size")
 
@@ -89,13 +94,14 @@ class CxxScheduler(Scheduler):
 
     # The shim matches what the C++ hands back to the tasks handed in, by tid, marks
     # dropped ones cancelled, and raises PolicyAborted for a tid that is not queued or a
-    # task whose fields are not as they went in.
+    # task whose fields are not as they went in. An instance answers these five through
+    # the bound callables __init__ puts on it; these are the same calls, spelt in Python.
     def try_submit(self, tasks: Iterable[Task]) -> str | None:
         group = tasks if isinstance(tasks, list) else list(tasks)
         settle_outputs(group)
         if self._shim.submit(self._handle, group):
             return None
-        return "the C++ scheduler refused the group (submit returned false)"
+        return REFUSED
 
     def has_work(self) -> bool:
         answer: bool = self._shim.has_work(self._handle)
@@ -141,6 +147,9 @@ class CxxScheduler(Scheduler):
         if type(sid) is int:
             _fit(sid, "sid", "SessionId", self._shim.SESSION_ID)
 
+
+# try_submit's answer when the C++ submit returns false (the shim's bound call says the same).
+REFUSED = "the C++ scheduler refused the group (submit returned false)"
 
 # The shim converts through a long long: a value outside it never crosses, whatever the type.
 _LONG_LONG = (-(2**63), 2**63 - 1)
@@ -262,7 +271,7 @@ def _loaded(spec: CxxSpec, compiler: tuple[str, ...]) -> ModuleType:
     path, module = _library(spec, compiler)
     shared = supervisor.watched()  # before any C++ runs in this process
     loaded = sys.modules.get(module) or cxx_build.load_extension(path, module)
-    loaded.setup(PolicyAborted, UnfitTask, DECODE)
+    loaded.setup(PolicyAborted, UnfitTask, DECODE, settle_outputs)
     if shared is not None:
         loaded.watch(shared)
     sys.modules[module] = loaded

@@ -94,6 +94,7 @@ struct Handle {
   std::vector<Returned> recent;  // a ring of the last kRecent tasks handed back
   std::size_t next = 0;
   std::uint64_t calls = 0;  // calls that hand tasks back, so far
+  std::vector<et::Task> sent;  // submit's buffer: the group as it went in
   bool abandoned = false;
 };
 
@@ -564,7 +565,7 @@ long owners(const et::Input& in) {
 
 std::weak_ptr<const void> owner_of(const et::Input& in) {
   return shape::with_owner(
-      in, [](const auto& p) { return std::weak_ptr<const void>(std::shared_ptr<const void>(p)); });
+      in, [](const auto& p) { return std::weak_ptr<const void>(p); });
 }
 
 // The task remembered as handed back before whose identity `got` carries, if any.
@@ -742,17 +743,12 @@ PyObject* create(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyCapsule_New(h, kCapsule, release);
 }
 
-PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2 || !PyList_CheckExact(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "submit(scheduler, list of tasks)");
-    return nullptr;
-  }
-  Handle* h = handle(args[0]);
-  if (h == nullptr) return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(args[1]);
+// The group (a list of tasks) submitted: True, False (refused), or null with the error.
+PyObject* submit_list(Handle* h, PyObject* list) {
+  const Py_ssize_t n = PyList_GET_SIZE(list);
   std::vector<et::Task> tasks(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!to_task(PyList_GET_ITEM(args[1], i), tasks[static_cast<std::size_t>(i)])) {
+    if (!to_task(PyList_GET_ITEM(list, i), tasks[static_cast<std::size_t>(i)])) {
       return nullptr;
     }
   }
@@ -767,20 +763,38 @@ PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       shape::set_tokens(t.input, Tokens(mark, nullptr));
     }
   }
-  std::vector<et::Task> sent(tasks);  // as they went in: what comes back must match
+  // As they went in (what comes back must match), in the handle's own buffer: one
+  // allocation fewer per submit. Empty again before this returns.
+  std::vector<et::Task>& sent = h->sent;
+  sent.assign(tasks.begin(), tasks.end());
   PyObject* ok = guarded(h, SUBMIT, [&] { return PyBool_FromLong(h->s->submit(std::move(tasks))); });
-  if (ok != Py_True) return ok;  // refused, or died
+  if (ok != Py_True) {  // refused, or died
+    sent.clear();
+    return ok;
+  }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* task = PyList_GET_ITEM(args[1], i);
+    PyObject* task = PyList_GET_ITEM(list, i);
     const et::TaskId id = sent[static_cast<std::size_t>(i)].tid;
     if (!h->queued.emplace(id, Entry{task, std::move(sent[static_cast<std::size_t>(i)])}).second) {
+      sent.clear();
       Py_DECREF(ok);
       return PyErr_Format(g_aborted, "submit accepted tid %lld, which was queued",
                           static_cast<long long>(id));
     }
     Py_INCREF(task);
   }
+  sent.clear();
   return ok;
+}
+
+PyObject* submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyList_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "submit(scheduler, list of tasks)");
+    return nullptr;
+  }
+  Handle* h = handle(args[0]);
+  if (h == nullptr) return nullptr;
+  return submit_list(h, args[1]);
 }
 
 PyObject* get_work(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -821,14 +835,138 @@ PyObject* max_prefill_chunk_size(PyObject*, PyObject* const* args, Py_ssize_t na
                  [h] { return PyLong_FromSize_t(chunk_limit(*h->s)); });
 }
 
+// --- the calls, bound ---------------------------------------------------------------------
+//
+// One scheduler's call, bound to its handle: policy.py puts these on the policy instance as
+// try_submit, has_work, get_work, cancel and clear, where they shadow the class's methods.
+// The engine's call then reaches the C++ with no Python frame in between and no capsule
+// lookup, and answers exactly as the class's methods would (which stay, as the reference:
+// tests check the two agree).
+
+enum Bind { B_TRY_SUBMIT, B_HAS_WORK, B_GET_WORK, B_CANCEL, B_CLEAR, BINDS };
+const char* const kBindNames[BINDS] = {"try_submit", "has_work", "get_work", "cancel", "clear"};
+const Py_ssize_t kBindArgs[BINDS] = {1, 0, 0, 1, 0};
+
+PyObject* g_settle = nullptr;   // schedcli.model.task.settle_outputs
+PyObject* g_refused = nullptr;  // try_submit's answer to a refused group
+
+struct Bound {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* capsule;  // a strong reference: the handle lives while this does
+  Handle* h;
+  Bind which;
+};
+
+PyObject* bound_call(PyObject* self, PyObject* const* args, std::size_t nargsf, PyObject* kwnames) {
+  auto* b = reinterpret_cast<Bound*>(self);
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) || nargs != kBindArgs[b->which]) {
+    return PyErr_Format(PyExc_TypeError, "%s() takes %zd positional argument%s",
+                        kBindNames[b->which], kBindArgs[b->which],
+                        kBindArgs[b->which] == 1 ? "" : "s");
+  }
+  Handle* h = b->h;
+  if (b->which == B_CANCEL && !PyLong_CheckExact(args[0])) {
+    return PyList_New(0);  // no C++ session has this id: nothing of it can be queued
+  }
+  // In the order the class's methods do things: a group is settled before the handle is
+  // looked at.
+  Ref group(nullptr);
+  if (b->which == B_TRY_SUBMIT) {
+    // Any iterable, taken as a list; outputs settled; None when queued, else why not.
+    group.p = PyList_Check(args[0]) ? Py_NewRef(args[0]) : PySequence_List(args[0]);
+    if (group.p == nullptr) return nullptr;
+    Ref settled(PyObject_Vectorcall(g_settle, &group.p, 1, nullptr));
+    if (settled.p == nullptr) return nullptr;
+  }
+  if (h->abandoned) {
+    PyErr_SetString(g_aborted, "the C++ scheduler was abandoned after it died in a call");
+    return nullptr;
+  }
+  switch (b->which) {
+    case B_TRY_SUBMIT: {
+      PyObject* ok = submit_list(h, group.p);
+      if (ok == nullptr) return nullptr;
+      Py_DECREF(ok);
+      return Py_NewRef(ok == Py_True ? Py_None : g_refused);
+    }
+    case B_HAS_WORK:
+      return guarded(h, HAS_WORK, [h] { return PyBool_FromLong(h->s->has_work()); });
+    case B_GET_WORK:
+      return guarded(h, GET_WORK, [h] { return matched(h, h->s->get_work(), "get_work", false); });
+    case B_CANCEL: {
+      et::SessionId sid;
+      if (!to_int(args[0], sid, "sid", "SessionId")) return nullptr;
+      return guarded(h, CANCEL, [h, sid] { return matched(h, h->s->cancel(sid), "cancel", true); });
+    }
+    case B_CLEAR:
+      return guarded(h, CLEAR, [h] { return matched(h, h->s->clear(), "clear", true); });
+    default:
+      break;
+  }
+  PyErr_SetString(PyExc_SystemError, "schedcli shim: an unknown bound call");
+  return nullptr;
+}
+
+extern "C" void bound_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  Py_XDECREF(reinterpret_cast<Bound*>(self)->capsule);
+  PyObject_Free(self);
+  Py_DECREF(type);  // a heap type: each instance holds a reference to it
+}
+
+PyTypeObject* g_bound_type = nullptr;
+
+PyMemberDef kBoundMembers[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, static_cast<Py_ssize_t>(offsetof(Bound, vectorcall)),
+     READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyType_Slot kBoundSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(bound_dealloc)},
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_members, kBoundMembers},
+    {0, nullptr},
+};
+
+PyType_Spec kBoundSpec = {SCHEDCLI_MODULE ".Bound", static_cast<int>(sizeof(Bound)), 0,
+                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL, kBoundSlots};
+
+// bind(scheduler): {name: callable} for the five calls.
+PyObject* bind(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "bind(scheduler)");
+    return nullptr;
+  }
+  Handle* h = handle(args[0]);
+  if (h == nullptr) return nullptr;
+  Ref out(PyDict_New());
+  if (out.p == nullptr) return nullptr;
+  for (int i = 0; i < BINDS; ++i) {
+    Bound* b = PyObject_New(Bound, g_bound_type);
+    if (b == nullptr) return nullptr;
+    b->vectorcall = bound_call;
+    b->capsule = Py_NewRef(args[0]);
+    b->h = h;
+    b->which = static_cast<Bind>(i);
+    Ref call(reinterpret_cast<PyObject*>(b));
+    if (PyDict_SetItemString(out.p, kBindNames[i], call.p) < 0) return nullptr;
+  }
+  return Py_NewRef(out.p);
+}
+
 PyObject* setup(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "setup(PolicyAborted, UnfitTask, TaskKind.DECODE)");
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError,
+                    "setup(PolicyAborted, UnfitTask, TaskKind.DECODE, settle_outputs)");
     return nullptr;
   }
   Py_XSETREF(g_aborted, Py_NewRef(args[0]));
   Py_XSETREF(g_unfit, Py_NewRef(args[1]));
   Py_XSETREF(g_decode, Py_NewRef(args[2]));
+  Py_XSETREF(g_settle, Py_NewRef(args[3]));
   Py_RETURN_NONE;
 }
 
@@ -870,6 +1008,7 @@ PyMethodDef kMethods[] = {
     {"max_prefill_chunk_size", fast(max_prefill_chunk_size),
      METH_FASTCALL, nullptr},
     {"setup", fast(setup), METH_FASTCALL, nullptr},
+    {"bind", fast(bind), METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -917,6 +1056,10 @@ PyMODINIT_FUNC SCHEDCLI_INIT() {  // PyMODINIT_FUNC is extern "C" already
   g_cancelled_name = PyUnicode_InternFromString("cancelled");
   g_aborted = Py_NewRef(PyExc_RuntimeError);
   g_unfit = Py_NewRef(PyExc_ValueError);
+  g_refused = PyUnicode_InternFromString(
+      "the C++ scheduler refused the group (submit returned false)");
+  g_bound_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kBoundSpec));
+  if (g_refused == nullptr || g_bound_type == nullptr) return nullptr;
   PyObject* m = PyModule_Create(&kModule);
   if (m == nullptr) return nullptr;
   if (!add_range<et::TaskId>(m, "TASK_ID") || !add_range<et::SessionId>(m, "SESSION_ID") ||
