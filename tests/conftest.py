@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -95,6 +97,45 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                 f"needs the {name} extra (missing: {extra.missing}; pip install -e "
                 f"'.[dev,{name}]'); CI installs it and requires this test"
             )
+
+
+# A test starts a process of its own (schedcli, pytest, a shell) where its source says so.
+STARTS_A_PROCESS = re.compile(
+    r"\brun_process\(|\bsubprocess\.|\bPopen\(|runpytest_subprocess|\bpty\.|\benv="
+)
+# What a skip's reason names, as the marker that selects the tests it skips.
+NEEDS_BY_REASON = {"g++": "cxx", "C++ compiler": "cxx", "SCHEDCLI_TEST_EXECUTORCH": "executorch",
+                   "tmux": "tmux"}  # fmt: skip
+
+
+def _markers_of(item: pytest.Item) -> set[str]:
+    """The markers pyproject.toml registers that ``item`` earns: by the extras it needs, the
+    fixtures it takes, its folder, its skips' reasons, and whether it starts a process."""
+    found = {name for marker in item.iter_markers("needs") for name in marker.args}
+    fixtures = getattr(item, "fixturenames", ())
+    if "other_vllm" in fixtures:
+        found.add("vllm")
+    if "tests/debug/" in item.path.as_posix():
+        found.add("debug")
+    for marker in item.iter_markers("skipif"):
+        reason = str(marker.kwargs.get("reason", ""))
+        found |= {name for words, name in NEEDS_BY_REASON.items() if words in reason}
+    function = getattr(item, "function", None)
+    if function is not None:
+        try:
+            source = inspect.getsource(function)
+        except (OSError, TypeError):
+            source = ""
+        if STARTS_A_PROCESS.search(source) or "pytester" in fixtures:
+            found.add("slow")
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Only ever adds markers: which tests run is the command line's -m, never this hook.
+    for item in items:
+        for name in sorted(_markers_of(item) - {m.name for m in item.iter_markers()}):
+            item.add_marker(name)
 
 
 # Interpreters with another vLLM release, for -p vllm@PYTHON (#57): os.pathsep-separated in

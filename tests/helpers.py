@@ -64,6 +64,23 @@ def run_cli(
     return run_in_process(*args, input=input)
 
 
+def refused(r: subprocess.CompletedProcess[bytes], *needles: str) -> str:
+    """``r``'s stderr, asserted an exit 2 that says each of ``needles``, never a traceback."""
+    err = r.stderr.decode()
+    assert r.returncode == 2, err
+    assert "internal error" not in err and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def located(r: subprocess.CompletedProcess[bytes], path: Path) -> str:
+    """``r``'s stderr, asserted an exit 2 whose message starts ``PATH:``."""
+    err = refused(r)
+    assert err.startswith(f"{path}:"), err
+    return err
+
+
 def run_in_process(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     run = run_cli_in_process(args, input=input or b"", columns=120)
     return subprocess.CompletedProcess(list(args), run.code, run.stdout, run.stderr)

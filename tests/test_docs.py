@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,17 @@ def test_the_suite_runs_in_one_process_as_the_docs_say(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert " passed" in run.stdout
+
+
+def test_the_docs_example_abort_has_its_time() -> None:
+    text = (ROOT / "docs" / "trace-format.md").read_text()
+    aborts = [json.loads(line) for line in text.splitlines() if line.startswith('{"op": "abort"')]
+    assert aborts and all("t" in a for a in aborts)
+
+
+def test_the_pre_commit_docs_name_a_rev_that_exists() -> None:
+    text = (ROOT / "docs" / "ci.md").read_text()
+    lines = [x.strip() for x in text.splitlines()]
+    revs = [x.split("rev:", 1)[1].strip() for x in lines if x.startswith("rev:")]
+    tags = subprocess.run(["git", "tag"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert revs and all(r in tags or r.startswith("<") for r in revs), revs

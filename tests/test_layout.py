@@ -221,3 +221,25 @@ def test_no_module_of_schedcli_is_imported_by_a_string() -> None:
         if (lines := _imports_by_string(p)) and str(p.relative_to(PACKAGE)) not in USER_CODE
     }
     assert not found, found
+
+
+# A test file is named for the code it tests; what it once was (a campaign, a round, an
+# issue's rows, a second file of the same) says nothing of where a test belongs.
+HISTORY = re.compile(r"_\d+$|round|honest|findings_?\d|fuzz_findings|campaign|issue_?\d|rows?_?\d")
+
+
+def _named_by_history(path: Path) -> bool:
+    return bool(HISTORY.search(path.stem))
+
+
+def test_no_test_file_is_named_by_its_history() -> None:
+    named = [p for p in (ROOT / "tests").rglob("*.py") if _named_by_history(p)]
+    assert not named, [str(p.relative_to(ROOT)) for p in named]
+
+
+def test_the_history_check_sees_the_names_it_forbids() -> None:
+    for stem in ("test_fuzz_findings", "test_fuzz_findings_3", "test_honest_verdicts_2",
+                 "test_round_two", "test_issue38", "test_check_2"):  # fmt: skip
+        assert _named_by_history(Path(f"tests/{stem}.py")), stem
+    for stem in ("test_check", "test_trace", "test_vllm_worker", "test_cxx_build", "test_findings"):
+        assert not _named_by_history(Path(f"tests/{stem}.py")), stem

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -124,3 +127,25 @@ def test_a_test_that_needs_an_absent_extra_skips_with_why_and_fails_where_requir
     required = pytester.runpytest_subprocess("-p", "no:xdist")
     required.assert_outcomes(passed=1, errors=1)  # failed in its setup: never a skip
     required.stdout.fnmatch_lines(["*SCHEDCLI_REQUIRE_ABSENT is set, so this test must run*"])
+
+
+def test_the_tests_that_read_the_real_traces_skip_without_them() -> None:
+    env = {**os.environ, "SCHEDCLI_TRACES_REAL": "/nonexistent", "SCHEDCLI_REQUIRE_REAL": ""}
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+         "tests/commands/test_convert.py"],
+        cwd=ROOT, env=env, capture_output=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout.decode()[-2000:]
+    assert b"skipped" in r.stdout
+
+
+def test_markers_are_registered_and_select_without_leaving_a_test_out_by_default() -> None:
+    import tomllib
+
+    from tests.conftest import EXTRAS, NEEDS_BY_REASON
+
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    registered = {line.split(":", 1)[0] for line in ini["markers"]}
+    assert {"slow", "debug", *EXTRAS, *NEEDS_BY_REASON.values()} <= registered
+    assert "-m" not in ini["addopts"].split()  # `pytest` (the README's, CI's) runs them all

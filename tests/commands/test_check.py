@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,8 +12,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.helpers import ROOT, TRACES, run_cli
+from tests.conftest import Cli
+from tests.helpers import EXAMPLES, ROOT, TOY, TRACES, run_cli, run_process
 
 GOLDENS = TRACES / "golden"
 
@@ -315,6 +319,7 @@ def test_a_param_given_to_check_goes_over_the_headers_and_the_folders(
     assert bad.returncode == 2 and b"--param 'nonsense': expected KEY=VALUE" in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_policy_on_the_command_line_gives_the_verdicts_of_a_folder_configured_with_it(
     tmp_path: Path,
 ) -> None:
@@ -803,6 +808,7 @@ def test_staged_checks_the_staged_copy_of_a_trace_not_the_working_trees(tmp_path
     assert r.stdout.startswith(b"pass       traces/fresh.jsonl")
 
 
+@pytest.mark.slow
 def test_staged_untracking_a_golden_or_trace_is_a_deletion_and_untracked_files_do_not_count(
     tmp_path: Path,
 ) -> None:
@@ -909,6 +915,7 @@ def _json_check(where: Path, *options: str) -> tuple[int, dict[str, dict[str, ob
     return r.returncode, {str(x["trace"] or x["golden"]): x for x in records}, r.stderr
 
 
+@pytest.mark.slow
 def test_staged_gives_the_verdicts_of_check_on_a_checkout_of_the_index(tmp_path: Path) -> None:
     import tempfile
 
@@ -957,3 +964,425 @@ def test_staged_gives_the_verdicts_of_check_on_a_checkout_of_the_index(tmp_path:
         assert failing <= set(staged), (steps, failing)
 
     staged_is_the_checkout()
+
+
+def _suite(root: Path, *names: str) -> Path:
+    """Example traces with their goldens in ROOT/suite."""
+    suite = root / "suite"
+    (suite / "golden").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copy(TRACES / f"{name}.jsonl", suite)
+        shutil.copy(GOLDENS / f"{name}.dump.jsonl", suite / "golden")
+    return suite
+
+
+def _build(root: Path, spec: dict[str, object]) -> None:
+    suite = root / "suite"
+    (suite / "golden").mkdir(parents=True)
+    goldens: dict[str, str] = spec["goldens"]  # type: ignore[assignment]
+    for name, state in goldens.items():
+        shutil.copy(TRACES / f"{name}.jsonl", suite)
+        golden = suite / "golden" / f"{name}.dump.jsonl"
+        if state == "right":
+            shutil.copy(GOLDENS / f"{name}.dump.jsonl", golden)
+        elif state == "off":
+            lines = (GOLDENS / f"{name}.dump.jsonl").read_bytes().splitlines(keepends=True)
+            golden.write_bytes(b"".join(lines[1:]))  # its first step lost
+    for i in range(spec["orphans"]):  # type: ignore[call-overload]
+        shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / f"ghost{i}.dump.jsonl")
+    if spec["twin"]:
+        first = next(iter(goldens))
+        shutil.copy(TRACES / f"{first}.jsonl", suite / f"{first}.jsonl.gz")
+    section = ['traces = ["suite"]']
+    if spec["strict"] is not None:
+        section.append(f"strict = {str(spec['strict']).lower()}")
+    if spec["golden"]:
+        section.append(f'golden = "{spec["golden"]}"')
+    if spec["allow_unchecked"]:
+        section.append("allow-unchecked = true")
+    text = "[tool.schedcli]\n" + "\n".join(section) + "\n"
+    if spec["override"]:
+        text += '[tool.schedcli.folders."suite"]\npolicy = "fcfs"\n'
+    (root / "pyproject.toml").write_text(text)
+
+
+NAMES = ("rotation-fairness", "deferral-order", "clear-shutdown", "long-prompts-and-chat")
+
+
+@st.composite
+def suites(draw: st.DrawFn) -> dict[str, object]:
+    """A suite: which examples, each golden right, off or missing, orphans, a twin that
+    claims another's golden, and the configuration's rules."""
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=4, unique=True))
+    return {
+        "goldens": {n: draw(st.sampled_from(["right", "off", "missing"])) for n in names},
+        "orphans": draw(st.integers(0, 2)),
+        "twin": draw(st.booleans()) and draw(st.booleans()),
+        "strict": draw(st.sampled_from([None, True, False])),
+        "golden": draw(st.sampled_from([None, "optional"])),
+        "allow_unchecked": draw(st.booleans()),
+        "override": draw(st.booleans()),
+    }
+
+
+@pytest.mark.slow
+def test_check_walks_a_folder_a_thousand_levels_deep(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    levels = [folder]
+    for _ in range(1100):  # past the interpreter's recursion limit; one level at a time
+        levels.append(levels[-1] / "d")
+    for level in levels:
+        level.mkdir()
+    shutil.copy(TRACES / "rotation-fairness.jsonl", levels[-1])
+    try:
+        r = run_cli("check", str(folder), "-j", "1", "--allow-missing-golden")
+        assert r.returncode == 0, r.stderr
+    finally:  # removed bottom up: pytest's own clean-up would recurse past the limit
+        (levels[-1] / "rotation-fairness.jsonl").unlink()
+        for level in reversed(levels):
+            level.rmdir()
+
+
+def test_the_junit_report_is_well_formed_whatever_the_names(tmp_path: Path) -> None:
+    suite = tmp_path / "s"
+    suite.mkdir()
+    for name in ("ctl\x01\x1b.jsonl", "nul\x7f.jsonl", "bad-\udcff.jsonl".encode(
+        "utf-8", "surrogateescape").decode("utf-8", "surrogateescape")):  # fmt: skip
+        try:
+            shutil.copy(TRACES / "rotation-fairness.jsonl", suite / name)
+        except UnicodeEncodeError:
+            continue
+    report = tmp_path / "r.xml"
+    allowed = ("-j", "1", "--allow-missing-golden")
+    r = run_cli("check", str(suite), *allowed, "--junit-xml", str(report))
+    assert r.returncode == 0, r.stdout
+    cases = list(ET.parse(report).getroot().iter("testcase"))
+    assert len(cases) >= 2
+    json_run = run_cli("check", str(suite), "-j", "1", "--allow-missing-golden", "-f", "json")
+    for line in json_run.stdout.splitlines():
+        orjson.loads(line)
+
+
+def test_check_never_starts_more_workers_than_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from schedcli.app.commands.check import running as checking
+
+    started: list[int] = []
+
+    def answers(fn: object, jobs: object, workers: int, setup: object = None) -> None:
+        started.append(workers)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(checking, "answers", answers)
+    suite = tmp_path / "s"
+    suite.mkdir()
+    for i in range(8):
+        shutil.copy(TRACES / "rotation-fairness.jsonl", suite / f"t{i}.jsonl")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    r = run_cli("check", str(suite), "-j", "1024", "--allow-missing-golden")
+    assert started == [2], (started, r.stderr)
+    assert b"--jobs 1024: checking on the 2 cores" in r.stderr
+    assert checking  # imported for the monkeypatch's sake
+
+
+def test_links_to_the_folder_itself_neither_hang_nor_count_twice(tmp_path: Path) -> None:
+    suite = tmp_path / "s"
+    suite.mkdir()
+    shutil.copy(TRACES / "rotation-fairness.jsonl", suite)
+    (suite / "a").symlink_to(".")
+    (suite / "b").symlink_to(".")
+    r = run_cli("check", str(suite), "-j", "1", "--allow-missing-golden")
+    assert r.returncode == 0 and r.stdout.decode().splitlines()[-1].startswith("1 trace:")
+
+
+def test_check_the_plugin_and_report_take_request_level_traces(
+    tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(
+        "".join(
+            json.dumps({"sid": i, "arrival": i / 10, "prompt_tokens": 20 + i, "output_tokens": 3})
+            + "\n"
+            for i in range(4)
+        )
+    )
+    suite = pytester.path / "suite"
+    suite.mkdir()
+    trace = suite / "t.jsonl"
+    simulated = run_cli("simulate", str(workload), "-p", TOY, "-o", str(trace), "-f", "json")
+    assert simulated.returncode == 0
+    assert run_cli("replay", str(trace), "--check", "-o", os.devnull).returncode == 0
+    assert run_cli("check", str(suite), "--update", "-j", "1").returncode == 0
+    r = run_cli("check", str(suite), "-j", "1")
+    assert r.returncode == 0 and b"golden: " in r.stdout
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # where the toy policy is
+    # In a process of its own the toy has no name a header may give: its folder names it.
+    (pytester.path / "pyproject.toml").write_text(
+        f'[tool.schedcli.folders."suite"]\npolicy = "{TOY}"\n'
+    )
+    pytester.runpytest_subprocess("--schedcli=suite").assert_outcomes(passed=1)
+    assert run_cli("report", str(trace), "-o", str(tmp_path / "r.html")).returncode == 0
+
+
+def test_check_update_refuses_a_golden_that_is_a_trace(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, "rotation-fairness")
+    golden = suite / "golden" / "rotation-fairness.dump.jsonl"
+    golden.unlink()
+    golden.symlink_to(suite / "rotation-fairness.jsonl")
+    before = (suite / "rotation-fairness.jsonl").read_bytes()
+    r = run_cli("check", str(suite), "--update", "-j", "1")
+    assert r.returncode == 2 and b"is the same file as trace" in r.stderr
+    assert (suite / "rotation-fairness.jsonl").read_bytes() == before
+
+
+def test_two_traces_claiming_one_golden_are_refused_naming_both(
+    tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    suite = _suite(tmp_path, "rotation-fairness")
+    shutil.copy(suite / "rotation-fairness.jsonl", suite / "rotation-fairness.jsonl.gz")
+    for options in ([], ["--update"]):
+        r = run_cli("check", str(suite), "-j", "1", *options)
+        err = r.stderr.decode()
+        assert r.returncode == 2, err
+        assert "rotation-fairness.jsonl and " in err and "rotation-fairness.jsonl.gz" in err
+        assert "both claim the golden" in err
+    plugin = pytester.runpytest_subprocess(f"--schedcli={suite}")
+    assert plugin.ret == pytest.ExitCode.USAGE_ERROR
+    assert "both claim the golden" in plugin.stderr.str()
+
+
+def test_two_folders_claiming_one_golden_dir_are_refused(tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(TRACES / "deferral-order.jsonl", tmp_path / folder / "x.jsonl")
+    goldens = tmp_path / "goldens"
+    r = run_cli("check", str(tmp_path / "a"), str(tmp_path / "b"), "--golden-dir", str(goldens))
+    assert r.returncode == 2 and b"both claim the golden" in r.stderr
+    assert b"a/x.jsonl" in r.stderr and b"b/x.jsonl" in r.stderr
+
+
+def test_a_trace_without_a_golden_fails_unless_the_folder_opts_out(
+    tmp_path: Path, cli: Cli
+) -> None:
+    suite = _suite(tmp_path, "rotation-fairness", "deferral-order")
+    (suite / "golden" / "deferral-order.dump.jsonl").unlink()  # the trace has expects too
+    r = cli("check", "suite", "-j", "1", "-f", "json", cwd=tmp_path)
+    assert r.code == 1
+    found = {orjson.loads(x)["trace"]: orjson.loads(x) for x in r.lines}
+    missing = found["suite/deferral-order.jsonl"]
+    assert (missing["status"], missing["coverage"]) == ("fail", "checked 2 of 2 batches; no golden")
+    assert missing["command"] == "schedcli check --update suite/deferral-order.jsonl"
+    assert cli("check", "suite", "-j", "1", "--allow-missing-golden", cwd=tmp_path).code == 0
+    (tmp_path / "pyproject.toml").write_text('[tool.schedcli]\ngolden = "optional"\n')
+    assert cli("check", "suite", "-j", "1", cwd=tmp_path).code == 0
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.schedcli.folders."suite"]\ngolden = "optional"\n'
+    )
+    assert cli("check", "suite", "-j", "1", cwd=tmp_path).code == 0
+
+
+def test_renaming_a_trace_orphans_its_golden_and_fails(tmp_path: Path, cli: Cli) -> None:
+    suite = _suite(tmp_path, "rotation-fairness")
+    (suite / "rotation-fairness.jsonl").rename(suite / "renamed.jsonl")
+    r = cli("check", "suite", "-j", "1", cwd=tmp_path)
+    assert r.code == 1
+    out = r.stdout.decode()
+    assert "orphaned   suite/golden/rotation-fairness.dump.jsonl" in out
+    assert "FAIL       suite/renamed.jsonl" in out
+    (tmp_path / "pyproject.toml").write_text("[tool.schedcli]\nstrict = false\n")
+    r = cli("check", "suite", "-j", "1", "--allow-missing-golden", cwd=tmp_path)
+    assert r.code == 0 and "(not failing: --no-strict)" in r.stdout.decode()
+
+
+def test_a_symlink_loop_is_noted_and_never_counted(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, "rotation-fairness", "deferral-order")
+    (suite / "loop").symlink_to("..")
+    (suite / "again").symlink_to(suite)
+    r = run_cli("check", str(suite), "-j", "1")
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.decode().splitlines()[-1].startswith("2 traces: 2 passed")
+    assert r.stderr.decode().count("(a loop): not followed") == 2
+
+
+def test_a_folder_linked_twice_is_searched_once(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, "rotation-fairness")
+    (tmp_path / "link").symlink_to(suite)
+    r = run_cli("check", str(suite), str(tmp_path / "link"), "-j", "1")
+    assert r.returncode == 0 and r.stdout.decode().splitlines()[-1].startswith("1 trace: 1 passed")
+
+
+def test_a_configured_folder_that_does_not_exist_is_refused(tmp_path: Path, cli: Cli) -> None:
+    _suite(tmp_path, "rotation-fairness")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.schedcli]\ntraces = ["suite"]\n[tool.schedcli.folders."nonexist"]\npolicy = "fcfs"\n'
+    )
+    r = cli("check", cwd=tmp_path)
+    assert r.code == 2 and 'folders."nonexist": no such folder' in r.stderr
+
+
+def test_an_empty_folder_listed_in_traces_is_refused(tmp_path: Path, cli: Cli) -> None:
+    _suite(tmp_path, "rotation-fairness")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.schedcli]\ntraces = ["suite", "empty"]\n')
+    r = cli("check", cwd=tmp_path)
+    assert r.code == 2 and "empty: no traces" in r.stderr
+
+
+def test_check_has_allow_incomplete_and_update_repairs_a_truncated_golden(
+    tmp_path: Path,
+) -> None:
+    suite = _suite(tmp_path, "rotation-fairness")
+    golden = suite / "golden" / "rotation-fairness.dump.jsonl"
+    golden.write_bytes(b"".join(golden.read_bytes().splitlines(keepends=True)[:3]))  # cut short
+    r = run_cli("check", str(suite), "-j", "1")
+    assert r.returncode == 2 and b"--allow-incomplete" in r.stdout
+    assert run_cli("check", str(suite), "-j", "1", "--allow-incomplete").returncode == 1
+    r = run_cli("check", str(suite), "-j", "1", "--update")
+    assert r.returncode == 0 and b"in place of one that could not be read" in r.stdout
+    assert golden.read_bytes() == (GOLDENS / "rotation-fairness.dump.jsonl").read_bytes()
+
+
+def test_pytest_schedcli_runs_the_traces_alone_where_testpaths_are_set(
+    pytester: pytest.Pytester,
+) -> None:
+    _suite(pytester.path, "rotation-fairness")
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_other.py").write_text("def test_other():\n    pass\n")
+    pytester.runpytest_subprocess("--schedcli", "suite").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)  # the plain run: its tests
+
+
+def test_pytest_schedcli_of_an_empty_folder_says_so(pytester: pytest.Pytester) -> None:
+    (pytester.path / "empty").mkdir()
+    r = pytester.runpytest_subprocess("--schedcli=empty")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR and "no traces" in r.stderr.str()
+
+
+def test_check_of_stdin_says_it_reads_files() -> None:
+    r = run_cli("check", "-")
+    assert r.returncode == 2 and b"not standard input" in r.stderr
+
+
+def test_every_check_failure_prints_the_command_that_reproduces_it(
+    tmp_path: Path, cli: Cli
+) -> None:
+    _suite(tmp_path, "rotation-fairness", "deferral-order")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.schedcli.folders."suite"]\npolicy = "fcfs"\nparams = { max_batch_tokens = 8 }\n'
+    )
+    r = cli("check", "suite", "-j", "1", "-f", "json", cwd=tmp_path)
+    assert r.code == 1
+    commands = [orjson.loads(x)["command"] for x in r.lines]
+    assert all(c and "-p fcfs -P max_batch_tokens=8" in c for c in commands), commands
+    for command in commands:  # each, run as printed from the root, fails the same way
+        words = command.split()[1:]
+        again = cli(*words, cwd=tmp_path)
+        assert again.code == 1, (command, again.stderr)
+    assert all(orjson.loads(x)["golden"] for x in r.lines)  # shown for expect failures too
+
+
+def test_check_paths_are_relative_to_the_root_and_orphans_are_annotated(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = _suite(tmp_path, "rotation-fairness")
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "ghost.dump.jsonl")
+    (tmp_path / "pyproject.toml").write_text('[tool.schedcli]\ntraces = ["suite"]\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    report = tmp_path / "junit.xml"
+    r = cli("check", "--junit-xml", str(report), "-j", "1", cwd=tmp_path / "sub")
+    assert r.code == 1
+    assert "pass       suite/rotation-fairness.jsonl" in r.stdout.decode()
+    assert "::error file=suite/golden/ghost.dump.jsonl," in r.stderr
+    xml = report.read_text()
+    assert 'classname="suite"' in xml and 'classname="suite/golden"' in xml
+
+
+def test_checks_summary_is_said_once_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    _suite(tmp_path, "rotation-fairness")
+    (tmp_path / "suite" / "golden" / "rotation-fairness.dump.jsonl").unlink()
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedcli", "check", "suite", "-j", "1"],
+        stdout=follower, stderr=follower, cwd=tmp_path,
+    )  # fmt: skip
+    os.close(follower)
+    said = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        said += chunk
+    proc.wait(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 1
+    assert said.count(b"1 trace: 0 passed, 1 failed") == 1, said.decode()
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_passes_check_with_the_default_options(example: Path) -> None:
+    r = run_cli("check", str(example), "-j", "1")
+    assert r.returncode == 0, r.stdout
+
+
+def test_the_plugin_fails_an_orphaned_golden_as_check_does_under_strict(
+    pytester: pytest.Pytester,
+) -> None:
+    suite = _suite(pytester.path, "rotation-fairness")
+    shutil.copy(GOLDENS / "rejections.dump.jsonl", suite / "golden" / "ghost.dump.jsonl")
+    pytester.makepyprojecttoml(
+        '[tool.schedcli]\ntraces = ["suite"]\nstrict = true\npytest = true\n'
+    )
+    assert run_cli("check", str(suite)).returncode == 1
+    pytester.runpytest_subprocess().assert_outcomes(passed=1, failed=1)  # plain pytest
+    pytester.runpytest_subprocess("--schedcli").assert_outcomes(passed=1, failed=1)
+    pytester.makepyprojecttoml('[tool.schedcli]\ntraces = ["suite"]\nstrict = false\n')
+    pytester.runpytest_subprocess("--schedcli").assert_outcomes(passed=1, skipped=1)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(spec=suites())
+def test_check_and_the_pytest_plugin_give_the_same_verdicts(
+    pytester: pytest.Pytester, spec: dict[str, object]
+) -> None:
+    root = pytester.mkdir(f"s{len(list(pytester.path.iterdir()))}")
+    _build(root, spec)
+    checked = run_process("check", "-f", "json", "-j", "1", cwd=root)
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "--rootdir", str(root), "-c", str(root / "pyproject.toml"), "--schedcli"],
+        cwd=root, capture_output=True, timeout=300,
+    )  # fmt: skip
+    if checked.returncode == 2:  # a suite check refuses, the plugin refuses as usage
+        assert ran.returncode == pytest.ExitCode.USAGE_ERROR, ran.stdout
+        return
+    verdicts = {}
+    for line in checked.stdout.splitlines():
+        v = orjson.loads(line)
+        name = Path(v["trace"] or v["golden"]).name
+        status = v["status"]
+        allowed = spec["allow_unchecked"] if status == "unchecked" else spec["strict"] is False
+        verdicts[name] = (
+            "passed"
+            if status == "pass"
+            else ("skipped" if status in ("unchecked", "orphaned") and allowed else "failed")
+        )
+    said = ran.stdout.decode()
+    outcomes = {}
+    for line in said.splitlines():  # -v: "suite/NAME.jsonl::check PASSED [ 50%]"
+        words = line.split()
+        if len(words) >= 2 and "::" in words[0] and words[1] in ("PASSED", "FAILED", "SKIPPED"):
+            outcomes[Path(words[0].split("::")[0]).name] = words[1].lower()
+    assert outcomes == verdicts, said
+    assert (checked.returncode == 0) == (ran.returncode == 0)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REAL, needs_real, run_cli
+from tests.helpers import REAL, needs_real, refused, run_cli
 
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 AZURE_CODE = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_code.csv"
@@ -263,3 +263,60 @@ def test_every_converter_module_is_named_and_declares_its_name() -> None:
     modules = {p.stem for p in here.glob("*.py") if not p.stem.startswith("_")}
     assert modules == set(converters.NAMES)
     assert [c.name for c in converters.converters().values()] == list(converters.NAMES)
+
+
+LENGTHS = REAL / "sarathi-serve" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+
+
+AZURE = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--rate", "1", "--cv", "nan"],
+        ["--rate", "1", "--cv", "1e200"],
+        ["--rate", "1", "--cv", "1e-200"],
+    ],
+)
+def test_the_arrival_cv_is_bounded(tmp_path: Path, options: list[str]) -> None:
+    r = run_cli("convert", "lengths", str(LENGTHS), *options, "-o", str(tmp_path / "w.jsonl"))
+    refused(r, "--cv must be a number from 0.01 to 100")
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--start", "nan"], "--start must be a number from 0 to"),
+        (["--duration", "inf"], "--duration must be a number > 0"),
+        (["--time-scale", "0"], "--time-scale must be a number from 1e-06"),
+    ],
+)
+def test_convert_options_are_finite_and_bounded(
+    tmp_path: Path, options: list[str], said: str
+) -> None:
+    out = tmp_path / "w.jsonl"
+    refused(run_cli("convert", "azure", str(AZURE), *options, "-o", str(out)), said)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("rate", ["nan", "1e-320", "inf"])
+def test_the_arrival_rate_is_finite_and_bounded(tmp_path: Path, rate: str) -> None:
+    r = run_cli("convert", "lengths", str(LENGTHS), "--rate", rate, "-o", str(tmp_path / "w"))
+    refused(r, "--rate must be a number from 1e-06 to 1000000000")
+
+
+@needs_real
+def test_convert_with_a_window_does_not_undercount_what_it_left_out(tmp_path: Path) -> None:
+    from tests.helpers import REAL
+
+    azure = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+    r = run_cli(
+        "convert", "azure", str(azure), "--start", "10", "--duration", "5",
+        "-o", str(tmp_path / "w.jsonl"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    said = r.stderr.decode()
+    assert "outside the window" not in said  # the rows after the window were never read
+    assert "before the window (--start)" in said
+    assert "stopped at the window's end (line" in said and "rest not read" in said

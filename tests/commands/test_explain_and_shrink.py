@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from schedcli.model.requests import Arrival
 from tests.conftest import Cli
 from tests.doubles.requests import ToyRequests
-from tests.helpers import TRACES, run_cli, run_process, write_lines
+from tests.helpers import REQUEST_HEADER, TRACES, run_cli, run_process, write_lines
 
 CHAT = TRACES / "long-prompts-and-chat.jsonl"
 
@@ -91,6 +92,7 @@ def planted(tmp_path: Path) -> Path:
     return trace
 
 
+@pytest.mark.slow
 def test_shrink_reduces_a_planted_wrong_expect_to_a_few_lines_that_still_fail(
     tmp_path: Path,
 ) -> None:
@@ -368,6 +370,7 @@ def test_shrink_at_max_time_ends_a_command_that_never_ends(tmp_path: Path) -> No
         pytest.fail(f"the command's sleep ({pid}) outlived shrink")
 
 
+@pytest.mark.slow
 def test_shrink_at_max_time_says_when_the_trace_itself_never_finishes_replaying(
     tmp_path: Path,
 ) -> None:
@@ -421,6 +424,7 @@ def test_shrink_interrupted_writes_the_smallest_failing_trace_so_far(tmp_path: P
     assert run_cli("replay", str(small), "--check", "-o", str(tmp_path / "d")).returncode == 1
 
 
+@pytest.mark.slow
 def test_sh2_a_flaky_command_is_a_clear_error_not_an_internal_one(tmp_path: Path) -> None:
     # Fails (exit 1) on its first three calls, then passes.
     flaky = "cmd:n=$(cat count 2>/dev/null || echo 0); echo $((n+1)) > count; [ $n -ge 3 ]"
@@ -608,3 +612,34 @@ def test_explain_step_gives_each_held_request_the_arrival_that_was_accepted(
         view = explain_step(str(trace), step, TOY).to_json()
         assert [(q["sid"], q["line"], q["step"]) for q in view["queue"]] == want, step
         assert all(q["age"] == step - q["step"] for q in view["queue"])
+
+
+ARRIVE = {"op": "arrive", "rid": "a", "prompt_tokens": 10, "max_tokens": 3, "t": 0.0}
+
+
+def test_shrink_until_check_at_an_update_keeps_it(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "r.jsonl",
+        [REQUEST_HEADER, ARRIVE, {"op": "schedule"},
+         {"op": "update", "expect": {"finished": ["a"]}}, {"op": "schedule"}, {"op": "update"}],
+    )  # fmt: skip
+    assert run_cli("replay", str(trace), "--check", "-o", os.devnull).returncode == 1
+    out = tmp_path / "s.jsonl"
+    r = run_cli("shrink", str(trace), "--until", "check", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert run_cli("replay", str(out), "--check", "-o", os.devnull).returncode == 1
+
+
+def test_explain_on_an_empty_trace_says_it_has_no_steps(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    r = run_cli("explain", str(trace), "--step", "3")
+    assert r.returncode == 2
+    assert r.stderr.decode().strip() == f"{trace}: there is no step 3: the replay has no steps"
+
+
+def test_explain_task_explains_a_rejection(cli: Cli) -> None:
+    r = cli("explain", TRACES / "rejections.jsonl", "--task", "2", "-f", "json")
+    assert r.code == 0, r.stderr
+    (life,) = orjson.loads(r.stdout)
+    assert life["outcome"] == {"what": "rejected", "step": 0, "reason": "task 2 has size 0"}

@@ -11,7 +11,7 @@ import pytest
 
 from schedcli import Task
 from schedcli.formats.writer import TraceWriter
-from tests.helpers import run_cli
+from tests.helpers import run_cli, write_lines
 
 TRUE = {"a": 0.004, "b": 0.00003, "c": 0.0002, "d": 0.0000005}
 
@@ -163,3 +163,31 @@ def test_fit1_infinite_or_huge_step_times_are_located(tmp_path: Path, times: str
     r = run_cli("fit", str(rec))
     assert r.returncode == 2, r.stderr
     assert re.match(rf"{re.escape(str(rec))}:\d+: t ", r.stderr.decode())
+
+
+def _workload(path: Path) -> Path:
+    path.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 8, "output_tokens": 3}\n')
+    return path
+
+
+def test_a_poor_fit_is_said_loudly_and_marked(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(7)
+    lines: list[dict[str, object]] = [{"schedcli": 1, "policy": "fcfs", "params": {}}]
+    t = 0.0
+    for i in range(200):  # step times that have nothing to do with the batch
+        lines.append({"op": "submit", "tid": i, "sid": i, "kind": "prefill",
+                      "size": rng.randint(1, 256), "t": t})  # fmt: skip
+        t += rng.choice([0.001, 0.05, 0.2])
+        lines.append({"op": "get_work", "t": t, "expect": [i]})
+    trace = write_lines(tmp_path / "rec.jsonl", lines)
+    out = tmp_path / "cost.json"
+    r = run_cli("fit", str(trace), "-o", str(out), "-f", "json")
+    assert r.returncode == 0
+    assert b"warning: this fit is poor" in r.stderr
+    fit = orjson.loads(out.read_bytes())["fit"]
+    assert fit["quality"] == "poor" and fit["poor"]
+    workload = _workload(tmp_path / "w.jsonl")
+    r = run_cli("simulate", str(workload), "--cost", str(out), "-f", "json")
+    assert r.returncode == 0 and b"is poor" in r.stderr

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +130,89 @@ def test_a_run_that_writes_nothing_still_leaves_its_empty_output(tmp_path: Path)
     r = run_cli("replay", str(tmp_path / "t.jsonl"), "-f", "jsonl", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert b"stale" not in out.read_bytes()
+
+
+def _workload(path: Path) -> Path:
+    path.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 8, "output_tokens": 3}\n')
+    return path
+
+
+@pytest.mark.parametrize(
+    ("command", "make"),
+    [
+        (["replay", "{x}", "-o", "{x}"], "trace"),
+        (["replay", "{x}", "-o", "{x}", "-f", "jsonl"], "gz"),
+        (["replay", "{x}", "--perfetto", "{x}"], "trace"),
+        (["replay", "{x}", "--golden", "{x}", "--update-golden"], "trace"),
+        (["simulate", "{x}", "-o", "{x}"], "workload"),
+        (["simulate", "{x}", "--metrics", "{x}"], "workload"),
+        (["convert", "auto", "{x}", "-o", "{x}"], "workload"),
+        (["shrink", "{x}", "--until", "contract", "-o", "{x}"], "trace"),
+        (["sweep", "{x}", "-p", "fcfs", "-o", "{x}"], "workload"),
+        (["report", "{x}", "-o", "{x}"], "trace"),
+        (["fit", "{x}", "-o", "{x}"], "trace"),
+        (["check", "{x}", "--junit-xml", "{x}"], "trace"),
+    ],
+)
+def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
+    tmp_path: Path, command: list[str], make: str
+) -> None:
+    if make == "workload":
+        x = _workload(tmp_path / "x.jsonl")
+    elif make == "gz":
+        x = tmp_path / "x.jsonl.gz"
+        x.write_bytes(gzip.compress((TRACES / "rotation-fairness.jsonl").read_bytes()))
+    else:
+        x = tmp_path / "x.jsonl"
+        shutil.copy(TRACES / "rotation-fairness.jsonl", x)
+    before = x.read_bytes()
+    r = run_cli(*[w.format(x=x) for w in command])
+    assert r.returncode == 2, r.stderr
+    assert b"is the same file as" in r.stderr or b"are the same file" in r.stderr
+    assert x.read_bytes() == before
+
+
+@pytest.mark.parametrize("spelling", ["symlink", "hard link", "dot-dot"])
+def test_an_output_that_is_its_input_however_spelt_is_refused(
+    tmp_path: Path, spelling: str
+) -> None:
+    x = tmp_path / "x.jsonl"
+    shutil.copy(TRACES / "rotation-fairness.jsonl", x)
+    before = x.read_bytes()
+    (tmp_path / "d").mkdir()
+    alias = tmp_path / "alias.jsonl"
+    if spelling == "symlink":
+        alias.symlink_to(x)
+    elif spelling == "hard link":
+        os.link(x, alias)
+    else:
+        alias = tmp_path / "d" / ".." / "x.jsonl"
+    r = run_cli("replay", str(x), "-o", str(alias))
+    assert r.returncode == 2 and b"is the same file as TRACE" in r.stderr
+    assert x.read_bytes() == before
+
+
+def test_stdout_redirected_onto_the_input_is_refused(tmp_path: Path) -> None:
+    x = tmp_path / "x.jsonl"
+    shutil.copy(TRACES / "rotation-fairness.jsonl", x)
+    before = x.read_bytes()
+    with x.open("ab") as out:  # >> x.jsonl: the replay would read its own dump
+        r = subprocess.run(
+            [sys.executable, "-m", "schedcli", "stats", str(x)], stdout=out, stderr=subprocess.PIPE
+        )
+    assert r.returncode == 2 and b"standard output is the same file as" in r.stderr
+    assert x.read_bytes() == before
+
+
+def test_two_outputs_into_one_file_are_refused(tmp_path: Path) -> None:
+    trace = TRACES / "rotation-fairness.jsonl"
+    out = tmp_path / "out.jsonl"
+    r = run_cli("replay", str(trace), "-o", str(out), "--perfetto", str(out))
+    assert r.returncode == 2 and b"are the same file" in r.stderr
+    assert not out.exists()
+
+
+def test_writing_next_to_an_input_is_fine(tmp_path: Path) -> None:
+    trace = str(TRACES / "rotation-fairness.jsonl")
+    assert run_cli("replay", trace, "-o", str(tmp_path / "out.jsonl")).returncode == 0
+    assert run_cli("replay", trace, "-o", "/dev/null").returncode == 0

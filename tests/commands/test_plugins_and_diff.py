@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -11,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from schedcli import BUILTIN_POLICIES
-from tests.helpers import ROOT, TRACES, run_cli, write_lines
+from tests.helpers import EXAMPLES, ROOT, TRACES, run_cli, write_lines
 
 PLUGIN = "tests.plugin_policies:OnePerBatch"
 REWORDED = "tests.plugin_policies:RewordedDecodeFirst"
@@ -113,6 +116,7 @@ def test_policy_that_returns_a_task_twice_is_a_contract_breach_exit_3() -> None:
     assert b"returned twice, or never accepted" in r.stderr
 
 
+@pytest.mark.slow
 def test_policies_lists_parameters_defaults_and_rules() -> None:
     r = run_cli("policies")
     assert r.returncode == 0
@@ -305,6 +309,7 @@ def _decisions(dump: Path) -> list[bytes]:
     return [orjson.dumps(r) for r in records]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=traffic(), a=st.sampled_from(SIDES[:2]), b=st.sampled_from(SIDES[1:]))
 def test_diff_golden_and_dumps_pass_exactly_when_the_decisions_agree(
@@ -415,3 +420,79 @@ def test_steps_to_drain_is_the_step_after_the_last_batch_and_na_where_work_is_le
     r = run_cli("diff", str(short), "--b", "fcfs", "--b-param", "max_num_seqs=1", "-f", "json")
     data = orjson.loads(r.stdout)
     assert data["b"]["metrics"]["steps_to_drain"] is None  # task 2 is still queued
+
+
+def _dump(tmp_path: Path, trace: Path, name: str, *args: str) -> Path:
+    out = tmp_path / name
+    r = run_cli("replay", str(trace), "-f", "jsonl", "-o", str(out), *args)
+    assert r.returncode in (0, 3), r.stderr
+    return out
+
+
+def test_a_cancel_record_compares_json_types(tmp_path: Path) -> None:
+    dump = tmp_path / "a.jsonl"
+    run_cli("replay", str(TRACES / "cancel-and-rejoin.jsonl"), "-f", "jsonl", "-o", str(dump))
+    other = tmp_path / "b.jsonl"
+    text = dump.read_text()
+    cancel = next(x for x in text.splitlines() if '"op":"cancel"' in x)
+    record = json.loads(cancel)
+    record["line"] = float(record["line"])
+    other.write_text(text.replace(cancel, json.dumps(record, separators=(",", ":"))))
+    assert run_cli("diff", str(dump), str(other)).returncode == 1
+
+
+def test_diff_and_golden_agree_on_a_dump_cut_short(tmp_path: Path) -> None:
+    full = _dump(tmp_path, EXAMPLES[0], "full.jsonl")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(full.read_bytes().splitlines(keepends=True)[:-1]))
+    diffed = run_cli("diff", str(full), str(cut), "--allow-incomplete")
+    golden = run_cli("replay", str(EXAMPLES[0]), "--golden", str(cut))
+    assert diffed.returncode == 1  # the end record differs, and diff says so
+    assert golden.returncode == 2  # a golden must be complete
+    assert b"incomplete dump (no end record)" in golden.stderr
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_diff_and_golden_give_the_same_verdict_on_every_pair(example: Path, tmp_path: Path) -> None:
+    mine = _dump(tmp_path, example, "mine.jsonl")
+    for other_policy in ("fcfs", "fair"):
+        other = _dump(tmp_path, example, f"{other_policy}.jsonl", "-p", other_policy)
+        diffed = run_cli("diff", str(other), str(mine))
+        golden = run_cli("replay", str(example), "--golden", str(other))
+        assert diffed.returncode == golden.returncode, (diffed.stdout, golden.stderr)
+
+
+def test_every_differing_record_is_shown_with_its_field_and_both_values(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 200},
+            {"op": "submit", "tid": 2, "sid": 2, "kind": "prefill", "size": 200},
+            {"op": "cancel", "sid": 2},
+            {"op": "get_work"},
+        ],
+    )
+    a = _dump(tmp_path, trace, "a.jsonl")
+    b = _dump(tmp_path, trace, "b.jsonl", "-P", "max_prefill_chunk_size=150")
+    r = run_cli("diff", str(a), str(b))
+    assert r.returncode == 1
+    out = r.stdout.decode()
+    assert "records that differ" in out
+    assert "submit (line 1, only in B):" in out and "submit (line 2, only in B):" in out
+    assert "cancel (line 3):" in out and "dropped: A [2]  B []" in out
+    assert "end:" in out and "rejected: A 0  B 2" in out
+    assert "{'" not in out  # no Python dicts
+    data = orjson.loads(run_cli("diff", str(a), str(b), "-f", "json").stdout)
+    kinds = [x["kind"] for x in data["records_differing"]]
+    assert kinds == ["submit", "submit", "cancel", "end"]
+
+
+def test_a_piped_table_is_not_cut_to_80_columns(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env.pop("COLUMNS", None)
+    r = subprocess.run(
+        [sys.executable, "-m", "schedcli", "policies"], capture_output=True, env=env, cwd=ROOT
+    )
+    assert r.returncode == 0
+    assert "…" not in r.stdout.decode()
+    assert max(len(x) for x in r.stdout.decode().splitlines()) > 80

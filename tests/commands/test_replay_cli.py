@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import io
+import json
 import os
 import shutil
 import signal
@@ -12,8 +14,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
 
-from tests.helpers import ROOT, TRACES, run_cli
+from schedcli import DecodeFirstScheduler, Task
+from schedcli.record import RecordingScheduler
+from tests.formats.test_hostile_input import FUZZ, mutated_traces
+from tests.helpers import REQUEST_HEADER, ROOT, TOY, TRACES, run_cli, write_lines
 
 EXAMPLES = sorted(TRACES.glob("*.jsonl"))
 
@@ -546,3 +552,328 @@ def test_a_command_run_in_this_process_leaves_stop_signals_live_for_what_runs_ne
     # The exit holds stops for its last flush; left held, a Ctrl-C in the tests (or the
     # fuzzer) that run in this process afterwards would wait forever.
     assert (guard.writing, guard.held) == (False, None)
+
+
+ARRIVE = {"op": "arrive", "rid": "a", "prompt_tokens": 10, "max_tokens": 3, "t": 0.0}
+
+
+DECODE = {"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1}
+
+
+def _agree(path: Path) -> None:
+    replayed = run_cli("replay", str(path), "-o", str(path.with_suffix(".out")))
+    validated = run_cli("validate", str(path))
+    assert validated.returncode in (0, 2)
+    refused = replayed.returncode == 2
+    assert refused == (validated.returncode == 2), (replayed.stderr, validated.stderr)
+    if refused:  # the replay's refusal is among the problems validate lists
+        assert replayed.stderr.decode().splitlines()[0] in validated.stderr.decode()
+
+
+def _recording(tmp_path: Path) -> Path:
+    """A recording whose one rejected submit a differently configured replay accepts."""
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), out)
+    rec.submit([Task(1, 10, "prefill", 9)])  # over the 4-token chunk limit: rejected
+    rec.submit([Task(2, 10, "decode", 1)])
+    rec.get_work()
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(out.getvalue())
+    return path
+
+
+GOLDENS = TRACES / "golden"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"op": "abort", "rid": "a", "t": 0.1},
+        {"op": "arrive", "rid": "a", "prompt_tokens": 1, "max_tokens": 1},  # refused: held
+        "split",
+    ],
+    ids=["abort", "rejected-arrival", "update"],
+)
+def test_the_table_view_draws_aborts_rejections_and_updates(tmp_path: Path, event: object) -> None:
+    events: list[dict[str, object]] = [ARRIVE]
+    if event == "split":
+        events += [{"op": "schedule"}, {"op": "update"}] * 4
+    else:
+        events.append(event)  # type: ignore[arg-type]
+    trace = write_lines(tmp_path / "r.jsonl", [REQUEST_HEADER, *events])
+    r = run_cli("replay", str(trace), "-f", "table")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    said = {"abort": "abort", "rejected-arrival": "rejected", "update": "update, finished"}
+    assert any(word in out for word in said.values()), out
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {**REQUEST_HEADER, "params": 5},
+        {**REQUEST_HEADER, "unknown": 1},
+        {**REQUEST_HEADER, "schedcli": 2},
+        {**REQUEST_HEADER, "policy": 1},
+        {**REQUEST_HEADER, "meta": json.loads("[" * 300 + "]" * 300)},
+    ],
+    ids=["params", "unknown-key", "version", "policy", "deep-meta"],
+)
+def test_validate_locates_a_malformed_request_header_as_replay_does(
+    tmp_path: Path, header: dict[str, object]
+) -> None:
+    trace = write_lines(tmp_path / "r.jsonl", [header, ARRIVE])
+    validated, replayed = run_cli("validate", str(trace)), run_cli("replay", str(trace))
+    assert (validated.returncode, replayed.returncode) == (2, 2), validated.stderr
+    first = replayed.stderr.decode().splitlines()[0]
+    assert first.startswith(f"{trace}:1: ") and first in validated.stderr.decode()
+
+
+@pytest.mark.parametrize("level", ["task", "request"])
+def test_a_header_that_is_not_json_is_one_problem(tmp_path: Path, level: str) -> None:
+    header = json.dumps(REQUEST_HEADER if level == "request" else {"schedcli": 1, "policy": "fcfs"})
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(header[:-1] + "\n")  # the header's closing brace lost
+    r = run_cli("validate", str(trace))
+    assert r.returncode == 2
+    assert r.stderr.decode().count(f"{trace}:1: not valid JSON") == 1
+
+
+def test_follow_of_a_request_level_trace_is_refused(tmp_path: Path) -> None:
+    trace = write_lines(tmp_path / "r.jsonl", [REQUEST_HEADER, ARRIVE])
+    r = run_cli("replay", str(trace), "--follow")
+    assert r.returncode == 2 and b"--follow" in r.stderr
+
+
+def test_a_split_trace_counts_its_checked_calls_in_one_unit(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    workload = tmp_path / "w.jsonl"
+    workload.write_text('{"sid": 1, "arrival": 0, "prompt_tokens": 8, "output_tokens": 3}\n')
+    simulated = run_cli("simulate", str(workload), "-p", TOY, "-o", str(out), "-f", "json")
+    assert simulated.returncode == 0
+    # the same traffic as split steps: each step a schedule, then its update
+    lines = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    split: list[dict[str, object]] = [lines[0]]
+    for x in lines[1:]:
+        if x.get("op") == "step":
+            e = x["expect"]
+            split.append({"op": "schedule", "expect": {"batch": e["batch"], "preempted": []}})
+            split.append({"op": "update", "expect": {"finished": e["finished"]}})
+        else:
+            split.append(x)
+    trace = write_lines(tmp_path / "split.jsonl", split)
+    r = run_cli("replay", str(trace), "--check", "-o", os.devnull)
+    steps = sum(1 for x in split if x.get("op") == "schedule")
+    assert r.returncode == 0, r.stderr
+    assert f"checked {2 * steps} of {2 * steps} calls".encode() in r.stderr
+
+
+def test_require_all_counts_at_the_request_level(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "r.jsonl",
+        [REQUEST_HEADER, ARRIVE, {"op": "step", "expect": {"batch": [["a", 10]], "preempted": [],
+                                                   "finished": []}},
+         {"op": "step"}],
+    )  # fmt: skip
+    assert run_cli("replay", str(trace), "--check", "-o", os.devnull).returncode == 0
+    r = run_cli("replay", str(trace), "--check", "--require-all", "-o", os.devnull)
+    assert r.returncode == 1 and b"--require-all" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [{**DECODE, "step": 0}, {"op": "get_work"}],
+        [{"op": "get_work"}, {**DECODE, "step": 3}],
+    ],
+    ids=["step-then-get_work", "get_work-then-step"],
+)
+def test_validate_refuses_a_trace_mixing_steps_and_get_work_as_replay_does(
+    tmp_path: Path, lines: list[dict[str, object]]
+) -> None:
+    trace = write_lines(tmp_path / "t.jsonl", lines)
+    replayed = run_cli("replay", str(trace), "-o", str(tmp_path / "d"))
+    validated = run_cli("validate", str(trace))
+    assert replayed.returncode == validated.returncode == 2
+    refusal = replayed.stderr.decode().strip()
+    assert refusal.startswith(f"{trace}:2: ") and refusal in validated.stderr.decode()
+
+
+@pytest.mark.slow
+@FUZZ
+@given(data=mutated_traces())
+def test_validate_and_replay_agree_on_every_hostile_trace(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("agree") / "t.jsonl"
+    path.write_bytes(data)
+    _agree(path)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_validate_and_replay_agree_on_every_example(example: Path, tmp_path: Path) -> None:
+    copy = tmp_path / example.name
+    copy.write_bytes(example.read_bytes())
+    _agree(copy)
+
+
+def test_validate_takes_the_policy_replay_would_use(tmp_path: Path) -> None:
+    trace = write_lines(tmp_path / "t.jsonl", [{"schedcli": 1, "policy": "nope"}, DECODE])
+    assert run_cli("validate", str(trace)).returncode == 2
+    assert run_cli("validate", str(trace), "-p", "fcfs").returncode == 0
+    r = run_cli("validate", str(trace), "-p", "fcfs", "-P", "max_num_seqs=0")
+    assert r.returncode == 2 and b"max_num_seqs must be >= 1" in r.stderr
+
+
+def test_check_says_how_many_batches_it_checked(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "t.jsonl",
+        [DECODE, {"op": "get_work", "expect": [1]}, {"op": "get_work"}, {"op": "get_work"}],
+    )
+    r = run_cli("replay", str(trace), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0
+    assert f"{trace}: checked 1 of 3 batches" in r.stderr.decode()
+
+
+def test_require_all_fails_when_a_batch_records_no_expect(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "t.jsonl", [DECODE, {"op": "get_work", "expect": [1]}, {"op": "get_work"}]
+    )
+    r = run_cli("replay", str(trace), "--check", "--require-all", "-o", str(tmp_path / "d"))
+    assert r.returncode == 1
+    assert "1 of 2 batches record no expect (--require-all)" in r.stderr.decode()
+    full = write_lines(tmp_path / "f.jsonl", [DECODE, {"op": "get_work", "expect": [1]}])
+    ok = run_cli("replay", str(full), "--check", "--require-all", "-o", str(tmp_path / "d"))
+    assert ok.returncode == 0
+
+
+def test_check_compares_a_recorded_rejection_with_the_replays_outcome(tmp_path: Path) -> None:
+    path = _recording(tmp_path)
+    same = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert same.returncode == 0, same.stderr
+    assert "checked 1 of 1 batches and 2 submit outcomes" in same.stderr.decode()
+    wider = run_cli(
+        "replay", str(path), "--check", "-P", "max_prefill_chunk_size=9",
+        "-P", "max_batch_tokens=11", "-o", str(tmp_path / "d"),
+    )  # fmt: skip
+    assert wider.returncode == 1
+    assert f"{path}:2: the recording rejected this submit" in wider.stderr.decode()
+
+
+def test_check_fails_when_the_replay_rejects_what_the_recording_accepted(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    rec = RecordingScheduler(DecodeFirstScheduler(10, 2, 4), out)
+    rec.submit([Task(1, 10, "prefill", 4)])
+    rec.get_work()
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(out.getvalue())
+    r = run_cli(
+        "replay", str(path), "--check", "-P", "max_prefill_chunk_size=2",
+        "-P", "max_batch_tokens=6", "-o", str(tmp_path / "d"),
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert f"{path}:2: the recording accepted this submit; the replay rejected it" in (
+        r.stderr.decode()
+    )
+
+
+def test_a_recording_under_a_policy_that_does_not_load_is_refused(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", [{"schedcli": 1, "policy": "greedy"}, DECODE])
+    r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert f"{path}:1: recorded under policy 'greedy', which does not load here" in (
+        r.stderr.decode()
+    )
+
+
+def test_an_old_recording_of_an_unnamed_class_is_refused_not_replayed_as_decode_first(
+    tmp_path: Path,
+) -> None:
+    header = {"schedcli": 1, "policy": None, "meta": {"class": "my.mod:Thing"}}
+    path = write_lines(tmp_path / "t.jsonl", [header, DECODE, {"op": "get_work", "expect": [1]}])
+    r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert "recorded under policy class my.mod:Thing" in r.stderr.decode()
+    assert "-p my.mod:Thing" in r.stderr.decode()
+    assert run_cli("validate", str(path)).returncode == 2
+
+
+def test_a_replay_that_breaks_the_contract_leaves_a_dump_marked_partial(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "t.jsonl",
+        [{"op": "submit", "tid": i, "sid": i % 3, "kind": "decode", "size": 1} for i in range(5)],
+    )
+    out = tmp_path / "d.jsonl"
+    r = run_cli(
+        "replay", str(trace), "-p", "tests.plugin_policies:LosesTasks", "-f", "jsonl",
+        "-o", str(out),
+    )  # fmt: skip
+    assert r.returncode == 3
+    last = orjson.loads(out.read_bytes().splitlines()[-1])
+    assert last["partial"]["reason"].startswith("policy 'loses-tasks' broke the Scheduler")
+    s = run_cli("stats", str(out))
+    assert s.returncode == 2 and b"incomplete dump (partial: policy 'loses-tasks'" in s.stderr
+
+
+def test_the_missing_golden_hint_repeats_the_policy_and_params(tmp_path: Path) -> None:
+    golden = tmp_path / "g.jsonl"
+    r = run_cli(
+        "replay", str(EXAMPLES[0]), "-p", "fcfs", "-P", "max_num_seqs=4", "--golden", str(golden)
+    )
+    assert r.returncode == 2
+    hint = r.stderr.decode().split("run: ", 1)[1].strip()
+    assert hint == (
+        f"schedcli replay {EXAMPLES[0]} -p fcfs -P max_num_seqs=4 --golden {golden} --update-golden"
+    )
+    import shlex
+
+    assert run_cli(*shlex.split(hint)[1:]).returncode == 0
+    assert run_cli(*shlex.split(hint)[1:-1]).returncode == 0  # the golden it made passes
+
+
+@pytest.mark.parametrize(("field", "value"), [("tokens", 8.0), ("rejected", False)])
+def test_a_golden_number_of_another_json_type_is_a_difference(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    trace = TRACES / "rotation-fairness.jsonl"
+    golden = tmp_path / "g.jsonl"
+    source = (GOLDENS / "rotation-fairness.dump.jsonl").read_bytes()
+    lines = [orjson.loads(x) for x in source.splitlines()]
+    for record in lines:
+        target = record.get("end", record)
+        if field in target and type(target[field]) is int and target[field] == value:
+            target[field] = value
+            break
+    else:
+        raise AssertionError(f"no {field} == {value!r} in the golden")
+    golden.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    assert run_cli("replay", str(trace), "--golden", str(golden)).returncode == 1
+    dump = tmp_path / "d.jsonl"
+    run_cli("replay", str(trace), "-f", "jsonl", "-o", str(dump))
+    assert run_cli("diff", str(golden), str(dump)).returncode == 1  # diff of dumps agrees
+
+
+def test_a_check_mismatch_names_its_file_and_line(tmp_path: Path) -> None:
+    trace = write_lines(tmp_path / "t.jsonl", [DECODE, {"op": "get_work", "expect": [2]}])
+    r = run_cli("replay", str(trace), "--check", "-f", "jsonl", "-o", os.devnull)
+    assert r.returncode == 1
+    assert f"{trace}:2: step 0 differs from the recorded batch" in r.stderr.decode()
+
+
+def test_an_interrupted_follow_check_says_what_it_checked(tmp_path: Path) -> None:
+    trace = write_lines(tmp_path / "t.jsonl", [DECODE, {"op": "get_work", "expect": [1]}])
+    env = {**os.environ, "COLUMNS": "120"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedcli", "replay", "--follow", str(trace), "--check",
+         "-f", "jsonl"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert orjson.loads(proc.stdout.readline())["step"] == 0
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert b"checked 1 of 1 batches, before it stopped" in err

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import Cli
-from tests.helpers import TOY
+from tests.helpers import REQUEST_HEADER, TOY, run_cli, write_lines
 
 HEADER = {"schedcli": 1, "level": "request", "policy": "vllm", "params": {"max_num_seqs": 4}}
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -273,3 +273,83 @@ def test_an_update_with_no_schedule_to_answer_is_refused_alike(cli: Cli, tmp_pat
     assert r.code == 2 and r.stderr.splitlines()[0] == message
     r = cli("convert", "auto", trace)
     assert r.code == 2 and message in r.stderr
+
+
+ARRIVE = {"op": "arrive", "rid": "a", "prompt_tokens": 10, "max_tokens": 3, "t": 0.0}
+
+
+VLLM_HEADER = {"schedcli": 1, "level": "request", "policy": "vllm", "params": {}}
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"num_gpu_blocks": 20_000_000}, "num_gpu_blocks must be <= 1,048,576"),
+        ({"max_model_len": 2**63 - 1}, "max_model_len must be <= 4,194,304"),
+        ({"block_size": 1_048_576}, "block_size must be <= 4,096"),
+        ({"max_num_seqs": 10**9}, "max_num_seqs must be <= 65,536"),
+    ],
+)
+def test_vllm_parameters_are_bounded_and_validate_says_so(
+    tmp_path: Path, params: dict[str, object], said: str
+) -> None:
+    trace = write_lines(
+        tmp_path / "r.jsonl", [{**REQUEST_HEADER, "policy": "vllm", "params": params}, ARRIVE]
+    )
+    r = run_cli("validate", str(trace))
+    assert r.returncode == 2 and said in r.stderr.decode()
+    assert r.stderr.decode().startswith(f"{trace}:1: ")
+
+
+def test_a_request_larger_than_any_cache_is_refused_at_its_line(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "r.jsonl",
+        [
+            REQUEST_HEADER,
+            {"op": "arrive", "rid": "a", "prompt_tokens": 2_000_000_000, "max_tokens": 1},
+        ],
+    )
+    for command in ("validate", "replay"):
+        r = run_cli(command, str(trace))
+        assert r.returncode == 2 and r.stderr.decode().startswith(f"{trace}:2: ")
+        assert "prompt_tokens must be <= 2,097,152, not 2000000000" in r.stderr.decode()
+
+
+def test_a_prompt_longer_than_the_bound_is_named_as_such(tmp_path: Path) -> None:
+    prompt = list(range(2**21 + 1))
+    trace = write_lines(
+        tmp_path / "r.jsonl",
+        [REQUEST_HEADER, {"op": "arrive", "rid": "a", "tokens": prompt, "max_tokens": 1}],
+    )
+    r = run_cli("validate", str(trace))
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{trace}:2: tokens has 2,097,153 entries, more than")
+
+
+def test_a_request_header_parameter_error_names_its_file_and_line(tmp_path: Path) -> None:
+    trace = write_lines(
+        tmp_path / "r.jsonl", [{**REQUEST_HEADER, "params": {"max_num_batched_tokens": 0}}, ARRIVE]
+    )
+    r = run_cli("replay", str(trace))
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith(f"{trace}:1: policy 'toy-requests': max_num_batched_tokens")
+
+
+def test_validate_refuses_a_request_trace_replay_cannot_run_without_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    trace = write_lines(
+        tmp_path / "r.jsonl",
+        [VLLM_HEADER, {"op": "arrive", "rid": "a", "prompt_tokens": 4, "max_tokens": 3}],
+    )
+    validated = run_cli("validate", str(trace))
+    replayed = run_cli("replay", str(trace))
+    assert (validated.returncode, replayed.returncode) == (2, 2)
+    assert b"pip install 'schedcli[vllm]'" in validated.stderr
+    assert b"pip install 'schedcli[vllm]'" in replayed.stderr

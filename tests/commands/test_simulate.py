@@ -20,7 +20,7 @@ from schedcli.engine.cost import CostModel
 from schedcli.engine.simulate import simulate
 from schedcli.formats.workload import Request
 from schedcli.formats.writer import TraceWriter
-from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, needs_real, run_cli, run_process
+from tests.helpers import REAL, ROOT, UPDATE_GOLDENS, needs_real, refused, run_cli, run_process
 
 GOLDEN = ROOT / "tests" / "golden" / "azure-conv-60.json"
 AZURE_CONV = REAL / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -277,3 +277,101 @@ def test_stats_opens_its_input_once(name: str, monkeypatch: pytest.MonkeyPatch) 
     r = run_cli("stats", path, "-f", "json")
     assert r.returncode == 0, r.stderr
     assert len(opened) == 1
+
+
+ONE_REQUEST = '{"sid": 1, "arrival": 0, "prompt_tokens": 40, "output_tokens": 3}\n'
+
+
+@pytest.fixture
+def one_request(tmp_path: Path) -> Path:
+    path = tmp_path / "w.jsonl"
+    path.write_text(ONE_REQUEST)
+    return path
+
+
+def test_a_long_prompt_is_submitted_a_window_at_a_time_and_replays(tmp_path: Path) -> None:
+    w, trace = tmp_path / "w.jsonl", tmp_path / "t.jsonl"
+    w.write_text('{"sid":0,"arrival":0,"prompt_tokens":20000,"output_tokens":2}\n')
+    r = run_cli("simulate", str(w), "--chunk-size", "64", "-o", str(trace), "-f", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    groups = [json.loads(x)["tasks"] for x in trace.read_text().splitlines() if '"tasks"' in x]
+    assert [len(g) for g in groups] == [64, 64, 64, 64, 57]  # 313 chunks, 64 at a time
+    assert sum(t["size"] for g in groups for t in g) == 20000
+    assert run_cli("replay", str(trace), "--check", "-o", str(tmp_path / "d")).returncode == 0
+
+
+def test_a_chunk_size_beyond_any_prompt_is_refused(one_request: Path) -> None:
+    r = run_cli("simulate", str(one_request), "--chunk-size", "18446744073709551616")
+    refused(r, "--chunk-size must be an integer from 1 to 2097152")
+
+
+@pytest.mark.parametrize("option", ["--slo-ttft", "--slo-tpot"])
+def test_an_slo_of_nan_is_refused(one_request: Path, option: str) -> None:
+    refused(run_cli("simulate", str(one_request), option, "nan"), f"{option} must be a number > 0")
+
+
+def test_simulate_stopped_by_a_contract_break_keeps_its_trace_marked_partial(
+    tmp_path: Path,
+) -> None:
+    workload, trace = tmp_path / "w.jsonl", tmp_path / "t.jsonl"
+    workload.write_text(ONE_REQUEST)
+    plugin = "tests.plugin_policies:NewestFirst"
+    r = run_cli("simulate", str(workload), "-p", plugin, "--chunk-size", "16", "-o", str(trace))
+    assert r.returncode == 3
+    assert f"note: the run so far is in {trace} (the trace marked partial)" in r.stderr.decode()
+    lines = [orjson.loads(x) for x in trace.read_bytes().splitlines()]
+    assert lines[0]["policy"] == plugin  # a reference the replay resolves, given with -p
+    assert "broke the Scheduler contract" in lines[-1]["partial"]["reason"]
+    assert run_cli("replay", str(trace), "-p", plugin, "-o", str(tmp_path / "d")).returncode == 3
+    small = tmp_path / "small.jsonl"
+    r = run_cli("shrink", str(trace), "-p", plugin, "--until", "contract", "-o", str(small))
+    assert r.returncode == 0, r.stderr
+    partial = run_cli("validate", str(trace), "-p", plugin)
+    assert partial.returncode == 2 and b"partial" in partial.stderr  # said, not passed
+    assert run_cli("validate", str(trace), "-p", plugin, "--allow-incomplete").returncode == 0
+
+
+def test_simulate_terminated_keeps_whole_lines_and_a_partial_marker(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    workload, trace = tmp_path / "w.jsonl", tmp_path / "t.jsonl"
+    workload.write_text(
+        "".join(
+            json.dumps({"sid": i, "arrival": i * 0.001, "prompt_tokens": 900, "output_tokens": 900})
+            + "\n"
+            for i in range(3000)
+        )
+    )
+    argv = [sys.executable, "-m", "schedcli", "simulate", str(workload), "-o", str(trace)]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    lines = trace.read_bytes().splitlines()
+    assert len(lines) > 2
+    assert orjson.loads(lines[-1]) == {"partial": {"reason": "terminated"}}
+    r = run_cli("replay", str(trace), "--check", "--allow-incomplete", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_simulate_notes_rejections_once_per_reason_not_per_chunk_size(tmp_path: Path) -> None:
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(
+        "".join(
+            json.dumps(
+                {"sid": i, "arrival": i * 0.01, "prompt_tokens": 300 + i, "output_tokens": 2}
+            )
+            + "\n"
+            for i in range(5)
+        )
+    )
+    r = run_cli("simulate", str(workload), "-p", "fcfs", "--chunk-size", "1000")
+    assert r.returncode == 0
+    note = r.stderr.decode()
+    assert "5 of 5 requests were rejected" in note
+    assert "  5: prefill chunk of N tokens exceeds max_prefill_chunk_size 256" in note
+    assert note.count("exceeds") == 1

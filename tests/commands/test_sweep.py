@@ -4,12 +4,15 @@ backend; cached; failures reported without stopping the rest; capacity searched.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from tests.helpers import TRACES, run_cli
+from tests.helpers import TRACES, refused, run_cli
 
 WORKLOAD = "".join(
     json.dumps({"sid": i, "arrival": i * 0.01, "prompt_tokens": 60 + 23 * i, "output_tokens": 8})
@@ -35,6 +38,7 @@ def sweep(tmp_path: Path, *args: str, name: str = "res.jsonl") -> list[dict[str,
 GRID = ["--grid", "max_batch_tokens=288,544", "--grid", "max_decode_sequences=8,32"]
 
 
+@pytest.mark.slow
 def test_points_come_in_order_and_a_grid_key_applies_where_declared(
     tmp_path: Path, workload: Path
 ) -> None:
@@ -64,6 +68,7 @@ def test_each_point_equals_a_direct_simulate(tmp_path: Path, workload: Path) -> 
         assert record["cost_model"] == {"a": 0.005, "b": 0.00002, "c": 0.0001}
 
 
+@pytest.mark.slow
 def test_the_pool_gives_the_records_one_worker_gives(tmp_path: Path, workload: Path) -> None:
     args = [str(workload), "-p", "decode-first", "-p", "sjf", *GRID, "--fresh"]
     serial = sweep(tmp_path, *args, "-j", "1", name="serial.jsonl")
@@ -71,6 +76,7 @@ def test_the_pool_gives_the_records_one_worker_gives(tmp_path: Path, workload: P
     assert serial == pooled and len(serial) == 8
 
 
+@pytest.mark.slow
 def test_a_rerun_takes_finished_points_from_the_cache(tmp_path: Path, workload: Path) -> None:
     args = ["sweep", str(workload), "-p", "fcfs", "--grid", "max_num_seqs=4,16", "-j", "1"]
     cache = ["--cache", str(tmp_path / "cache"), "-o", str(tmp_path / "r.jsonl")]
@@ -197,6 +203,7 @@ def test_usage_errors_name_the_option(tmp_path: Path, workload: Path) -> None:
     assert r.returncode == 2 and b"at least one workload and one policy" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.needs("ray")
 def test_ray_gives_the_records_the_local_pool_gives(tmp_path: Path, workload: Path) -> None:
     args = [
@@ -214,6 +221,7 @@ def test_ray_gives_the_records_the_local_pool_gives(tmp_path: Path, workload: Pa
     assert on_ray == local and len(local) == 4
 
 
+@pytest.mark.slow
 def test_report_draws_a_sweep_as_a_pareto_plot_and_capacity(tmp_path: Path, workload: Path) -> None:
     sweep(
         tmp_path,
@@ -370,3 +378,134 @@ def test_a_point_that_rejects_requests_is_marked_with_its_reasons(
     page = html.read_text()
     assert '<tr class="rejected">' in page and "chunk_size=512" in page
     assert f"(of {bad['finished']} finished)" in page
+
+
+def sweep_spec(tmp_path: Path, workload: Path, body: str | bytes) -> Path:
+    spec = tmp_path / "s.toml"
+    head = f'workloads = ["{workload}"]\npolicies = ["fcfs"]\n'
+    spec.write_bytes(body if isinstance(body, bytes) else (head + body).encode())
+    return spec
+
+
+SHORTEST_PLUGIN = """
+import helper
+from schedcli import Param, QueueScheduler
+
+
+class Shortest(QueueScheduler):
+    name = "shortest"
+    PARAMS = (Param("max_batch_tokens", int, 544, "tokens one batch may hold", minimum=1),)
+
+    def __init__(self, max_batch_tokens=544):
+        super().__init__(max_batch_tokens=max_batch_tokens)
+        self._queue = []
+
+    def enqueue(self, task):
+        self._queue.append(task)
+
+    def take_batch(self):
+        oldest = {}
+        for t in self._queue:
+            oldest.setdefault(t.sid, t)
+        batch, spent = [], 0
+        limit = int(self.max_batch_tokens * helper.SHARE)
+        for t in sorted(oldest.values(), key=lambda t: t.size):
+            if spent + t.size <= limit:
+                batch.append(t)
+                spent += t.size
+        self._queue = [t for t in self._queue if t not in batch]
+        return batch
+
+    def remove_session(self, sid):
+        mine = [t for t in self._queue if t.sid == sid]
+        self._queue = [t for t in self._queue if t.sid != sid]
+        return mine
+
+    def reset(self):
+        self._queue.clear()
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("grid = 5\n", "key grid must be a table, not an integer"),
+        ('[cost]\na = "x"\n', "key cost.a must be a number, not a string"),
+        ("[capacity]\nslo_ttft = 1\n", "key capacity.slo_tpot is missing"),
+        (
+            "[capacity]\nslo_ttft = 1\nslo_tpot = 1\niterations = 1000000\n",
+            "unknown key 'iterations' in [capacity]",
+        ),
+        ('jobs = "x"\n', "key jobs must be an integer, not a string"),
+        ("jobs = 0\n", "jobs must be an integer from 1 to 1024, not 0"),
+        ("[cost]\na = nan\n", "cost.a must be a number from 0 to"),
+        ("[capacity]\nslo_ttft = inf\nslo_tpot = 1\n", "capacity.slo_ttft must be a number > 0"),
+        ('backend = "k8s"\n', "key backend must be one of local, ray, not 'k8s'"),
+    ],
+)
+def test_a_sweep_spec_is_checked_against_its_schema(
+    tmp_path: Path, workload: Path, body: str, said: str
+) -> None:
+    spec = sweep_spec(tmp_path, workload, body)
+    refused(run_cli("sweep", "--spec", str(spec), "-j", "1"), f"{spec}: ", said)
+
+
+def test_a_sweep_spec_whose_workloads_are_a_string_or_not_utf8_is_refused(
+    tmp_path: Path, workload: Path
+) -> None:
+    spec = sweep_spec(
+        tmp_path, workload, f'workloads = "{workload}"\npolicies = ["fcfs"]\n'.encode()
+    )
+    refused(run_cli("sweep", "--spec", str(spec)), "key workloads must be an array, not a string")
+    spec.write_bytes(b'workloads = ["\xff"]\npolicies = ["fcfs"]\n')
+    refused(run_cli("sweep", "--spec", str(spec)), f"{spec}: not UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("grid", "said"),
+    [
+        ("time_scale=x", "--grid time_scale must be a number from 1e-06 to 1000000, not 'x'"),
+        ("chunk_size=1.5", "--grid chunk_size must be an integer from 1 to 2097152, not '1.5'"),
+        ("cost_a=x", "--grid cost_a must be a number"),
+        ("time_scale=inf", "--grid time_scale must be a number"),  # refused, never run forever
+        ("time_scale=nan", "--grid time_scale must be a number"),
+    ],
+)
+def test_grid_values_of_run_settings_are_bounded(
+    tmp_path: Path, workload: Path, grid: str, said: str
+) -> None:
+    start = time.monotonic()
+    r = run_cli("sweep", str(workload), "-p", "fcfs", "--grid", grid, "-j", "1",
+                "--cache", str(tmp_path / "c"))  # fmt: skip
+    refused(r, said)
+    assert time.monotonic() - start < 5
+
+
+def test_editing_a_helper_the_plugin_imports_invalidates_the_sweep_cache(tmp_path: Path) -> None:
+    (tmp_path / "shortest.py").write_text(SHORTEST_PLUGIN)
+    (tmp_path / "helper.py").write_text("SHARE = 1.0\n")
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(
+        "".join(
+            json.dumps({"sid": i, "arrival": i / 100, "prompt_tokens": 100 * (i + 1),
+                        "output_tokens": 5}) + "\n"
+            for i in range(4)
+        )
+    )  # fmt: skip
+    paths = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+    def sweep(out: str) -> subprocess.CompletedProcess[bytes]:
+        r = run_cli(
+            "sweep", str(workload), "-p", "shortest:Shortest", "-j", "1", "-o", str(tmp_path / out),
+            "--cache", str(tmp_path / "cache"), env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r
+
+    sweep("a.jsonl")
+    assert b"1 from the cache" in sweep("b.jsonl").stderr
+    (tmp_path / "helper.py").write_text("SHARE = 0.5\n")
+    again = sweep("c.jsonl")
+    assert b"0 from the cache" in again.stderr and b"helper.py changed" in again.stderr
+    assert (tmp_path / "a.jsonl").read_bytes() != (tmp_path / "c.jsonl").read_bytes()

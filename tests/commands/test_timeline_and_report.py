@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.helpers import REAL, REQUIRE_REAL, ROOT, TRACES, needs_real, run_cli
+from tests.helpers import REAL, REQUIRE_REAL, ROOT, TRACES, needs_real, refused, run_cli
 
 SCHEMA = json.loads((ROOT / "tests" / "schemas" / "trace_event.schema.json").read_text())
 ARTIFACTS = ROOT / "test-artifacts"
@@ -147,6 +147,7 @@ def test_report_on_a_trace_compares_policies_and_is_deterministic(tmp_path: Path
     assert again.read_bytes() == out.read_bytes()
 
 
+@pytest.mark.slow
 def test_report_on_a_dump_explains_what_it_cannot_show(tmp_path: Path) -> None:
     out = _make_report(tmp_path, str(TRACES / "golden" / "rotation-fairness.dump.jsonl"))
     page = out.read_text()
@@ -206,6 +207,7 @@ def _workload(tmp_path: Path) -> Path:
     return w
 
 
+@pytest.mark.slow
 def test_report_on_a_converted_real_trace_has_latency_distributions(tmp_path: Path) -> None:
     w = _workload(tmp_path)
     out = _make_report(tmp_path, str(w), "-p", "decode-first", "-p", "sjf", "-p", "fair")
@@ -216,6 +218,7 @@ def test_report_on_a_converted_real_trace_has_latency_distributions(tmp_path: Pa
     assert "TTFT p99" in page
 
 
+@pytest.mark.slow
 @pytest.mark.needs("browser")
 def test_report_renders_in_headless_chromium_without_errors(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
@@ -279,6 +282,7 @@ def test_report_renders_in_headless_chromium_without_errors(tmp_path: Path) -> N
     assert (ARTIFACTS / "report-workload.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 @needs_real
 def test_timeline_of_a_converted_real_trace(tmp_path: Path) -> None:
     w = _workload(tmp_path)
@@ -304,3 +308,37 @@ def test_a_reports_charts_of_a_trace_are_those_of_its_replays_dump(
     [live] = _from_trace(str(trace), [])
     [read] = _from_dump(str(dump), False)
     assert live.bins.bins == read.bins.bins and live.bins.bins
+
+
+def _sweep_record(**changes: object) -> str:
+    record: dict[str, object] = {"workload": "w.jsonl", "policy": "fcfs", "params": {}}
+    record["metrics"] = {"throughput_output_tokens_per_s": 1.0, "ttft": {"p99": 0.1}}
+    record.update(changes)
+    return json.dumps({k: v for k, v in record.items() if v is not None}) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (_sweep_record(workload=None), "field workload is missing"),
+        (_sweep_record(params=5), "field params must be an object, not an integer"),
+        (_sweep_record(metrics={"ttft": {"p99": "x"}}), "field metrics.ttft.p99 must be a number"),
+        (_sweep_record(capacity=3), "field capacity must be an object, not an integer"),
+        (_sweep_record(metrics={"rejected": "many"}), "field metrics.rejected must be an integer"),
+    ],
+)
+def test_sweep_results_are_checked_against_their_schema(
+    tmp_path: Path, line: str, said: str
+) -> None:
+    results = tmp_path / "r.jsonl"
+    results.write_text(_sweep_record() + line)
+    refused(run_cli("report", str(results), "-o", str(tmp_path / "r.html")), f"{results}:2: ", said)
+
+
+def test_a_report_with_nothing_to_plot_says_no_library_warning(tmp_path: Path) -> None:
+    results = tmp_path / "r.jsonl"
+    results.write_text(_sweep_record(metrics={}))
+    r = run_cli("report", str(results), "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 0, r.stderr
+    assert b"Warning" not in r.stderr
+    assert "no point has both a throughput and a TTFT p99" in (tmp_path / "r.html").read_text()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +14,7 @@ from hypothesis import strategies as st
 from schedcli import Task
 from schedcli.engine.ledger import Ledger
 from schedcli.model.errors import InvariantError
+from tests.helpers import run_cli, write_lines
 
 
 def _ledger(budget: int | None = None) -> Ledger:
@@ -131,3 +135,32 @@ def test_a_replay_whose_records_nobody_reads_still_counts_and_catches_a_breach()
     broken.get_work(0)
     with pytest.raises(InvariantError, match="returned twice"):
         broken.get_work(1)
+
+
+@pytest.mark.parametrize("drain", [False, True])
+def test_a_task_the_policy_forgets_breaks_the_contract_naming_it(
+    tmp_path: Path, drain: bool
+) -> None:
+    events = [{"op": "submit", "tid": i, "sid": i, "kind": "decode", "size": 1} for i in range(3)]
+    trace = write_lines(tmp_path / "t.jsonl", [*events, {"op": "get_work"}])
+    options = ["--drain"] if drain else []
+    policy = "tests.plugin_policies:Forgets"
+    r = run_cli("replay", str(trace), "-p", policy, "-o", os.devnull, *options)
+    err = r.stderr.decode()
+    assert r.returncode == 3, err
+    assert "Stuck: task 2" in err
+    small = tmp_path / "small.jsonl"
+    r = run_cli(
+        "shrink", str(trace), "--until", "contract", "-p", "tests.plugin_policies:Forgets",
+        "-o", str(small),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert run_cli("replay", str(small), "-p", "tests.plugin_policies:Forgets").returncode == 3
+
+
+def test_tasks_still_queued_by_a_sound_policy_stay_still_queued(tmp_path: Path) -> None:
+    events = [{"op": "submit", "tid": i, "sid": i, "kind": "decode", "size": 1} for i in range(3)]
+    trace = write_lines(tmp_path / "t.jsonl", [*events, {"op": "get_work"}])
+    r = run_cli("replay", str(trace), "-p", "tests.plugin_policies:OnePerBatch", "-f", "jsonl")
+    assert r.returncode == 0
+    assert orjson.loads(r.stdout.splitlines()[-1])["end"]["still_queued"] == [1, 2]

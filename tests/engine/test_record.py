@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import random
 import subprocess
 import sys
@@ -397,6 +398,7 @@ _decodes = st.builds(
 )
 
 
+@pytest.mark.slow
 @given(st.lists(_tasks | _decodes, max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_a_recorded_line_is_the_submit_as_orjson_writes_it(tasks: list[Task]) -> None:
@@ -408,6 +410,7 @@ def test_a_recorded_line_is_the_submit_as_orjson_writes_it(tasks: list[Task]) ->
             assert line == orjson.dumps(_inline_submit(t, None)) + b"\n"
 
 
+@pytest.mark.slow
 @given(st.lists(_tasks | _decodes, max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_a_recorded_line_with_plain_ids_is_read_without_the_decoder(tasks: list[Task]) -> None:
@@ -466,3 +469,127 @@ def _as_group(event: dict[str, object]) -> dict[str, object]:
     task = {k: v for k, v in event.items() if k != "op"}
     task["produce_output"] = task.get("produce_output", True)
     return {"op": "submit", "tasks": [task]}
+
+
+RAISES_AT_30 = """
+import sys
+from schedcli import DecodeFirstScheduler, Task
+from schedcli.record import RecordingScheduler
+
+
+class Flaky(DecodeFirstScheduler):
+    calls = 0
+
+    def get_work(self):
+        Flaky.calls += 1
+        if Flaky.calls == 30:
+            raise RuntimeError("boom")
+        return super().get_work()
+
+
+ring = sys.argv[1] == "ring"
+rec = RecordingScheduler(Flaky(544, 8, 256), sys.argv[2], **({"ring": 1000} if ring else {}))
+try:
+    for i in range(40):
+        rec.submit([Task(i, i % 5, "decode", 1)])
+        rec.get_work()
+except RuntimeError:
+    pass
+rec.close()
+"""
+
+
+@pytest.mark.parametrize(
+    ("tid", "sid"),
+    [(1, 2**64), (True, 1), (2**63, 1), (1, -(2**63) - 1)],
+    ids=["sid-2^64", "tid-true", "tid-2^63", "sid-below"],
+)
+def test_the_recorder_refuses_an_id_the_format_cannot_hold(tid: object, sid: object) -> None:
+    out = io.BytesIO()
+    inner = DecodeFirstScheduler(544, 8, 256)
+    with RecordingScheduler(inner, out) as rec:
+        reason = rec.try_submit([Task(tid, sid, "decode", 1)])  # type: ignore[arg-type]
+        assert reason is not None and "cannot be recorded" in reason
+        assert not inner.has_work()  # the policy never saw it
+        assert rec.try_submit([Task(7, 7, "decode", 1)]) is None
+        rec.get_work()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3  # the header, the good submit, its get_work
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        Task(1, "\ud800", "decode", 1),
+        Task(1, 1, "decode", 1, meta={"handle": object()}),
+        Task(1, 1, "decode", 1, meta={1: "a key that is not a string"}),
+    ],
+    ids=["lone-surrogate-sid", "meta-object", "meta-int-key"],
+)
+def test_the_recorder_refuses_what_json_cannot_hold_before_the_policy(task: Task) -> None:
+    out = io.BytesIO()
+    inner = DecodeFirstScheduler(544, 8, 256)
+    with RecordingScheduler(inner, out) as rec:
+        reason = rec.try_submit([task])
+        assert reason is not None and "cannot be recorded" in reason
+        assert not inner.has_work()
+        rec.get_work()
+    assert len(out.getvalue().splitlines()) == 2  # the header and the get_work
+
+
+@pytest.mark.parametrize("plugin", ["Greedy", "Nameless"])
+def test_a_recording_of_a_plugin_replays_under_that_plugin(tmp_path: Path, plugin: str) -> None:
+    import tests.plugin_policies as plugins
+
+    cls = getattr(plugins, plugin)
+    out = io.BytesIO()
+    rec = RecordingScheduler(cls(), out)
+    rec.submit([Task(1, 10, "decode", 1)])
+    rec.submit([Task(2, 11, "decode", 1)])
+    rec.get_work()
+    rec.get_work()
+    path = tmp_path / "rec.jsonl"
+    path.write_bytes(out.getvalue())
+    header = orjson.loads(out.getvalue().splitlines()[0])
+    assert header["policy"] == f"tests.plugin_policies:{plugin}"
+    # A trace names code, never supplies it: an import string in a header is refused,
+    # saying how to run it; given on the command line, the recording replays under it.
+    r = run_cli("replay", str(path), "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 2
+    assert "an import string (module:Class)" in r.stderr.decode()
+    assert "give it with -p on the command line" in r.stderr.decode()
+    r = run_cli("replay", str(path), "-p", header["policy"], "--check", "-o", str(tmp_path / "d"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_file_recording_records_the_call_that_raised() -> None:
+    class Faulty(DecodeFirstScheduler):
+        def cancel(self, sid: object) -> list[Task]:  # type: ignore[override]
+            raise ValueError("no")
+
+    out = io.BytesIO()
+    rec = RecordingScheduler(Faulty(10, 2, 4), out)
+    with pytest.raises(ValueError):
+        rec.cancel(7)
+    last = orjson.loads(out.getvalue().splitlines()[-1])
+    assert last == {"op": "cancel", "sid": 7, "meta": {"raised": "ValueError: no"}}
+
+
+@pytest.mark.parametrize("mode", ["file", "ring"])
+def test_a_recording_whose_scheduler_raised_fails_check_unless_allowed_incomplete(
+    tmp_path: Path, mode: str
+) -> None:
+    target = tmp_path / "rec.jsonl"
+    subprocess.run(
+        [sys.executable, "-c", RAISES_AT_30, mode, str(target)], check=True, capture_output=True
+    )
+    trace = target if mode == "file" else tmp_path / "rec.jsonl.crash-1.jsonl"
+    r = run_cli("replay", str(trace), "-p", "decode-first", "--check", "-o", os.devnull)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert f"{trace}:" in err and "raised in get_work (RuntimeError: boom)" in err
+    r = run_cli(
+        "replay", str(trace), "-p", "decode-first", "--check", "--allow-incomplete",
+        "-o", os.devnull,
+    )  # fmt: skip
+    assert r.returncode == 0 and b"checked 29 of 30 batches" in r.stderr

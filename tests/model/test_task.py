@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -43,3 +45,19 @@ def test_a_task_refuses_a_prepared_input_that_could_not_hold_its_slice(
 def test_a_slice_may_end_exactly_at_the_end_of_its_prepared_input() -> None:
     assert Task(1, 1, "prefill", 4, prepared=(10, 6)).prepared == (10, 6)
     assert Task(1, 1, "decode", 0, prepared=(1, 1)).prepared == (1, 1)
+
+
+def test_a_task_with_a_float_id_is_refused_in_both_cores() -> None:
+    for args in ((1.5, 1), (1, 2.5)):
+        with pytest.raises(TypeError):
+            Task(*args, "decode", 1)  # type: ignore[arg-type]
+    code = (
+        "from schedcli import Task\ntry:\n Task(1.5, 1, 'decode', 1)\n"
+        "except TypeError:\n print('refused')"
+    )
+    for pure in ("1", ""):
+        env = {**os.environ, "SCHEDCLI_PURE_PYTHON": pure}
+        import subprocess
+
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env)
+        assert done.stdout.strip() == b"refused"
