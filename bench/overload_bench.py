@@ -18,7 +18,9 @@ rounds' ratios. Printed, per policy:
   (the issue's target: at most 5x);
 - per event: µs of CPU an event, on the large overloaded trace;
 - the end-of-trace check: the part of the large overloaded replay that asks the policy for
-  the tasks it still holds (the same trace ending in a ``clear`` has none to ask for);
+  the tasks it still holds (the same trace ending in a ``clear`` has none to ask for), and
+  how its CPU for each task still queued grows from the small trace to the large one (1x
+  when it costs O(queued), as the issue asks; it grew with the steps before);
 - decode-first (both modes): CPU on the large overloaded trace / CPU on the large ordinary
   one (target: at most 2x).
 
@@ -139,6 +141,20 @@ def replay(path: Path, header: Path, policy: str, extra: tuple[str, ...]) -> flo
     return float(out)
 
 
+def queued_at_end(path: Path, policy: str, extra: tuple[str, ...]) -> int:
+    """The tasks still queued when ``path``'s last event has been replayed (the end record's
+    ``queued``): what the end-of-trace check asks the policy for."""
+    from schedcli.app.inprocess import run_cli_in_process
+
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as out:
+        run = run_cli_in_process(
+            ["replay", str(path), "-p", policy, *extra, "-f", "jsonl", "-o", out.name]
+        )
+        assert run.code == 0, run.stderr.decode()
+        last = Path(out.name).read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    return int(orjson.loads(last)["end"]["queued"])
+
+
 def child(path: str, header: str, policy: str, extra: list[str]) -> None:
     from schedcli.app.inprocess import run_cli_in_process
 
@@ -173,17 +189,25 @@ def main() -> None:
         d = Path(tmp)
         small, large, ordinary = d / "small.jsonl", d / "large.jsonl", d / "ordinary.jsonl"
         cleared, header = d / "large-cleared.jsonl", d / "header.jsonl"
+        small_cleared = d / "small-cleared.jsonl"
         for path, n in ((small, args.small), (large, args.large)):
             tokens = generate(path, n)
             print(f"overloaded: {n:,} events, {tokens:,} tokens submitted")
         generate_ordinary(ordinary, args.large)
         with_clear(large, cleared)
+        with_clear(small, small_cleared)
+        held = {
+            (label, name): queued_at_end(path, policy, extra)
+            for label, policy, extra in chosen
+            for name, path in (("small", small), ("large", large))
+        }
         header.write_bytes(large.read_bytes().split(b"\n", 1)[0] + b"\n")
         rounds: list[dict[str, float]] = []
         for _ in range(args.repeat):
             r: dict[str, float] = {}
             for label, policy, extra in chosen:
-                for name, path in (("small", small), ("large", large), ("cleared", cleared)):
+                traces = (("small", small), ("large", large), ("cleared", cleared))
+                for name, path in (*traces, ("small-cleared", small_cleared)):
                     r[f"{label}/{name}"] = replay(path, header, policy, extra)
                 if label.startswith("decode-first"):
                     r[f"{label}/ordinary"] = replay(ordinary, header, policy, extra)
@@ -204,6 +228,17 @@ def main() -> None:
         print(f"  {args.large:,} overloaded: {large_cpu:.2f} s CPU, {per_event:.1f} µs an event")
         check = statistics.median(1 - r[f"{label}/cleared"] / r[f"{label}/large"] for r in rounds)
         print(f"  the end-of-trace check: {100 * check:.0f}% of that replay")
+        small_held, large_held = held[label, "small"], held[label, "large"]
+        if small_held and large_held:
+            each = statistics.median(
+                ((r[f"{label}/large"] - r[f"{label}/cleared"]) / large_held)
+                / ((r[f"{label}/small"] - r[f"{label}/small-cleared"]) / small_held)
+                for r in rounds
+            )
+            print(
+                f"  its CPU a task still queued ({small_held:,} -> {large_held:,} tasks): "
+                f"{each:.2f}x from {args.small:,} to {args.large:,} events (O(queued): 1x)"
+            )
         if label.startswith("decode-first"):
             a = _ratio(rounds, f"{label}/large", f"{label}/ordinary")
             print(
