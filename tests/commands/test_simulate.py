@@ -73,7 +73,7 @@ def test_every_request_finishes_or_is_cancelled_and_tokens_add_up(
         assert result.prefill_tokens == sum(r.prompt_tokens for r in reqs)
         assert result.output_tokens == sum(r.output_tokens for r in reqs)
         assert result.decode_tokens == sum(r.output_tokens - 1 for r in reqs)
-    assert len(result.ttft) <= len(reqs) and len(result.e2e) == result.finished
+    assert result.ttft.count <= len(reqs) and result.e2e.count == result.finished
     # Every dispatched task was submitted first, and get_work records every batch.
     submitted = set()
     for e in events:
@@ -172,7 +172,7 @@ def test_idle_time_jumps_to_the_next_arrival(tmp_path: Path) -> None:
     )
     assert result.steps == 4
     assert result.end == pytest.approx(100.02)
-    assert result.ttft == pytest.approx([0.01, 0.01])
+    assert list(result.ttft.values) == pytest.approx([0.01, 0.01])
 
 
 def test_table_output_and_metrics_file(tmp_path: Path) -> None:
@@ -244,3 +244,17 @@ def test_stats_on_a_trace_and_on_its_dump(tmp_path: Path) -> None:
     assert d["jain_fairness"] == s["jain_fairness"]
     table = run_cli("stats", str(ROOT / "traces" / "rejections.jsonl")).stdout.decode()
     assert "rejected submits" in table and "6" in table
+
+
+def test_patience_of_requests_already_finished_is_not_kept() -> None:
+    """Memory follows the requests in flight: a finished request's cancel deadline, hours
+    away, is not held until then (and no request is cancelled that finished)."""
+    from schedcli.engine.simulate import SimResult, TaskRunner, run
+
+    reqs = [Request(i, i * 0.1, 10, 2, cancel_after=3600.0, line=i + 1) for i in range(3000)]
+    policy = build_policy("decode-first")
+    result = SimResult("decode-first", {}, CostModel(), 256, budget=policy.token_budget)
+    runner = TaskRunner(policy, result, "decode-first", None, None)
+    run(reqs, runner, CostModel())
+    assert result.finished == 3000 and result.cancelled == 0
+    assert len(runner.deadlines) <= 2 * len(runner.live) + 64
