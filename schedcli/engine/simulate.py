@@ -23,7 +23,7 @@ from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
 from .cost import CostModel
 from .ledger import Ledger
-from .metrics import jain_index, percentile
+from .metrics import Distribution
 from .replay import WARNINGS_SHOWN, PolicyCrashed
 from .stall import Watch, idle_or_stop, tasks_stuck
 
@@ -67,9 +67,24 @@ class Live:
         self.last_token_step = -1
 
 
+# The per-request figures a simulation summarises, each a Distribution.
+FIGURES = (
+    "queue_delay",
+    "queue_delay_steps",
+    "ttft",
+    "ttft_steps",
+    "tpot",
+    "tpot_steps",
+    "e2e",
+    "e2e_steps",
+)
+
+
 @dataclass
 class SimResult:
-    """Per-request outcomes (kept as columns) and run totals."""
+    """Run totals and each per-request figure's distribution: memory follows the requests
+    in flight, not the requests run (engine/metrics.py, Distribution); ``keep_values``
+    keeps every value too (report draws them)."""
 
     policy: str
     params: dict[str, Any]
@@ -88,15 +103,19 @@ class SimResult:
     start: float = 0.0
     end: float = 0.0
     budget: int | None = None
-    queue_delay: list[float] = field(default_factory=list)
-    queue_delay_steps: list[float] = field(default_factory=list)
-    ttft: list[float] = field(default_factory=list)
-    ttft_steps: list[float] = field(default_factory=list)
-    tpot: list[float] = field(default_factory=list)
-    tpot_steps: list[float] = field(default_factory=list)
-    e2e: list[float] = field(default_factory=list)
-    e2e_steps: list[float] = field(default_factory=list)
-    service_rate: list[float] = field(default_factory=list)
+    queue_delay: Distribution = field(default_factory=Distribution)
+    queue_delay_steps: Distribution = field(default_factory=Distribution)
+    ttft: Distribution = field(default_factory=Distribution)
+    ttft_steps: Distribution = field(default_factory=Distribution)
+    tpot: Distribution = field(default_factory=Distribution)
+    tpot_steps: Distribution = field(default_factory=Distribution)
+    e2e: Distribution = field(default_factory=Distribution)
+    e2e_steps: Distribution = field(default_factory=Distribution)
+    # Jain's index of the service rates, summed as they come (in finishing order, as a
+    # list of them would be summed).
+    rates: int = 0
+    rate_sum: float = 0.0
+    rate_squares: float = 0.0
     good: int = 0
     slo_ttft: float | None = None
     slo_tpot: float | None = None
@@ -106,17 +125,18 @@ class SimResult:
 
     def finish(self, req: Live) -> None:
         """A request produced its last token (or gave up): its latencies and SLO verdict."""
-        self.e2e.append(req.last_token - req.arrival)
-        self.e2e_steps.append(req.last_token_step - req.arrival_step)
+        self.e2e.add(req.last_token - req.arrival)
+        self.e2e_steps.add(req.last_token_step - req.arrival_step)
         span = req.last_token - req.arrival
-        self.service_rate.append(req.produced / span if span > 0 else float(req.produced))
+        rate = req.produced / span if span > 0 else float(req.produced)
+        self.rates += 1
+        self.rate_sum += rate
+        self.rate_squares += rate * rate
         tpot = None
         if req.produced > 1:
             tpot = (req.last_token - req.first_token) / (req.produced - 1)
-            self.tpot.append(tpot)
-            self.tpot_steps.append(
-                (req.last_token_step - req.first_token_step) / (req.produced - 1)
-            )
+            self.tpot.add(tpot)
+            self.tpot_steps.add((req.last_token_step - req.first_token_step) / (req.produced - 1))
         if req.produced == req.output:
             ttft = req.first_token - req.arrival
             slo_ttft, slo_tpot = self.slo_ttft, self.slo_tpot
@@ -124,6 +144,24 @@ class SimResult:
                 slo_tpot is None or tpot is None or tpot <= slo_tpot
             ):
                 self.good += 1
+
+    def keep_values(self) -> None:
+        """Keep every value of every figure (before the run): its summary is exact
+        whatever the count, and ``figure(key).values`` lists them."""
+        for key in FIGURES:
+            self.figure(key).keep = True
+
+    def figure(self, key: str) -> Distribution:
+        d: Distribution = getattr(self, key)
+        return d
+
+    def jain_fairness(self) -> float | None:
+        """Jain's index over the finished requests' service rates (metrics.jain_index)."""
+        if not self.rates:
+            return None
+        if self.rate_squares == 0:
+            return 1.0
+        return self.rate_sum * self.rate_sum / (self.rates * self.rate_squares)
 
     def summary(self) -> dict[str, Any]:
         span = self.end - self.start
@@ -152,28 +190,12 @@ class SimResult:
                 if self.budget and self.steps
                 else None
             ),
-            "jain_fairness_service_rate": jain_index(self.service_rate),
+            "jain_fairness_service_rate": self.jain_fairness(),
         }
         if self.preemptions is not None:
             out["preemptions"] = self.preemptions
-        for key in (
-            "queue_delay",
-            "queue_delay_steps",
-            "ttft",
-            "ttft_steps",
-            "tpot",
-            "tpot_steps",
-            "e2e",
-            "e2e_steps",
-        ):
-            values = sorted(getattr(self, key))
-            out[key] = {
-                "p50": percentile(values, 0.5),
-                "p90": percentile(values, 0.9),
-                "p99": percentile(values, 0.99),
-                "mean": sum(values) / len(values) if values else None,
-                "count": len(values),
-            }
+        for key in FIGURES:
+            out[key] = self.figure(key).summary()
         if self.slo_ttft is not None or self.slo_tpot is not None:
             out["goodput"] = {
                 "slo_ttft": self.slo_ttft,
@@ -238,7 +260,15 @@ class Runner:
             return
         self.live[req.sid] = live
         if req.cancel_after is not None:
-            heapq.heappush(self.deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
+            deadlines = self.deadlines
+            heapq.heappush(deadlines, (req.arrival + req.cancel_after, req.line, req.sid))
+            if len(deadlines) > 2 * len(self.live) + 64:
+                # Those of requests already ended go (a sid never comes back, and no two
+                # deadlines tie: (time, line) orders them as before): memory follows the
+                # requests in flight, not those whose patience has yet to run out.
+                held = self.live
+                self.deadlines = [d for d in deadlines if d[2] in held]
+                heapq.heapify(self.deadlines)
 
     def cancel_due(self) -> bool:
         """Clients whose patience ran out by now give up; whether any did."""
@@ -532,8 +562,8 @@ class TaskRunner(Runner):
                 )
             if req.first_dispatch_step < 0:
                 req.first_dispatch_step = step
-                result.queue_delay.append(start - req.arrival)
-                result.queue_delay_steps.append(step - req.arrival_step)
+                result.queue_delay.add(start - req.arrival)
+                result.queue_delay_steps.add(step - req.arrival_step)
             if not x.produce_output:
                 req.window_left -= 1
                 if req.window_left == 0 and req.submitted < req.prompt:
@@ -546,8 +576,8 @@ class TaskRunner(Runner):
             if req.produced == 1:
                 req.first_token = end
                 req.first_token_step = step + 1
-                result.ttft.append(end - req.arrival)
-                result.ttft_steps.append(step + 1 - req.arrival_step)
+                result.ttft.add(end - req.arrival)
+                result.ttft_steps.add(step + 1 - req.arrival_step)
             if req.produced >= req.output:
                 del live[x.sid]
                 result.finished += 1
@@ -582,15 +612,19 @@ def simulate(
     slo_tpot: float | None = None,
     on_progress: Callable[[int, float], None] | None = None,
     on_batch: Callable[[int, float, float, list[Task], int], None] | None = None,
+    keep_values: bool = False,
 ) -> SimResult:
     """Run the workload through ``policy``; ``trace`` receives the explicit-mode trace.
 
-    ``on_batch(step, start, end, batch, queued)`` sees every dispatched batch in time.
+    ``on_batch(step, start, end, batch, queued)`` sees every dispatched batch in time;
+    ``keep_values`` keeps every request's figures (SimResult.keep_values).
     """
     if chunk_size < 1:
         raise UsageError("chunk size must be >= 1")
     result = SimResult(policy_name, params, cost, chunk_size, budget=policy.token_budget)
     result.slo_ttft, result.slo_tpot = slo_ttft, slo_tpot
+    if keep_values:
+        result.keep_values()
     return run(
         requests, TaskRunner(policy, result, policy_name, trace, on_batch), cost, on_progress
     )

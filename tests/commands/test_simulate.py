@@ -76,7 +76,7 @@ def test_every_request_finishes_or_is_cancelled_and_tokens_add_up(
         assert result.prefill_tokens == sum(r.prompt_tokens for r in reqs)
         assert result.output_tokens == sum(r.output_tokens for r in reqs)
         assert result.decode_tokens == sum(r.output_tokens - 1 for r in reqs)
-    assert len(result.ttft) <= len(reqs) and len(result.e2e) == result.finished
+    assert result.ttft.count <= len(reqs) and result.e2e.count == result.finished
     # Every dispatched task was submitted first, and get_work records every batch.
     submitted = set()
     for e in events:
@@ -175,7 +175,7 @@ def test_idle_time_jumps_to_the_next_arrival(tmp_path: Path) -> None:
     )
     assert result.steps == 4
     assert result.end == pytest.approx(100.02)
-    assert result.ttft == pytest.approx([0.01, 0.01])
+    assert list(result.ttft.values) == pytest.approx([0.01, 0.01])
 
 
 def test_table_output_and_metrics_file(tmp_path: Path) -> None:
@@ -375,3 +375,17 @@ def test_simulate_notes_rejections_once_per_reason_not_per_chunk_size(tmp_path: 
     assert "5 of 5 requests were rejected" in note
     assert "  5: prefill chunk of N tokens exceeds max_prefill_chunk_size 256" in note
     assert note.count("exceeds") == 1
+
+
+def test_patience_of_requests_already_finished_is_not_kept() -> None:
+    """Memory follows the requests in flight: a finished request's cancel deadline, hours
+    away, is not held until then (and no request is cancelled that finished)."""
+    from schedcli.engine.simulate import SimResult, TaskRunner, run
+
+    reqs = [Request(i, i * 0.1, 10, 2, cancel_after=3600.0, line=i + 1) for i in range(3000)]
+    policy = build_policy("decode-first")
+    result = SimResult("decode-first", {}, CostModel(), 256, budget=policy.token_budget)
+    runner = TaskRunner(policy, result, "decode-first", None, None)
+    run(reqs, runner, CostModel())
+    assert result.finished == 3000 and result.cancelled == 0
+    assert len(runner.deadlines) <= 2 * len(runner.live) + 64

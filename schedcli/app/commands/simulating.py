@@ -165,11 +165,11 @@ def runner_result(
     for r, o in zip(requests, done.outcomes, strict=True):
         result.output_tokens += o.produced
         if o.first_dispatch_step >= 0:
-            result.queue_delay.append(o.first_dispatch - r.arrival)
-            result.queue_delay_steps.append(o.first_dispatch_step - o.arrival_step)
+            result.queue_delay.add(o.first_dispatch - r.arrival)
+            result.queue_delay_steps.add(o.first_dispatch_step - o.arrival_step)
         if o.produced:
-            result.ttft.append(o.first_token - r.arrival)
-            result.ttft_steps.append(o.first_token_step - o.arrival_step)
+            result.ttft.add(o.first_token - r.arrival)
+            result.ttft_steps.add(o.first_token_step - o.arrival_step)
         if o.reason in ("token limit", "stop token"):
             live = Live(r, o.arrival_step)
             live.produced = o.produced

@@ -228,13 +228,14 @@ def from_workload(
             cost=cost,
             on_batch=on_batch,
             preemption=preemption,
+            keep_values=True,  # the charts draw every request's figures
         )
         run.summary = result.summary()
         if preemption is not None:
             run.summary |= preemption.summary()
-        run.waits = sorted(result.queue_delay, reverse=True)
-        run.ttft = sorted(result.ttft)
-        run.tpot = sorted(result.tpot)
+        run.waits = sorted(result.queue_delay.values, reverse=True)
+        run.ttft = sorted(result.ttft.values)
+        run.tpot = sorted(result.tpot.values)
         runs.append(run)
     return runs
 

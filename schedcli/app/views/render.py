@@ -371,10 +371,18 @@ def simulation_tables(summary: Mapping[str, Any]) -> Group:
         ("e2e", "end-to-end latency"),
     ):
         secs, steps = summary[key], summary[f"{key}_steps"]
-        lat.add_row(label, *(_secs(secs[c]) for c in ("p50", "p90", "p99", "mean")))
+        # "~": an estimate from simulate's buckets (docs/trace-format.md).
+        rough, rough_steps = secs.get("approximate", ()), steps.get("approximate", ())
+        lat.add_row(
+            label,
+            *(("~" if c in rough else "") + _secs(secs[c]) for c in ("p50", "p90", "p99", "mean")),
+        )
         lat.add_row(
             Text(f"  {label} (steps)", "dim"),
-            *(Text(_num(steps[c]), "dim") for c in ("p50", "p90", "p99", "mean")),
+            *(
+                Text(("~" if c in rough_steps else "") + _num(steps[c]), "dim")
+                for c in ("p50", "p90", "p99", "mean")
+            ),
         )
     totals = Table(title="run", box=box.ROUNDED, show_header=False, title_justify="left")
     totals.add_column("what")

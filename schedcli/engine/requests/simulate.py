@@ -140,8 +140,8 @@ class RequestRunner(Runner):
                 )
             if req.first_dispatch_step < 0:
                 req.first_dispatch_step = step
-                result.queue_delay.append(start - req.arrival)
-                result.queue_delay_steps.append(step - req.arrival_step)
+                result.queue_delay.add(start - req.arrival)
+                result.queue_delay_steps.add(step - req.arrival_step)
             if not s.samples:
                 continue
             result.output_tokens += 1
@@ -149,8 +149,8 @@ class RequestRunner(Runner):
             req.last_token, req.last_token_step = end, step + 1
             if req.produced == 1:
                 req.first_token, req.first_token_step = end, step + 1
-                result.ttft.append(end - req.arrival)
-                result.ttft_steps.append(step + 1 - req.arrival_step)
+                result.ttft.add(end - req.arrival)
+                result.ttft_steps.add(step + 1 - req.arrival_step)
         for rid in plan.finished:
             req = self.live.pop(rid, None)
             if req is None:
@@ -175,12 +175,15 @@ def simulate_requests(
     on_batch: OnStep | None = None,
     on_preempt: OnPreempt | None = None,
     preemption: PreemptionTally | None = None,
+    keep_values: bool = False,
 ) -> SimResult:
     """Run the workload through a request-level ``policy`` (see ``simulate``);
     ``on_preempt`` hears of each step's preemptions, ``preemption`` is fed each step's
     plan and each request's end (what preemption costs)."""
     result = SimResult(policy_name, params, cost, 0, budget=policy.token_budget)
     result.slo_ttft, result.slo_tpot = slo_ttft, slo_tpot
+    if keep_values:
+        result.keep_values()
     runner = RequestRunner(policy, result, policy_name, trace, on_batch)
     runner.on_preempt = on_preempt
     runner.preemption = preemption
@@ -217,13 +220,14 @@ def simulate_either(
     on_preempt: OnPreempt | None = None,
     close: bool = True,
     preemption: PreemptionTally | None = None,
+    keep_values: bool = False,
 ) -> SimResult:
     """The workload through a policy of either level: ``simulate_requests`` for one that
     slices requests itself (closed after, unless ``close`` is false), else ``simulate``,
     chunking prompts at ``chunk_size`` or the policy's own limit. ``trace`` is the
     writer ``trace_writer`` made for it; ``on_preempt`` hears of a request-level
     policy's preemptions and ``preemption`` measures what they cost (a task-level one has
-    none)."""
+    none); ``keep_values`` keeps every request's figures (SimResult.keep_values)."""
     if isinstance(policy, RequestScheduler):
         try:
             return simulate_requests(
@@ -239,6 +243,7 @@ def simulate_either(
                 on_batch=on_batch,
                 on_preempt=on_preempt,
                 preemption=preemption,
+                keep_values=keep_values,
             )
         finally:
             if close:
@@ -256,6 +261,7 @@ def simulate_either(
         slo_tpot=slo_tpot,
         on_progress=on_progress,
         on_batch=on_batch,
+        keep_values=keep_values,
     )
 
 
