@@ -329,7 +329,7 @@ def test_a_split_trace_counts_its_checked_calls_in_one_unit(tmp_path: Path) -> N
 def test_check_never_starts_more_workers_than_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from schedcli.app.commands.check import running as checking
+    from schedcli.engine.check import runner as checking
 
     started: list[int] = []
 
