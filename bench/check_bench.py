@@ -33,10 +33,10 @@ def wall(args: list[str]) -> float:
 
 def back_to_back(folder: Path) -> None:
     """Every trace of ``folder`` checked in this process, one after another."""
-    from schedcli.app.commands.check.suite import CheckRequest, Job, check_trace, find_suite
+    from schedcli.engine.check.suite import find_suite
+    from schedcli.engine.check.trace import Job, check_trace
 
-    req = CheckRequest([str(folder)], jobs=1)
-    for trace, golden in find_suite(req.paths, None).traces:
+    for trace, golden in find_suite([str(folder)], None).traces:
         verdict_ = check_trace(Job(trace, golden, None, {}, False, False))
         assert verdict_.status == "pass", verdict_
 

@@ -20,6 +20,7 @@ try:
 except SystemExit:
     pass
 heavy = ("rich", "pydantic", "schedcli.app.views.render", "schedcli.app.views.golden",
+         "schedcli.engine.check.golden",
          "schedcli.app.commands.diff", "schedcli.engine.diff", "schedcli.engine.simulate",
          "schedcli.app.report.page",
          "importlib.metadata", "hashlib", "gzip", "schedcli.formats.requests",

@@ -74,10 +74,10 @@ def pytest_collection_modifyitems(
 
 
 def _collect(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    from ..engine.check.suite import find_suite
     from ..model.errors import UsageError
     from .commands.check.report import refuse_aliases
-    from .commands.check.running import suite_jobs
-    from .commands.check.suite import CheckRequest, find_suite
+    from .commands.check.suite import CheckRequest, suite_jobs
     from .config import load_config
 
     settings = load_config(config.rootpath)
@@ -132,15 +132,13 @@ class TraceItem(_SuiteItem):
         self.job, self.req = job, req
 
     def runtest(self) -> None:
-        from .commands.check.running import checked_apart, may_end_the_process
-        from .commands.check.suite import BROKEN, ERROR, FAIL, PASS, UNCHECKED, check_job
+        from ..engine.check.runner import checked
+        from .commands.check.suite import BROKEN, ERROR, FAIL, PASS, UNCHECKED
+        from .commands.check.suite import said as in_words
 
         # A trace whose policy may end the process (a C++ scheduler) is checked in a
         # process of its own, as `check` checks it: its end fails the item, not pytest.
-        if may_end_the_process(self.job):
-            (verdict,) = checked_apart([self.job], 1)
-        else:
-            verdict = check_job(self.job)
+        (verdict,) = checked([self.job], 1, in_words)
         if verdict.status == PASS:
             return
         if verdict.status == UNCHECKED and self.req.allow_unchecked:

@@ -13,13 +13,10 @@ import dataclasses
 import difflib
 import hashlib
 import itertools
-import multiprocessing
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +30,7 @@ from ..model.errors import InvariantError, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..model.scheduler import Policy
 from .cost import CostModel
+from .pool import Pool, Processes, RayCluster, Vanished
 from .requests.simulate import simulate_either
 from .run import replay_metrics
 from .stall import STALL_STEPS_ENV
@@ -461,7 +459,12 @@ def run_points(
         cores = os.cpu_count() or 1
         _run_local(todo, min(jobs or cores, cores), done, env)
     elif backend == "ray":
-        _run_ray(todo, jobs, address, done, env)
+        try:
+            cluster = RayCluster(jobs, address).__enter__()
+        except ImportError:
+            raise UsageError("--backend ray needs Ray: pip install 'schedcli[ray]'") from None
+        with cluster:
+            _run_on(cluster, todo, done, env)
     else:
         raise UsageError(f"--backend {backend!r}: local or ray")
     return outcomes
@@ -493,62 +496,38 @@ def _run_local(
         return
     # Workers fork from a clean server process that has imported schedcli once: cheap to
     # start, and never a fork of this (threaded) process.
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["schedcli.engine.sweep"])
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_guarded, o.point, None, env): o for o in todo}
-        for future in as_completed(futures):
-            outcome = futures[future]
-            try:
-                outcome.record, outcome.error, outcome.deps = future.result()
-            except BrokenProcessPool:
-                # A worker ended without an answer: its point's policy ended the process (a
-                # C++ scheduler), as nothing of ours does; which point cannot be told.
-                raise InvariantError(
-                    "a sweep worker ended without an answer: a policy among the points "
-                    f"running then ended its process (one of {_running(futures)}); run them "
-                    "with --jobs 1 to see which, at its step and line"
-                ) from None
-            done(outcome)
+    _run_on(Processes(jobs, "forkserver", ["schedcli.engine.sweep"]), todo, done, env)
 
 
-def _running(futures: Mapping[Any, Outcome]) -> str:
-    names = sorted({f"{o.point.policy} on {o.point.workload}" for f, o in futures.items()
-                    if not f.done() or f.exception() is not None})  # fmt: skip
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
-def _run_ray(
-    todo: list[Outcome],
-    jobs: int | None,
-    address: str | None,
-    done: Callable[[Outcome], None],
-    env: Mapping[str, str],
+def _run_on(
+    pool: Pool, todo: list[Outcome], done: Callable[[Outcome], None], env: Mapping[str, str]
 ) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--backend ray needs Ray: pip install 'schedcli[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        options: dict[str, Any] = {"address": address} if address else {"num_cpus": jobs}
-        ray.init(include_dashboard=False, log_to_driver=False, **options)
-    try:
-        remote: Any = ray.remote(_guarded)
-        # Each workload goes to the cluster once, as an object the workers read.
-        shipped: dict[str, Any] = {}
-        refs = {}
-        for outcome in todo:
-            path = outcome.point.workload
-            if path not in shipped:
-                shipped[path] = ray.put(Path(path).read_bytes())
-            refs[remote.remote(outcome.point, shipped[path], env)] = outcome
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            outcome = refs[ready[0]]
-            outcome.record, outcome.error, outcome.deps = ray.get(ready[0])
-            done(outcome)
-    finally:
-        if started:
-            ray.shutdown()
+    """Every point of ``todo`` run on ``pool``, each ``done`` as it comes in. A pool whose
+    workers cannot see this machine's files gets each workload once, as data."""
+    shipped: dict[str, Any] = {}
+    jobs: list[tuple[Point, Any, Mapping[str, str]]] = []
+    for outcome in todo:
+        path = outcome.point.workload
+        if not pool.sees_files and path not in shipped:
+            shipped[path] = pool.put(Path(path).read_bytes())
+        jobs.append((outcome.point, shipped.get(path), env))
+    finished: set[int] = set()
+    for index, ran in pool.completed(_guarded, jobs):
+        if isinstance(ran, Vanished):
+            # A worker ended without an answer: its point's policy ended the process (a
+            # C++ scheduler), as nothing of ours does.
+            running = [o for i, o in enumerate(todo) if i not in finished]
+            raise InvariantError(
+                "a sweep worker ended without an answer: a policy among the points "
+                f"running then ended its process (one of {_running(running)}); run them "
+                "with --jobs 1 to see which, at its step and line"
+            )
+        finished.add(index)
+        outcome = todo[index]
+        outcome.record, outcome.error, outcome.deps = ran
+        done(outcome)
+
+
+def _running(outcomes: Sequence[Outcome]) -> str:
+    names = sorted({f"{o.point.policy} on {o.point.workload}" for o in outcomes})
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

@@ -186,12 +186,12 @@ def test_parallel_jobs_give_the_same_report_as_one(tmp_path: Path) -> None:
 # is no more work rather than signalled.
 _DEAF_WORKERS = """
 import signal, sys
-from schedcli.app.commands.check import running as checking
+from schedcli.engine import pool
 from schedcli.app.entry import run
 def deaf():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-checking._worker_signals = deaf
+pool._worker_signals = deaf
 codes = []
 for _ in range(3):  # the lost signal is a race: give it three chances to bite
     sys.argv = ["schedcli", "check", sys.argv[1], "-j", "6", "--allow-missing-golden"]
@@ -1066,7 +1066,7 @@ def test_the_junit_report_is_well_formed_whatever_the_names(tmp_path: Path) -> N
 def test_check_never_starts_more_workers_than_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from schedcli.app.commands.check import running as checking
+    from schedcli.engine.check import runner as checking
 
     started: list[int] = []
 

@@ -39,8 +39,8 @@ from ..views.outputs import (
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ...engine.check.golden import GoldenComparison
     from ..parsing import StepRange
-    from ..views.golden import GoldenComparison
     from ..views.progress import TraceProgress
 # rich's views, the golden comparison and the reasons' views load where they are used:
 # a replay that dumps needs none of them.
@@ -243,7 +243,7 @@ class GoldenCheck(Output):
     def opened(self, trace: Opened) -> None:
         self._steps = trace.steps
         label = f"replay under {trace.policy_name}"
-        from ..views.golden import GoldenComparison
+        from ...engine.check.golden import GoldenComparison
 
         self.comparison = GoldenComparison(
             self._golden, label, self._engine, self._req.allow_incomplete
@@ -283,7 +283,10 @@ class GoldenCheck(Output):
                 )
             return
         err = self._err()
-        diff, *why = golden.views(lambda step: _reasons_at(self._req, step))
+        from ..views.golden import golden_views
+
+        left_out = golden.left_out(lambda step: _reasons_at(self._req, step))
+        diff, *why = golden_views(golden.result, left_out)
         err.print(diff, soft_wrap=True)
         for view in why:
             err.print(view)

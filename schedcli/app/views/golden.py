@@ -1,99 +1,20 @@
-"""Comparing a replay's dump with a golden dump, aligned by step (not by line)."""
+"""A golden comparison's difference, for people: the first differing step side by side,
+then why the replay left out what the golden has there."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...engine.diff import Aligner, DiffResult
-from ...engine.run import Driver
-from ...formats.dump import read_dump
-from ...model.records import Left, Record
+from ...engine.check.golden import LeftOut
+from ...engine.diff import DiffResult
 
 
-class GoldenComparison:
-    """A sink for the replay's records that reads the golden alongside, step for step,
-    through the same ``Aligner`` as ``diff`` of two dumps (so the two always agree).
+def golden_views(result: DiffResult, left_out: LeftOut | None) -> list[Any]:
+    """The views of a replay's difference from its golden (``result``), and what the
+    replay left out at the first differing step, with its reasons (``left_out``)."""
+    from .render import diff_view, why_left
 
-    One extra step on either side shows as that one step, not as every later line. A
-    golden that is not a complete dump (no end record, steps out of order) is bad input.
-    """
-
-    def __init__(
-        self,
-        golden: str,
-        replay_label: str,
-        engine: Callable[[], Driver] | None = None,
-        allow_incomplete: bool = False,
-    ) -> None:
-        """``engine``: the replay being compared; its policy's reasons at the first
-        differing step are kept as the step is compared (no second replay).
-        ``allow_incomplete``: a golden cut short is compared as far as it goes."""
-        self.golden = golden
-        self.result = DiffResult((f"golden {golden}", replay_label), ({}, {}))
-        self._aligner = Aligner(self.result)
-        self.first_left: Left = None
-        self.first_left_known = False
-        self.first_line: int | None = None  # the trace line being replayed when it differed
-        if engine is not None:
-            self._aligner.on_first = lambda step: self._reasons_now(engine(), step)
-        self._golden_sink = self._aligner.sink("a")
-        self._replay_sink = self._aligner.sink("b")
-        self._records: Iterator[Record] = read_dump(
-            golden, allow_incomplete=allow_incomplete, golden=True
-        )
-        self.records = 0
-        self.pins_a_break = False  # the golden ends with a contract break (seen so far)
-
-    def _pull(self) -> bool:
-        record = next(self._records, None)
-        if record is None:
-            return False
-        if "partial" in record:
-            self.pins_a_break = True
-        self._golden_sink(record)
-        return True
-
-    def __call__(self, record: Record) -> None:
-        self.records += 1
-        self._replay_sink(record)
-        self._pull()
-        self._aligner.settle()
-
-    def finish(self) -> None:
-        while self._pull():
-            pass
-        self._aligner.settle(final=True)
-
-    def _reasons_now(self, engine: Driver, step: int) -> None:
-        self.first_line = engine.current_line or None
-        if engine.last_batch_step == step:
-            self.first_left = engine.left_behind()
-            self.first_left_known = True
-
-    def pins(self, ending: Record) -> bool:
-        """The replay stopped with ``ending`` (a contract break's partial record): whether
-        the golden pins exactly that, every step before it the same. (Where it pins
-        another break, ``pins_a_break`` says so: a difference, not an error.)"""
-        self(ending)
-        self.finish()
-        return self.same
-
-    @property
-    def same(self) -> bool:
-        return self.result.identical
-
-    def views(self, reasons_at: Callable[[int], Left]) -> list[Any]:
-        """The difference for people: the first differing step side by side, then why the
-        replay left out what the golden has there (its reasons kept as the step was
-        compared; else ``reasons_at(step)``, found past it)."""
-        from .render import diff_view, why_left
-
-        views: list[Any] = [diff_view(self.result)]
-        first = self.result.first
-        if first is not None:
-            only_golden, _ = first.moved()
-            if only_golden and first.b is not None:  # no batch there: nothing left out
-                left = self.first_left if self.first_left_known else reasons_at(first.step)
-                views.append(why_left("the replay", left, only_golden))
-        return views
+    views: list[Any] = [diff_view(result)]
+    if left_out is not None:
+        views.append(why_left("the replay", left_out.left, left_out.tids))
+    return views

@@ -12,22 +12,13 @@ from typing import IO
 
 import orjson
 
+from ....engine.check.runner import checked
+from ....engine.check.suite import Suite, find_suite
 from ....formats.junit import ERROR, FAILURE, SKIPPED, Case, write_junit
 from ....model.errors import CheckFailed, UsageError
 from ....streams.output import atomic_output, refuse_overwriting
 from ...config import Config, load_config
-from .running import run_suite
-from .suite import (
-    BROKEN,
-    FAIL,
-    PASS,
-    UNCHECKED,
-    CheckRequest,
-    Suite,
-    Verdict,
-    exit_code,
-    find_suite,
-)
+from .suite import BROKEN, FAIL, PASS, UNCHECKED, CheckRequest, Said, exit_code, said, suite_jobs
 from .suite import ERROR as ERRORED
 
 ORPHANED = "orphaned"
@@ -57,7 +48,7 @@ def printable(text: str) -> str:
 
 
 def show_text(
-    out: IO[str], req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict], shown: Shown
+    out: IO[str], req: CheckRequest, suite: Suite, verdicts: Sequence[Said], shown: Shown
 ) -> None:
     names = [shown(v.trace) for v in verdicts]
     orphans = [shown(g) for g in suite.orphans]
@@ -82,7 +73,7 @@ def show_text(
     out.write("\n" + summary(req, suite, verdicts) + "\n")
 
 
-def summary(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> str:
+def summary(req: CheckRequest, suite: Suite, verdicts: Sequence[Said]) -> str:
     statuses = [v.status for v in verdicts]
     counts = {s: statuses.count(s) for s in (PASS, FAIL, BROKEN, UNCHECKED, ERRORED)}
     traces = f"{len(verdicts)} trace{'s' * (len(verdicts) != 1)}"
@@ -103,7 +94,7 @@ def summary(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict]) -> str
     return said
 
 
-def show_json(out: IO[bytes], suite: Suite, verdicts: Sequence[Verdict], shown: Shown) -> None:
+def show_json(out: IO[bytes], suite: Suite, verdicts: Sequence[Said], shown: Shown) -> None:
     for v in verdicts:
         record = {k: printable(x) if isinstance(x, str) else x for k, x in v.to_json(shown).items()}
         out.write(orjson.dumps(record) + b"\n")
@@ -113,7 +104,7 @@ def show_json(out: IO[bytes], suite: Suite, verdicts: Sequence[Verdict], shown: 
 
 
 def junit_cases(
-    req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict], shown: Shown = str
+    req: CheckRequest, suite: Suite, verdicts: Sequence[Said], shown: Shown = str
 ) -> list[Case]:
     """A testcase per trace (classname its folder, name its file), and per orphaned golden
     (failing unless --no-strict)."""
@@ -141,13 +132,13 @@ def junit_cases(
 
 
 def write_report(
-    path: str, req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict], shown: Shown
+    path: str, req: CheckRequest, suite: Suite, verdicts: Sequence[Said], shown: Shown
 ) -> None:
     with atomic_output(path) as out:
         write_junit(out, "schedcli check", junit_cases(req, suite, verdicts, shown))
 
 
-def annotate(req: CheckRequest, suite: Suite, verdicts: Sequence[Verdict], shown: Shown) -> None:
+def annotate(req: CheckRequest, suite: Suite, verdicts: Sequence[Said], shown: Shown) -> None:
     """Under GitHub Actions, an error annotation at the trace line of each failure's first
     divergence, and on each orphaned golden (workflow commands are read from stderr as
     from stdout)."""
@@ -216,7 +207,8 @@ def run_check(
 def _run_staged(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
     """``--staged``: the traces and goldens the staged commit touches, checked as the
     index holds them (and its ``[tool.schedcli]``), not as the working tree does."""
-    from .staged import staged_view
+    from ....engine.check.staged import staged_view
+    from .staged import staged_config, staged_root
 
     if req.paths:
         raise UsageError("--staged checks what git says the commit changes: give no PATH")
@@ -229,9 +221,9 @@ def _run_staged(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
         if not view.relevant():
             print("note: the staged commit touches no trace or golden", file=sys.stderr)
             return
-        config = view.config()
+        config = staged_config(view)
         req = req.with_config(config)
-        suite = view.suite(req, config)
+        suite = view.suite(req.paths if config.traces else None, req.golden_dir)
         if not suite.traces and not suite.orphans:
             print(
                 "note: the staged commit touches no trace or golden left to check (deleted "
@@ -239,7 +231,7 @@ def _run_staged(req: CheckRequest, fmt: str, junit_xml: str | None) -> None:
                 file=sys.stderr,
             )
             return
-        shown = relative_to(view.root(config))
+        shown = relative_to(staged_root(view, config))
         for path in view.differing(suite):
             print(
                 f"note: {shown(path)} is checked as staged; the working tree's copy differs "
@@ -261,9 +253,10 @@ def _run(req: CheckRequest, suite: Suite, shown: Shown, fmt: str, junit_xml: str
     cores = os.cpu_count() or 1
     if req.jobs is not None and req.jobs > cores:
         print(f"note: --jobs {req.jobs}: checking on the {cores} cores there are", file=sys.stderr)
-    verdicts = list(run_suite(req, suite))
+    verdicts = list(checked(suite_jobs(req, suite), req.jobs or 1, said))
     if suite.alias is not None:
-        from .staged import real_suite, real_verdict
+        from ....engine.check.staged import real_suite
+        from .staged import real_verdict
 
         verdicts = [real_verdict(suite.alias, v) for v in verdicts]
         suite = real_suite(suite)
