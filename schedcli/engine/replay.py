@@ -61,6 +61,8 @@ class Mismatch:
 
 
 class ExpectMismatch(StepMismatch):
+    level = "task"
+
     def __init__(self, mismatch: Mismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(

@@ -57,6 +57,7 @@ class StepMismatch(CheckFailed):
 
     located = True  # its message starts FILE:LINE
     mismatch: Any
+    level: str  # the name of the level whose replay found it (engine/levels/table.py)
 
 
 class InvariantError(SchedcliError):

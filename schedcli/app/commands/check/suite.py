@@ -537,10 +537,9 @@ class _NewGolden:
 
 def _golden_detail(job: Job, comparison: Any) -> str:
     def reasons_at(step: int) -> Any:
-        from ....engine.explain import explain_step
-        from ....formats.kinds import is_request_trace
+        from ....engine.explain import explain_step, reasons_replayable
 
-        if is_request_trace(job.trace):
+        if not reasons_replayable(job.trace):
             return None  # kept as the difference was found, or not derived
 
         return explain_step(job.trace, step, job.policy, job.params).left
