@@ -12,7 +12,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Final, Protocol
+from typing import ClassVar, Final, Protocol
 
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Line, Run, as_event
@@ -61,6 +61,8 @@ class Mismatch:
 
 
 class ExpectMismatch(StepMismatch):
+    level: ClassVar[str] = "task"
+
     def __init__(self, mismatch: Mismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(

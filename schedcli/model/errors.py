@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class SchedcliError(Exception):
@@ -57,6 +57,7 @@ class StepMismatch(CheckFailed):
 
     located = True  # its message starts FILE:LINE
     mismatch: Any
+    level: ClassVar[str]  # the name of the level whose replay found it (engine/levels/table.py)
 
 
 class InvariantError(SchedcliError):

@@ -9,15 +9,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from schedcli.engine.run import OpenTrace, open_replay
+from schedcli.engine.levels.table import LEVELS
+from schedcli.engine.levels.task import OpenTrace
+from schedcli.engine.run import open_replay
 from tests.conftest import Cli
 from tests.helpers import REQUEST_HEADER, TOY, request_trace, write_lines
 
 
 def test_open_replay_opens_either_level_by_its_header(level_trace: Path) -> None:
     with open_replay(str(level_trace), note=lambda _: None) as opened:
-        assert (opened.level == "task") == isinstance(opened, OpenTrace)
-        assert opened.level == ("request" if level_trace.name == "r.jsonl" else "task")
+        assert (opened.level.name == "task") == isinstance(opened, OpenTrace)
+        assert opened.level is LEVELS["request" if level_trace.name == "r.jsonl" else "task"]
         totals = opened.run(opened.replayer(lambda _: None))
         assert totals.steps == 3
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from ...engine.diff import DiffResult, Side, diff_dumps, diff_trace
-from ...engine.explain import explain_step
+from ...engine.explain import explain_step, reasons_replayable
 from ...model.errors import UsageError
 from ...model.records import Left
 from ...model.task import Id, id_key, show_id
@@ -51,8 +51,6 @@ def run_diff(
 
 def _print_reasons(trace: str, result: DiffResult, a: Side, b: Side) -> None:
     """Each side's reasons at the first differing step (a replay is deterministic)."""
-    from ...formats.kinds import is_request_trace
-
     first = result.first
     assert first is not None
     only_a, only_b = first.moved()
@@ -63,7 +61,7 @@ def _print_reasons(trace: str, result: DiffResult, a: Side, b: Side) -> None:
         if (tids or resized) and (first.a, first.b)[i] is not None:
             if first.left is not None:
                 left = first.left[i]
-            elif is_request_trace(trace):
+            elif not reasons_replayable(trace):
                 continue  # reasons are kept only as the difference is found
             else:  # found past the step: its reasons from a replay to it
                 left = explain_step(trace, first.step, side.policy, side.params).left

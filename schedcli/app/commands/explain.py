@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from ...engine import explain as finding
 from ...engine.explain import Life, StepView, explain_step
 from ...engine.run import open_replay
-from ...model.errors import InputError, UsageError
+from ...model.errors import UsageError
 from ...model.task import Id
 
 
@@ -29,10 +29,7 @@ def explain_lives(
     ) as opened:
         found = finding.lives(opened, tid=tid, sid=sid)
         if not found:
-            what = f"task {tid!r}" if tid is not None else f"session {sid!r}"
-            if opened.level == "request":
-                raise InputError(path, None, f"no arrive in this trace holds request {sid!r}")
-            raise InputError(path, None, f"no submit in this trace holds {what}")
+            raise opened.level.no_life(path, tid, sid)
         return found
 
 

@@ -298,11 +298,10 @@ def _reasons_at(req: ReplayRequest, step: int) -> Left:
     replay is deterministic); None from a pipe, which cannot be read twice."""
     if req.trace == "-" or req.follow:
         return None
-    from ...formats.kinds import is_request_trace
+    from ...engine.explain import explain_step, reasons_replayable
 
-    if is_request_trace(req.trace):
+    if not reasons_replayable(req.trace):
         return None  # kept as the difference was found, or not derived
-    from ...engine.explain import explain_step
 
     return explain_step(req.trace, step, req.policy, req.params).left
 

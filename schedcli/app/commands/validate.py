@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from ...catalog.choice import RecordedPolicy, check_policy_for_trace
-from ...catalog.registry import Level
-from ...engine.clock import StepClock
-from ...engine.run import CheckEvent, interface_check
-from ...formats.kinds import LEVEL
+from ...engine.levels import CheckEvent, Level
+from ...engine.levels.table import level_of
 from ...formats.trace import TraceReader, incomplete_trace, open_trace
 from ...model.errors import InputError, UsageError
 from ...streams.source import DEFAULT_MAX_LINE_BYTES, display_name
@@ -57,12 +54,9 @@ def validate_trace(
     try:
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
             header = reader.header
-            level: Level = "request" if header is not None and header.level == LEVEL else "task"
+            level = level_of(header)
             unfit = _check_policy(reader, collect, policy, params or {}, level)
-            if level == "request":
-                events, partial = _request_events(reader, collect)
-            else:
-                events, partial = _task_events(reader, collect, unfit)
+            events, partial = level.events(reader, collect, unfit)
             if partial is not None and not allow_incomplete:
                 collect(InputError(name, partial[0], incomplete_trace(partial[1])))
     except InputError as e:
@@ -73,7 +67,6 @@ def validate_trace(
 
 
 Collect = Callable[[InputError], None]
-Partial = tuple[int, dict[str, Any]] | None
 
 
 def _check_policy(
@@ -88,41 +81,14 @@ def _check_policy(
     narrow interface built, and its check of each event."""
     header = reader.header
     try:
-        check_policy_for_trace(RecordedPolicy.of(header), reader.name, policy, params, level)
-        return interface_check(header, reader.name, policy, params) if level == "task" else None
+        recorded = RecordedPolicy.of(header)
+        check_policy_for_trace(recorded, reader.name, policy, params, level.name)
+        return level.interface_check(header, reader.name, policy, params)
     except InputError as e:
         collect(e)
     except UsageError as e:
         collect(InputError(reader.name, header.line if header is not None else None, str(e)))
     return None
-
-
-def _task_events(
-    reader: TraceReader, collect: Collect, unfit: CheckEvent | None
-) -> tuple[int, Partial]:
-    """A task-level trace's valid events, its steps checked by replay's rules
-    (``StepClock``) and its tasks by the policy's interface; and its partial marker."""
-    clock = StepClock(reader.name)
-    events = 0
-    for event in reader:
-        try:
-            clock.check(event)
-        except InputError as e:
-            collect(e)
-            continue
-        problems = unfit(event) if unfit is not None else []
-        for problem in problems:
-            collect(problem)
-        events += not problems
-    return events, reader.partial
-
-
-def _request_events(reader: TraceReader, collect: Collect) -> tuple[int, Partial]:
-    """A request-level trace's valid events; and its partial marker."""
-    from ...formats.requests import RequestReader
-
-    events = RequestReader(reader, collect)
-    return sum(1 for _ in events), events.partial
 
 
 def check_trace(

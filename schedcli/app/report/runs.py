@@ -9,6 +9,7 @@ from typing import Any
 
 from ...catalog.registry import build_policy, config_label
 from ...engine.cost import CostModel
+from ...engine.levels.table import level_named
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
 from ...engine.requests.simulate import simulate_either
@@ -17,7 +18,6 @@ from ...formats.dump import batch_tasks, read_dump
 from ...formats.workload import read_workload
 from ...model.errors import UsageError
 from ...model.records import Record, discard
-from ...model.requests import RequestScheduler
 from ...model.task import DECODE, Task
 from ...streams.source import display_name
 from ..views.progress import TraceProgress
@@ -131,8 +131,7 @@ def from_trace(
             path, policy=spec, params=params, allow_incomplete=allow_incomplete
         ) as opened:
             run = Run(config_label(opened.policy_name, opened.params), opened.token_budget)
-            task_level = opened.level == "task"
-            metrics = StepMetrics(run.budget, waits_known=task_level)
+            metrics = opened.step_metrics()
             on_step = None
             if progress is not None:
                 progress.position = opened.reader.position
@@ -145,7 +144,7 @@ def from_trace(
             binning.queued = engine.queued_count
             opened.run(engine)
             run.summary = metrics.summary() | engine.level_summary()
-            if task_level:  # a request's waits are not known from its steps
+            if metrics.waits_known:  # a request's waits are not known from its steps
                 run.waits = sorted(metrics.session_mean_waits(), reverse=True)
             runs.append(run)
     return runs
@@ -212,7 +211,7 @@ def from_workload(
             policy.name or spec, {k: declared.get(k, v) for k, v in params.items()}
         )
         run = Run(label, policy.token_budget, Bins(width=0.01))
-        preemption = PreemptionTally() if isinstance(policy, RequestScheduler) else None
+        preemption = PreemptionTally() if level_named(policy.level).preempts else None
 
         def on_batch(
             step: int, start: float, end: float, batch: list[Task], queued: int, run: Run = run

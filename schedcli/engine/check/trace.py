@@ -237,10 +237,9 @@ def _compared(
 
 def _reasons_at(job: Job, step: int) -> Left:
     """The replay's reasons at ``step``, by replaying the trace again with them on."""
-    from ...formats.kinds import is_request_trace
-    from ..explain import explain_step
+    from ..explain import explain_step, reasons_replayable
 
-    if is_request_trace(job.trace):
+    if not reasons_replayable(job.trace):
         return None  # kept as the difference was found, or not derived
     return explain_step(job.trace, step, job.policy, job.params).left
 

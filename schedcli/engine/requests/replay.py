@@ -8,16 +8,14 @@ one (one entry per scheduled request, ``tid`` = ``rid@position``), so views, gol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...catalog.choice import RecordedPolicy, policy_for_trace
 from ...formats.dump import batch_tasks
 from ...formats.requests import RequestEvent, arrival, expect_of
 from ...formats.requests.schema import Abort, Arrive, Schedule, Step, Update
-from ...formats.trace import incomplete_trace
-from ...model.errors import InputError, InvariantError, StepMismatch
+from ...model.errors import InvariantError, StepMismatch
 from ...model.records import Left, Record
 from ...model.requests import RequestScheduler, StepPlan
 from ...model.task import DECODE, PREFILL, Id
@@ -26,7 +24,6 @@ from ..replay import Observer, PolicyCrashed
 from ..stall import Watch, opaque_text, repeat_text, stuck_text
 
 if TYPE_CHECKING:
-    from ..metrics import StepMetrics
     from .preemption import PreemptionTally
 
 
@@ -43,6 +40,8 @@ class RequestMismatch:
 
 
 class RequestExpectMismatch(StepMismatch):
+    level = "request"
+
     def __init__(self, mismatch: RequestMismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(
@@ -392,113 +391,3 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
         return (type(value).__name__, value)
 
     return bool(typed(a) == typed(b))
-
-
-def _stderr_note(message: str) -> None:
-    import sys
-
-    print(message, file=sys.stderr)
-
-
-class OpenRequestTrace:
-    """A request-level trace ready to replay (``run.open_replay`` opens either level): its
-    reader, its policy built, and the same protocol as the task level's ``OpenTrace``."""
-
-    level = "request"
-
-    def __init__(
-        self,
-        reader: Any,
-        policy: RequestScheduler,
-        policy_name: str,
-        name: str,
-        allow_incomplete: bool = False,
-    ) -> None:
-        from ...formats.requests import RequestReader
-
-        self.reader, self.policy, self.policy_name = reader, policy, policy_name
-        self.name, self.allow_incomplete = name, allow_incomplete
-        self.params: dict[str, object] = policy.params()
-        self.events = RequestReader(reader)
-
-    @property
-    def token_budget(self) -> int | None:
-        return self.policy.token_budget
-
-    def explain(self) -> None:
-        """A request-level policy gives its reasons at every step: nothing to turn on."""
-
-    def replayer(
-        self,
-        emit: Callable[[Record], None],
-        *,
-        check: bool = False,
-        drain: bool = False,
-        on_step: Callable[[int], None] | None = None,
-        observer: Observer | None = None,
-        on_left: Callable[[int, Left], None] | None = None,
-        dump: Any = None,
-        measure_preemption: bool = False,
-    ) -> RequestReplayer:
-        """``dump`` (the task level's fast path for batch lines) is not taken: every
-        record goes to ``emit``, the dump's writer among them. ``measure_preemption``:
-        ``level_summary`` gives what preemption cost."""
-        return RequestReplayer(
-            self.policy,
-            emit,
-            policy_name=self.policy_name,
-            check=check,
-            drain=drain,
-            on_left=on_left,
-            trace_name=self.name,
-            on_step=on_step,
-            observer=observer,
-            measure_preemption=measure_preemption,
-        )
-
-    def run(self, engine: Any) -> Totals:
-        assert isinstance(engine, RequestReplayer)
-        return engine.run(self.events, self.check_complete)
-
-    @property
-    def full_params(self) -> dict[str, object]:
-        return self.params
-
-    def step_metrics(self) -> StepMetrics:
-        """Dispatches only: a request's waits are not a task's."""
-        from ..metrics import StepMetrics
-
-        return StepMetrics(self.policy.token_budget, waits_known=False)
-
-    def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenRequestTrace:
-        recorded = RecordedPolicy.of(self.reader.header)
-        built, label, _ = policy_for_trace(
-            recorded, self.name, policy, params, _stderr_note, "request"
-        )
-        assert isinstance(built, RequestScheduler)
-        built.promise_serial_calls()
-        return OpenRequestTrace(self.reader, built, label, self.name, self.allow_incomplete)
-
-    def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None:
-        """Every event to engine ``a`` and to engine ``b`` of a sibling, step by step."""
-        for line, event in self.events:
-            a.feed(line, event)
-            b.feed(line, event)
-            after_each()
-        self.check_complete()
-        for side in (a, b):
-            side.close()
-
-    def close(self) -> None:
-        self.policy.close()
-
-    def check_complete(self) -> None:
-        refuse_partial(self.events, self.allow_incomplete)
-
-
-def refuse_partial(events: Any, allow_incomplete: bool) -> None:
-    """After the last event: a trace its writer marked partial is bad input, unless
-    ``allow_incomplete`` (as for task-level traces)."""
-    partial = events.partial
-    if partial is not None and not allow_incomplete:
-        raise InputError(events.name, partial[0], incomplete_trace(partial[1]))

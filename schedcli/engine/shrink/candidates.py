@@ -17,7 +17,6 @@ from typing import IO, Any
 
 import orjson
 
-from ...formats.requests import RequestReader
 from ...formats.trace import open_trace, partial_marker
 from ...streams.source import (
     DEFAULT_MAX_LINE_BYTES,
@@ -26,6 +25,7 @@ from ...streams.source import (
     numbered_chunks,
     open_binary,
 )
+from ..levels.table import level_of
 
 Event = dict[str, Any]
 _LIMIT = DEFAULT_MAX_LINE_BYTES  # the copy's lines were read within it, as replay reads
@@ -118,10 +118,7 @@ class Lines:
         with open_binary(path, self.name) as stream, open(raw, "wb") as out:
             shutil.copyfileobj(stream, out, _CHUNK)
         with open_trace(raw, name=self.name) as reader:  # every line valid, as replay reads
-            header = reader.header
-            self.level = header.level if header is not None else "task"
-            for _ in RequestReader(reader) if self.level == "request" else reader.runs():
-                pass
+            level_of(reader.header).read_all(reader)
         self.header: bytes | None = None
         self.count = 0
         self.expects = array("q")  # the lines that are get_work events with an expect

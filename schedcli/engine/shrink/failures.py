@@ -8,34 +8,20 @@ import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from ...model.errors import InvariantError, SchedcliError, UsageError
+from ...model.errors import InvariantError, SchedcliError, StepMismatch, UsageError
 from ...model.records import discard
-from ...model.task import id_key, ids_only_in
+from ...model.task import id_key
 from ..diff import Side, diff_trace
+from ..levels import Failure
+
+__all__ = ["Failure", "Test", "failure_test"]
+from ..levels.table import level_of_difference
 from ..recorded import OutcomeMismatch
-from ..replay import ExpectMismatch, Mismatch
-from ..requests.replay import RequestExpectMismatch, RequestMismatch
 from ..run import open_replay
 
 Event = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Failure:
-    """How a candidate failed: the line to cut after (0: none), what identifies it, and
-    the step it failed at (-1: none known)."""
-
-    line: int
-    signature: tuple[Any, ...]
-    step: int = -1
-    # What any trace failing this way submits (by id_key): the tids the failing batch
-    # expects, the requests the failing step expects.
-    needs: frozenset[Any] = frozenset()
-    # The sessions (at the request level, requests) queued at the failing step, if known.
-    present: frozenset[Any] = frozenset()
 
 
 # A candidate's test: its path, and its bytes where it is held in memory (a test that
@@ -142,10 +128,8 @@ def _replay_fails(
             data=data,
         ) as opened:
             opened.run(opened.replayer(discard, check=check, drain=drain))
-    except ExpectMismatch as e:
-        return _batch_differs(e.mismatch)
-    except RequestExpectMismatch as e:
-        return _step_differs(e.mismatch)
+    except StepMismatch as e:
+        return level_of_difference(e).failure(e)
     except OutcomeMismatch as e:
         return Failure(e.line, ("outcome", e.recorded, e.replayed))
     except InvariantError as e:
@@ -153,43 +137,6 @@ def _replay_fails(
     except SchedcliError:
         return None
     return None
-
-
-def _batch_differs(m: Mismatch) -> Failure | None:
-    """A task-level batch that could have been dispatched (each task it names was queued
-    then): the tids only in the recording, only in the replay, or their order."""
-    queued = {id_key(t) for t in m.queued} | {id_key(t.tid) for t in m.got}
-    if not all(id_key(tid) in queued for tid in m.expected):
-        return None
-    missing, extra = ids_only_in(m.expected, [t.tid for t in m.got])
-    needs = frozenset(id_key(tid) for tid in m.expected)
-    present = frozenset(id_key(t.sid) for t in (*m.queued.values(), *m.got))
-    if missing or extra:
-        signature: tuple[Any, ...] = ("check", _keys(missing), _keys(extra))
-    else:
-        signature = ("order", tuple(id_key(x) for x in m.expected))
-    return Failure(m.line, signature, m.step, needs, present)
-
-
-def _step_differs(m: RequestMismatch) -> Failure | None:
-    """A request-level step: the requests it scheduled only in the recording, only in the
-    replay, or with other token counts (a step that names a request not held then could
-    not have been recorded: no failure)."""
-    held = {id_key(r) for r in m.held}
-    want = {id_key(r): n for r, n in m.expected.get("batch", ())}
-    got = {id_key(r): n for r, n in m.got.get("batch", ())}
-    if not all(k in held for k in want):
-        return None
-    missing = tuple(sorted((k for k in want if k not in got), key=repr))
-    extra = tuple(sorted((k for k in got if k not in want), key=repr))
-    other = tuple(sorted((k for k in want if k in got and want[k] != got[k]), key=repr))
-    needs, present = frozenset(want), frozenset(held)
-    if missing or extra or other:
-        return Failure(m.line, ("check", missing, extra, other), m.step, needs, present)
-    # The same slices, another field differing: a step's preemptions, or a split step's
-    # update (which records what finished, and no batch).
-    fields = sorted(k for k in {*m.expected, *m.got} if m.expected.get(k) != m.got.get(k))
-    return Failure(m.line, ("steps", tuple(want), tuple(fields)), m.step, needs, present)
 
 
 def _broke(message: str) -> Failure:

@@ -19,10 +19,8 @@ from typing import Any
 import orjson
 
 from ...model.errors import SchedcliError
-from ...model.records import discard
 from ...model.task import Id, id_key
 from ..origins import Queues, Reached
-from ..replay import Replayer
 from ..run import open_replay
 from .candidates import Candidate, Lines, Ranges
 
@@ -59,12 +57,8 @@ def queues_at(
         with open_replay(
             path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
         ) as opened:
-            if opened.level != "task":
+            if not opened.queues(observer, drain):
                 return None
-            engine = opened.replayer(discard, observer=observer, drain=drain)
-            assert isinstance(engine, Replayer)
-            observer.engine = engine
-            opened.run(engine)
     except (Reached, SchedcliError):
         pass
     return {

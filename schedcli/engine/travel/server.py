@@ -126,7 +126,7 @@ class Server:
             self.position = opened.reader.position
             self.size = _size(spec["path"])
             self.forkable = self.forkable and type(opened.policy).forkable
-            self._hello(opened.level, opened.policy_name, opened.token_budget)
+            self._hello(opened.level.name, opened.policy_name, opened.token_budget)
             if self.forkable:
                 self.checkpoint(-1)
             try:

@@ -20,7 +20,6 @@ from ...model.records import Record
 from ...model.task import show_id
 from ...streams.interrupt import stop_reason
 from ..diff import Aligner, DiffResult, RecordDifference, same
-from ..lockstep import twin
 from ..run import OpenReplay
 from .sides import Side, inputs, side_for
 
@@ -144,7 +143,8 @@ class Session:
         self._pending: list[dict[int, Record]] = [{} for _ in self.sides]
         self._expects: dict[int, Any] = {}
         self.steps = 0  # steps aligned so far
-        self._plain = compare.label is None and opened.level == "task"
+        # One side, compared with nothing, at a level whose steps mark nothing.
+        self._plain = compare.label is None and not opened.level.preempts
         self._ran = 0  # side 0's steps (its batch records)
         self._diverged = 0  # under --check: the steps that differ from their expect
         self._last_diverged: int | None = None
@@ -178,13 +178,12 @@ class Session:
         sides = self.sides
         try:
             if len(sides) == 1:
-                sides[0].feed_all(self.opened)
+                sides[0].feed_all()
             else:
-                task_level = self.opened.level == "task"
-                for line, item in inputs(self.opened):
+                opened = self.opened
+                for line, item in inputs(opened):
                     sides[0].feed(line, item)
-                    # Each policy its own tasks, as diff's lockstep gives them.
-                    sides[1].feed(line, twin(item) if task_level else item)
+                    sides[1].feed(line, opened.twin(item))  # as diff's lockstep gives it
                     self._settle()
             self.opened.check_complete()
             for side in sides:

@@ -1,0 +1,340 @@
+"""A trace level: what replaying a trace of one level differs in, behind one interface.
+
+A level (``task/``, ``request/``, each exporting ``LEVEL``) contributes only what differs:
+how it opens its trace (its reader, its policy, its step engine: an ``OpenReplay``), how
+``validate`` counts its events, its ``--check`` difference and how it is drawn, its
+debugger side, its shrink signature and its step view. ``table.LEVELS`` registers them by
+name; every other module asks the trace's level (``opened.level``, ``table.level_of``)
+and never compares names. This module is the interface and the facts the levels share.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ...catalog.choice import RecordedPolicy, policy_for_trace
+from ...catalog.registry import Level as LevelName
+from ...formats.step_lines import StepLines
+from ...formats.trace import Event, Header, TraceReader
+from ...model.errors import InputError, StepMismatch
+from ...model.records import Left, Record
+from ...model.scheduler import Policy
+from ...model.task import Id, Task
+from ..origins import Queues
+from ..replay import Emit, Observer, Totals
+
+if TYPE_CHECKING:
+    from ..metrics import StepMetrics
+
+
+def stderr_note(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def choose_policy(
+    header: Header | None,
+    trace_name: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    note: Callable[[str], None] = stderr_note,
+    level: LevelName = "task",
+) -> tuple[Policy, str, dict[str, object]]:
+    """The policy to replay a trace of ``level`` with (``catalog.choice.policy_for_trace``
+    decides), promised serial calls: only the replay's loop calls it."""
+    recorded = RecordedPolicy.of(header)
+    built, label, used = policy_for_trace(recorded, trace_name, policy, params, note, level)
+    built.promise_serial_calls()
+    return built, label, used
+
+
+# --- the facts a level hands back ----------------------------------------------------
+
+CheckEvent = Callable[[Event], list[InputError]]  # one event against a narrow interface
+Collect = Callable[[InputError], None]
+Partial = tuple[int, dict[str, Any]] | None  # a partial marker's line and record
+
+
+@dataclass
+class Queued:
+    task: Task
+    line: int  # the trace line that submitted it
+    step: int  # the step it was submitted at
+
+
+def _entry(t: Task) -> dict[str, Any]:
+    return {"tid": t.tid, "sid": t.sid, "kind": t.kind.value, "size": t.size}
+
+
+@dataclass
+class StepView:
+    step: int
+    line: int | None  # the get_work event's line; None for an implicit step
+    batch: list[Task]
+    queue: list[Queued]  # as get_work saw it, in submission order
+    left: Left
+    policy: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "line": self.line,
+            "policy": self.policy,
+            "batch": [_entry(t) for t in self.batch],
+            "left": None
+            if self.left is None
+            else [{**_entry(t), "reason": code, "detail": detail} for t, code, detail in self.left],
+            "queue": [
+                {**_entry(q.task), "line": q.line, "step": q.step, "age": self.step - q.step}
+                for q in self.queue
+            ],
+        }
+
+
+@dataclass
+class Life:
+    """One task from submit to dispatch, cancel, or the end of the trace."""
+
+    task: Task
+    line: int
+    step: int
+    passed_over: list[tuple[int, str, str]] = field(default_factory=list)
+    outcome: str = "still queued"
+    outcome_step: int | None = None
+    reason: str | None = None  # why the policy refused it at submit (rejected)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **_entry(self.task),
+            "submitted": {"line": self.line, "step": self.step},
+            "passed_over": [
+                {"step": step, "reason": code, "detail": detail}
+                for step, code, detail in self.passed_over
+            ],
+            "outcome": {"what": self.outcome, "step": self.outcome_step}
+            if self.reason is None
+            else {"what": "rejected", "step": self.outcome_step, "reason": self.reason},
+        }
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a shrink candidate failed: the line to cut after (0: none), what identifies
+    it, and the step it failed at (-1: none known)."""
+
+    line: int
+    signature: tuple[Any, ...]
+    step: int = -1
+    # What any trace failing this way submits (by id_key): the tids the failing batch
+    # expects, the requests the failing step expects.
+    needs: frozenset[Any] = frozenset()
+    # The sessions (at the request level, requests) queued at the failing step, if known.
+    present: frozenset[Any] = frozenset()
+
+
+# A row of a --check difference: its label, the recorded side and its mark, the replayed
+# side and its mark. A mark is "" (the same), "out" (recorded only), "in" (replayed only)
+# or "differs".
+Row = tuple[str, str, str, str, str]
+
+
+@dataclass
+class Difference:
+    """A ``--check`` difference as facts the views draw: a table of the recorded step
+    beside the replayed one, and why the replay left out what the recording had."""
+
+    title: str
+    rows: list[Row]
+    caption: str | None = None
+    why: list[str] = field(default_factory=list)  # a heading, then a line each; or none
+
+
+# --- the debugger's side -------------------------------------------------------------
+
+Entry = dict[str, Any]  # one queued task (or held request) as the debugger shows it
+Follow = Callable[[list[tuple[Id, Id]], int, int], None]  # (tid, sid)s, line, step
+
+
+class Sink(Protocol):
+    def stepped(self, side: int, record: Record) -> None: ...
+
+    def event(self, side: int, record: Record, step: int) -> None: ...
+
+    def diverged(self, side: int, step: int, expected: Any) -> None: ...
+
+    def ended(self, side: int, record: Record) -> None: ...  # the side's end record
+
+
+class Side(Protocol):
+    name: str  # the policy's label
+    expect: Any  # while an input with a recorded expect is fed: that expect
+    last_step: int  # the last step it emitted; -1 before any
+    view: list[Entry] | None  # the queue at ``want``, once emitted
+
+    def want(self, step: int) -> None: ...  # keep the queue and reasons of ``step``
+
+    def explain_from(self, step: int) -> None: ...  # reasons at every step >= ``step``
+
+    def feed(self, line: int, item: Any) -> None: ...
+
+    def feed_all(self) -> None: ...  # every input of its trace, this side alone
+
+    def close(self) -> None: ...
+
+    def oldest(self) -> int | None: ...  # the step the oldest waiting task arrived at
+
+    def reasons(self) -> list[tuple[Id, Id, str, str]]: ...  # (tid, sid, code, detail) now
+
+    def queued_now(self) -> list[tuple[Id, Id, int, int]]: ...  # (tid, sid, line, since)
+
+    def state(self) -> list[tuple[str, str]]: ...  # the policy's own structures, shown
+
+    follow: Follow | None  # told of each accepted task (or arrival): who, line, step
+
+
+# --- a replay's engine and its opened trace ------------------------------------------
+
+
+class Driver(Protocol):
+    """What commands ask of a replay engine at either level (``replay.Replayer``,
+    ``requests.replay.RequestReplayer``)."""
+
+    totals: Totals
+    checked: int  # recorded calls compared with their expect so far
+    last_batch_step: int  # -1 once the policy has moved on from its last batch
+
+    @property
+    def upcoming_step(self) -> int: ...
+
+    @property
+    def current_line(self) -> int: ...
+
+    @property
+    def check_total(self) -> int: ...  # recorded calls --check could compare so far
+
+    @property
+    def nothing_checked(self) -> bool: ...
+
+    def nothing_to_check(self) -> str: ...  # why --check had nothing, for its error
+
+    def unchecked_text(self) -> str: ...  # --require-all's failure
+
+    def checked_text(self) -> str: ...  # "checked N of M <unit>", said by replay and check
+
+    def left_behind(self) -> Left: ...  # the policy's reasons at its last batch
+
+    def queued_count(self) -> int: ...  # waiting now (a report's queue depth)
+
+    def level_summary(self) -> dict[str, Any]: ...  # what the level adds to metrics
+
+
+class OpenReplay(Protocol):
+    """A trace opened for one replay at its level (``task.opened.OpenTrace``,
+    ``request.opened.OpenRequestTrace``): ``replayer`` builds its engine, ``run`` runs it;
+    what explain, the debugger and shrink ask of a level's replay, it answers."""
+
+    level: Level
+    name: str
+    policy_name: str
+    params: dict[str, object]
+
+    @property
+    def reader(self) -> TraceReader: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def token_budget(self) -> int | None: ...
+
+    def explain(self) -> None: ...
+
+    def replayer(
+        self,
+        emit: Emit,
+        *,
+        check: bool = False,
+        drain: bool = False,
+        on_step: Callable[[int], None] | None = None,
+        observer: Observer | None = None,
+        on_left: Callable[[int, Left], None] | None = None,
+        dump: StepLines | None = None,
+        measure_preemption: bool = False,
+    ) -> Driver: ...
+
+    def run(self, engine: Driver) -> Totals: ...
+
+    @property
+    def full_params(self) -> dict[str, object]: ...
+
+    def step_metrics(self) -> StepMetrics: ...
+
+    def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenReplay: ...
+
+    def lockstep(self, a: Driver, b: Driver, after_each: Callable[[], None]) -> None: ...
+
+    def check_complete(self) -> None: ...  # after the last event: refuse a partial trace
+
+    def close(self) -> None: ...
+
+    # What explain, the debugger and shrink ask of the level's replay.
+
+    def step_view(self, step: int) -> StepView: ...  # bad input past the last step
+
+    def lives(self, *, tid: Id | None, sid: Id | None) -> list[Life]: ...
+
+    def inputs(self) -> Iterator[tuple[int, Any]]: ...  # each input with its line
+
+    def twin(self, item: Any) -> Any: ...  # an input as a second policy is fed it
+
+    def side(self, index: int, sink: Sink, check: bool) -> Side: ...
+
+    def queues(self, observer: Queues, drain: bool) -> bool: ...  # False: not this level
+
+
+class Level(Protocol):
+    """What one trace level contributes (``table.LEVELS`` holds one per name)."""
+
+    @property
+    def name(self) -> LevelName: ...  # as a trace's header says it
+
+    @property
+    def preempts(self) -> bool: ...  # a step may preempt what runs (marked, tallied)
+
+    @property
+    def reasons_replayable(self) -> bool: ...  # a past step's reasons from a replay to it
+
+    def open(
+        self,
+        reader: TraceReader,
+        header: Header | None,
+        name: str,
+        policy: str | None,
+        params: Mapping[str, object],
+        note: Callable[[str], None],
+        follow: bool,
+        allow_incomplete: bool,
+    ) -> AbstractContextManager[OpenReplay]: ...
+
+    def read_all(self, reader: TraceReader) -> None: ...  # every line, each checked
+
+    def events(
+        self, reader: TraceReader, collect: Collect, unfit: CheckEvent | None
+    ) -> tuple[int, Partial]: ...  # validate's count of valid events, and partial marker
+
+    def interface_check(
+        self,
+        header: Header | None,
+        trace_name: str,
+        policy: str | None,
+        params: Mapping[str, object],
+    ) -> CheckEvent | None: ...  # validate: the policy's narrow interface, if any
+
+    def no_life(self, path: str, tid: Id | None, sid: Id | None) -> InputError: ...
+
+    def difference(self, error: StepMismatch) -> Difference: ...  # --check's, drawn
+
+    def failure(self, error: StepMismatch) -> Failure | None: ...  # shrink's signature

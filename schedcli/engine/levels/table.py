@@ -1,0 +1,37 @@
+"""The trace levels, by the name a trace's header gives (``"level"``; none: ``task``).
+
+Every choice of level is made here, from a header, a file or a ``--check`` difference;
+the rest of the package asks the level it gets (``tests/test_layout.py`` holds it so).
+"""
+
+from __future__ import annotations
+
+from ...formats.kinds import is_request_trace
+from ...formats.trace import Header
+from ...model.errors import StepMismatch
+from . import Level
+from .request import LEVEL as REQUEST
+from .task import LEVEL as TASK
+
+LEVELS: dict[str, Level] = {TASK.name: TASK, REQUEST.name: REQUEST}
+DEFAULT = TASK.name  # a trace whose header names no level (or that has no header)
+
+
+def level_named(name: str) -> Level:
+    return LEVELS[name]
+
+
+def level_of(header: Header | None) -> Level:
+    """The level a trace's header says (validated by its schema)."""
+    return LEVELS[header.level if header is not None else DEFAULT]
+
+
+def level_of_file(path: str) -> Level:
+    """The level of the trace at ``path``, from its first line (``-``: stdin, read ahead);
+    a file that cannot be read is task-level (its reader then says why)."""
+    return LEVELS[REQUEST.name if is_request_trace(path) else DEFAULT]
+
+
+def level_of_difference(error: StepMismatch) -> Level:
+    """The level whose replay found a ``--check`` difference."""
+    return LEVELS[error.level]
