@@ -3,6 +3,8 @@ numbering of its steps."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -94,7 +96,7 @@ def test_stepped_numbering_is_monotone_and_ends_at_the_highest_step(
     for old, new in moves:
         assert old < new
     # Each move starts where the one before ended.
-    assert all(a[1] == b[0] for a, b in zip(moves, moves[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(moves))
     seen = [s for s in given_steps if s is not None]
     assert clock.final_step == (max(seen) if seen else 0)
     assert clock.mode is (STEPPED if seen else PLAIN)

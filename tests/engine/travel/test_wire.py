@@ -20,9 +20,10 @@ leaves = (
     | st.text()
 )
 messages = st.recursive(
-    leaves, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    leaves,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
     max_leaves=30,
-)  # fmt: skip
+)
 
 
 def through_a_pipe(sent: list[Any]) -> list[Any]:
