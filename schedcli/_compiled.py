@@ -51,6 +51,7 @@ COMPILED_MODULES = (
     "schedcli.engine.flight",
     "schedcli.engine.origins",
     "schedcli.engine.recorder",
+    "schedcli.engine.results",
     "schedcli.engine.simulate",
 )
 # mypyc's shared library for the group: every compiled module's code lives in it. One

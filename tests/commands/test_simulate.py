@@ -380,7 +380,8 @@ def test_simulate_notes_rejections_once_per_reason_not_per_chunk_size(tmp_path: 
 def test_patience_of_requests_already_finished_is_not_kept() -> None:
     """Memory follows the requests in flight: a finished request's cancel deadline, hours
     away, is not held until then (and no request is cancelled that finished)."""
-    from schedcli.engine.simulate import SimResult, TaskRunner, run
+    from schedcli.engine.results import SimResult
+    from schedcli.engine.simulate import TaskRunner, run
 
     reqs = [Request(i, i * 0.1, 10, 2, cancel_after=3600.0, line=i + 1) for i in range(3000)]
     policy = build_policy("decode-first")

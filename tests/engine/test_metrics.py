@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from schedcli.engine.cost import CostModel
 from schedcli.engine.metrics import BUCKET_BITS, Distribution, percentile
-from schedcli.engine.simulate import Live, SimResult
+from schedcli.engine.results import Live, SimResult
 from schedcli.formats.workload import Request
 
 latency = st.one_of(

@@ -14,7 +14,7 @@ from ...catalog.registry import CXX_PREFIX, RUNNER_PREFIX, build_policy, settled
 from ...engine.cost import CostModel
 from ...engine.replay import PolicyCrashed
 from ...engine.requests.simulate import chunking, simulate_either, trace_writer
-from ...engine.simulate import Live, SimResult
+from ...engine.results import Live, SimResult
 from ...formats.perfetto import PerfettoWriter
 from ...formats.workload import Request, read_workload
 from ...formats.writer import task_entry

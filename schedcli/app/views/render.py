@@ -373,17 +373,10 @@ def simulation_tables(summary: Mapping[str, Any]) -> Group:
         secs, steps = summary[key], summary[f"{key}_steps"]
         # "~": an estimate from simulate's buckets (docs/trace-format.md).
         rough, rough_steps = secs.get("approximate", ()), steps.get("approximate", ())
-        lat.add_row(
-            label,
-            *(("~" if c in rough else "") + _secs(secs[c]) for c in ("p50", "p90", "p99", "mean")),
-        )
-        lat.add_row(
-            Text(f"  {label} (steps)", "dim"),
-            *(
-                Text(("~" if c in rough_steps else "") + _num(steps[c]), "dim")
-                for c in ("p50", "p90", "p99", "mean")
-            ),
-        )
+        cols = ("p50", "p90", "p99", "mean")
+        lat.add_row(label, *(("~" if c in rough else "") + _secs(secs[c]) for c in cols))
+        dim = (Text(("~" if c in rough_steps else "") + _num(steps[c]), "dim") for c in cols)
+        lat.add_row(Text(f"  {label} (steps)", "dim"), *dim)
     totals = Table(title="run", box=box.ROUNDED, show_header=False, title_justify="left")
     totals.add_column("what")
     totals.add_column("value", justify="right")

@@ -21,7 +21,8 @@ from ...model.requests import Arrival, RequestScheduler, StepPlan
 from ...model.scheduler import Policy, Scheduler
 from ...model.task import DECODE, PREFILL, Id, Task
 from ..cost import CostModel
-from ..simulate import Live, Runner, SimResult, chunk_size_for, run, simulate
+from ..results import Live, SimResult
+from ..simulate import Runner, chunk_size_for, run, simulate
 from ..stall import stuck_text
 from .preemption import PreemptionTally
 
