@@ -107,7 +107,7 @@ def _parse(file: Path, section: dict[str, Any]) -> Config:
         config.golden = _golden_rule(file, "golden", section["golden"])
     if "jobs" in section:
         try:
-            config.jobs = OPTIONS["--jobs"].check(f"{file}: {SECTION} jobs", section["jobs"])
+            config.jobs = OPTIONS["jobs"].check(f"{file}: {SECTION} jobs", section["jobs"])
         except BoundError as e:
             raise UsageError(str(e)) from None
     for key in ("allow-unchecked", "allow-incomplete", "strict", "pytest"):

@@ -159,7 +159,7 @@ def _take_stall_steps(args: list[str]) -> list[str]:
 
     def use(value: str) -> None:
         try:
-            steps = OPTIONS["--stall-steps"].parse("--stall-steps", value)
+            steps = OPTIONS["stall_steps"].parse("--stall-steps", value)
         except BoundError as e:
             raise UsageError(str(e)) from None
         os.environ[STALL_STEPS_ENV] = str(steps)

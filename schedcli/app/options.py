@@ -94,7 +94,7 @@ def check_numbers(kwargs: dict[str, Any]) -> None:
     for key, value in kwargs.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             option = "--" + key.replace("_", "-")
-            bound = OPTIONS.get(option)
+            bound = OPTIONS.get(key)
             if bound is None:
                 raise AssertionError(f"{option} has no bound in limits.OPTIONS")
             try:

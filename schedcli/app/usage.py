@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ..model.errors import InputError, SchedcliError, WrongKind
+from ..model.errors import InputError, Option, SchedcliError, WrongKind
 
 # Which commands take each kind of file, for the message when a command is given another.
 TAKERS = {
@@ -17,13 +17,28 @@ TAKERS = {
 }
 
 
+# The options the engine names whose flag is not the option's name spelled ``--name``.
+FLAGS = {"policy": "-p"}
+
+
+def flag_text(option: Option) -> str:
+    """An option an error names, as the command line spells it (with the value shown)."""
+    flag = FLAGS.get(option.name) or "--" + option.name.replace("_", "-")
+    return f"{flag} {option.value}" if option.value else flag
+
+
+def said(e: SchedcliError) -> str:
+    """An error's message, each option it names worded as its flag."""
+    return e.words(flag_text)
+
+
 def error_text(e: SchedcliError) -> str:
     """The one line for an error: ``FILE:LINE: message`` for input, else ``schedcli: ...``."""
     if isinstance(e, WrongKind):
         where = f"{e.file}:{e.line}" if e.line is not None else e.file
         return f"{where}: {e.text(TAKERS.get(e.found))}"
     located = isinstance(e, InputError) or getattr(e, "located", False)
-    return str(e) if located else f"schedcli: {e}"
+    return said(e) if located else f"schedcli: {said(e)}"
 
 
 # The parser's words, in ours: click's, as typer 0.28 vendors it (pyproject.toml pins

@@ -10,13 +10,15 @@ policy's codes); replays are deterministic, so the reasons are the ones of any r
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+from ..model.records import Left
 from ..model.task import Id
 from .levels import Life, OpenReplay, Queued, StepView
 from .levels.table import level_of_file
 from .run import open_replay
 
-__all__ = ["Life", "Queued", "StepView", "explain_step", "lives", "reasons_replayable"]
+__all__ = ["Life", "Queued", "Reasons", "StepView", "explain_step", "lives", "reasons_at"]
 
 
 def explain_step(
@@ -29,11 +31,31 @@ def explain_step(
         return step_view(opened, step)
 
 
-def reasons_replayable(path: str) -> bool:
-    """Whether the policy's reasons at a past step of the trace at ``path`` come from a
-    replay to it (``explain_step``); at the request level they are kept as a difference is
-    found, or not derived."""
-    return level_of_file(path).reasons_replayable
+def reasons_at(
+    path: str,
+    step: int,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+    *,
+    follow: bool = False,
+) -> Reasons | None:
+    """The policy's reasons at a past ``step`` of the trace at ``path``: the one service
+    for them (replay, diff, check), from a replay to the step with reasons on (a replay
+    is deterministic). None where no second replay can give them: a pipe (``-``) or a
+    file followed as it grows (``follow``), each read once; or a level whose reasons are
+    kept as a difference is found, or not derived (``Level.reasons_replayable``)."""
+    if path == "-" or follow or not level_of_file(path).reasons_replayable:
+        return None
+    return Reasons(step, explain_step(path, step, policy, params).left)
+
+
+@dataclass(frozen=True)
+class Reasons:
+    """A policy's reasons at ``step``, from a replay to it: ``left`` None where the policy
+    gives none (not the same as no replay: ``reasons_at`` answers None)."""
+
+    step: int
+    left: Left
 
 
 def step_view(opened: OpenReplay, step: int) -> StepView:

@@ -3,7 +3,7 @@ recorded scheduler raised in), and how a replay under ``--check`` disagrees with
 
 from __future__ import annotations
 
-from ..model.errors import CheckFailed
+from ..model.errors import CheckFailed, Option
 
 
 class OutcomeMismatch(CheckFailed):
@@ -41,7 +41,9 @@ class RecordingRaised(CheckFailed):
         self.line = line
         super().__init__(
             f"{trace}:{line}: the recorded scheduler raised in {op} ({raised}): the "
-            "recording is incomplete from here; --allow-incomplete checks what came before"
+            "recording is incomplete from here; ",
+            Option("allow_incomplete"),
+            " checks what came before",
         )
 
 

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..model.errors import UsageError
+from ..model.errors import Option, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..model.state import NotAValue, TooLarge, plain
 from ..model.task import Id, show_id
@@ -49,9 +49,9 @@ def stall_steps() -> int:
     if text is None:
         return STALL_STEPS
     try:
-        steps: int = OPTIONS["--stall-steps"].parse("--stall-steps", text.strip())
+        steps: int = OPTIONS["stall_steps"].parse("stall_steps", text.strip())
     except BoundError as e:
-        raise UsageError(f"${STALL_STEPS_ENV}: {e}") from None
+        raise UsageError(f"${STALL_STEPS_ENV}: ", Option("stall_steps"), " ", e.why) from None
     return steps
 
 

@@ -26,7 +26,7 @@ import orjson
 from ..catalog.registry import build_policy, policy_source, resolve_policy, settled_params
 from ..formats.kinds import sniff_kind
 from ..formats.workload import Request, read_workload
-from ..model.errors import InvariantError, UsageError
+from ..model.errors import InvariantError, Option, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..model.scheduler import Policy
 from .cost import CostModel
@@ -110,7 +110,17 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def points(plan: Plan, note: Callable[[str], None] | None = None) -> list[Point]:
+@dataclass(frozen=True)
+class GridKeyDropped:
+    """A grid key that the policies ``takers`` declare, and ``others`` run without: what
+    ``points`` notes (the app words it)."""
+
+    key: str
+    takers: list[str]
+    others: list[str]
+
+
+def points(plan: Plan, note: Callable[[GridKeyDropped], None] | None = None) -> list[Point]:
     """Every point, in order: workload, policy, then the grid in the order given.
 
     A grid key applies to each policy that declares it; for the others it is dropped (and
@@ -118,7 +128,9 @@ def points(plan: Plan, note: Callable[[str], None] | None = None) -> list[Point]
     policy declares is a usage error.
     """
     if not plan.workloads or not plan.policies:
-        raise UsageError("a sweep needs at least one workload and one policy (-p)")
+        raise UsageError(
+            "a sweep needs at least one workload and one policy (", Option("policy"), ")"
+        )
     classes = {policy: resolve_policy(policy, None) for policy in plan.policies}
     declared = {policy: {p.name for p in cls.PARAMS} for policy, cls in classes.items()}
     _check_grid_keys(plan.grid, declared, note)
@@ -157,7 +169,7 @@ def _source(cls: type[Policy]) -> str | None:
 def _check_grid_keys(
     grid: Mapping[str, list[str]],
     declared: Mapping[str, set[str]],
-    note: Callable[[str], None] | None,
+    note: Callable[[GridKeyDropped], None] | None,
 ) -> None:
     """A grid key names a run setting or a parameter of some swept policy."""
     for key in grid:
@@ -170,16 +182,12 @@ def _check_grid_keys(
             did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
             swept = ", ".join(repr(p) for p in declared)
             raise UsageError(
-                f"--grid {key}: no swept policy ({swept}) has such a parameter{did_you_mean}"
+                Option("grid", key),
+                f": no swept policy ({swept}) has such a parameter{did_you_mean}",
             )
         others = [policy for policy in declared if policy not in takers]
         if others and note is not None:
-            lacking = (
-                f"{others[0]} has no such parameter and runs"
-                if len(others) == 1
-                else f"{', '.join(others)} have no such parameter and run"
-            )
-            note(f"note: --grid {key} applies to {', '.join(takers)}; {lacking} without it")
+            note(GridKeyDropped(key, takers, others))
 
 
 def _combinations(grid: Mapping[str, list[str]]) -> Iterator[dict[str, str]]:
@@ -210,11 +218,11 @@ def _point(
 
 
 def _run_value(key: str, text: str) -> Any:
-    """A --grid value of a run setting, with the bound of the option it stands for."""
+    """A grid value of a run setting, with the bound of the option it stands for."""
     try:
-        return OPTIONS["--" + key.replace("_", "-")].parse(f"--grid {key}", text)
+        return OPTIONS[key].parse(key, text)
     except BoundError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(Option("grid", key), " ", e.why) from None
 
 
 # --- one point (runs in a worker process) -----------------------------------------------
@@ -462,11 +470,13 @@ def run_points(
         try:
             cluster = RayCluster(jobs, address).__enter__()
         except ImportError:
-            raise UsageError("--backend ray needs Ray: pip install 'schedcli[ray]'") from None
+            raise UsageError(
+                Option("backend", "ray"), " needs Ray: pip install 'schedcli[ray]'"
+            ) from None
         with cluster:
             _run_on(cluster, todo, done, env)
     else:
-        raise UsageError(f"--backend {backend!r}: local or ray")
+        raise UsageError(Option("backend", repr(backend)), ": local or ray")
     return outcomes
 
 
@@ -519,8 +529,9 @@ def _run_on(
             running = [o for i, o in enumerate(todo) if i not in finished]
             raise InvariantError(
                 "a sweep worker ended without an answer: a policy among the points "
-                f"running then ended its process (one of {_running(running)}); run them "
-                "with --jobs 1 to see which, at its step and line"
+                f"running then ended its process (one of {_running(running)}); run them with ",
+                Option("jobs", "1"),
+                " to see which, at its step and line",
             )
         finished.add(index)
         outcome = todo[index]

@@ -2,13 +2,50 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
+@dataclass(frozen=True)
+class Option:
+    """A command-line option, as a fact an error carries: ``name`` is the setting's own
+    (``until``, ``stall_steps``: the command's parameter), ``value`` what the sentence
+    shows given with it ("" for nothing). The app words it as its flag
+    (``app.usage.flag_text``); ``str`` is the plain fallback, for an error said where no
+    app words it (a worker's record, a library's caller), spelled as the app spells it
+    (a test in tests/app holds the two together)."""
+
+    name: str
+    value: str = ""
+
+    def __str__(self) -> str:
+        said = "--" + self.name.replace("_", "-")
+        return f"{said} {self.value}" if self.value else said
+
+
+Said = str | Option  # a part of an error's message: words, or an option the app words
+
+
 class SchedcliError(Exception):
-    """Base class: a problem to report in one line, without a traceback."""
+    """Base class: a problem to report in one line, without a traceback. Its message is
+    ``parts`` (``args``): words, and the options (``Option``) the app words as flags."""
 
     exit_code = 2
+
+    def __init__(self, *parts: Said) -> None:
+        super().__init__(*parts)
+
+    @property
+    def parts(self) -> tuple[Said, ...]:
+        return tuple(p if isinstance(p, Option) else str(p) for p in self.args)
+
+    def words(self, flag: Callable[[Option], str] = str) -> str:
+        """The message, each option worded by ``flag``."""
+        return "".join(flag(p) if isinstance(p, Option) else p for p in self.parts)
+
+    def __str__(self) -> str:
+        return self.words()
 
 
 class UsageError(SchedcliError):
@@ -18,12 +55,16 @@ class UsageError(SchedcliError):
 class InputError(SchedcliError):
     """Bad input data, located as ``FILE:LINE: message``."""
 
-    def __init__(self, file: str, line: int | None, message: str) -> None:
+    def __init__(self, file: str, line: int | None, message: str | tuple[Said, ...]) -> None:
+        parts = (message,) if isinstance(message, str) else message
         self.file = file
         self.line = line
-        self.message = message
+        self.message = "".join(map(str, parts))
         where = f"{file}:{line}" if line is not None else file
-        super().__init__(f"{where}: {message}")
+        if isinstance(message, str):
+            super().__init__(f"{where}: {message}")
+        else:
+            super().__init__(f"{where}: ", *parts)
 
 
 class WrongKind(InputError):

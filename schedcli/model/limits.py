@@ -41,7 +41,17 @@ MAX_SECONDS = 10.0**9
 
 
 class BoundError(ValueError):
-    """A value outside what the formats accept; the message names the bound."""
+    """A value outside what the formats accept; the message names the bound: ``name``
+    (what was given) then ``why`` (what it must be)."""
+
+    def __init__(self, message: str, name: str = "", why: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+        self.why = why or message
+
+
+def _refused(name: str, why: str) -> BoundError:
+    return BoundError(f"{name} {why}", name, why)
 
 
 def request_tokens(value: int, name: str) -> int:
@@ -81,21 +91,21 @@ class Bound(NamedTuple):
         """``value`` if it is within the bound; BoundError naming ``name`` and the bound."""
         ok_type = isinstance(value, int) if self.integer else isinstance(value, int | float)
         if isinstance(value, bool) or not ok_type:
-            raise BoundError(f"{name} must be {self.describe()}, not {value!r}")
+            raise _refused(name, f"must be {self.describe()}, not {value!r}")
         assert isinstance(value, int | float)
         if not math.isfinite(value):
-            raise BoundError(f"{name} must be {self.describe()}, not {value!r}")
+            raise _refused(name, f"must be {self.describe()}, not {value!r}")
         below = value <= self.low if self.low_open else value < self.low
         if below or value > self.high:
-            raise BoundError(f"{name} must be {self.describe()}, not {value!r}")
+            raise _refused(name, f"must be {self.describe()}, not {value!r}")
         return value
 
     def parse(self, name: str, text: str) -> Any:
-        """A value given as text (a --grid value): parsed as the bound's type, then checked."""
+        """A value given as text (a grid value): parsed as the bound's type, then checked."""
         try:
             value: int | float = int(text) if self.integer else float(text)
         except ValueError:
-            raise BoundError(f"{name} must be {self.describe()}, not {text!r}") from None
+            raise _refused(name, f"must be {self.describe()}, not {text!r}") from None
         return self.check(name, value)
 
 
@@ -107,28 +117,29 @@ _POSITIVE_SECONDS = Bound(0, MAX_SECONDS, low_open=True)
 _SECONDS = Bound(0, MAX_SECONDS)
 
 OPTIONS: dict[str, Bound] = {
-    "--max-line-bytes": Bound(1, 2**31, integer=True),
-    "--max-errors": Bound(1, 10**6, integer=True),
-    "--cost-a": _SECONDS,
-    "--cost-b": _SECONDS,
-    "--cost-c": _SECONDS,
-    "--limit": Bound(1, INT_MAX, integer=True),
-    "--start": _SECONDS,
-    "--duration": _POSITIVE_SECONDS,
-    "--time-scale": Bound(1e-6, 1e6),
-    "--seed": Bound(0, INT_MAX, integer=True),
-    "--rate": Bound(1e-6, 1e9),
-    "--cv": Bound(0.01, 100),
-    "--chunk-size": Bound(1, MAX_REQUEST_TOKENS, integer=True),
-    "--slo-ttft": _POSITIVE_SECONDS,
-    "--slo-tpot": _POSITIVE_SECONDS,
-    "--goodput": Bound(0, 1, low_open=True),
-    "--step": Bound(0, INT_MAX, integer=True),
-    "--max-time": _POSITIVE_SECONDS,
-    "--jobs": Bound(1, 1024, integer=True),
-    "--checkpoint-every": Bound(1, 10**6, integer=True),
-    "--stall-steps": Bound(1, 10**9, integer=True),
+    "max_line_bytes": Bound(1, 2**31, integer=True),
+    "max_errors": Bound(1, 10**6, integer=True),
+    "cost_a": _SECONDS,
+    "cost_b": _SECONDS,
+    "cost_c": _SECONDS,
+    "limit": Bound(1, INT_MAX, integer=True),
+    "start": _SECONDS,
+    "duration": _POSITIVE_SECONDS,
+    "time_scale": Bound(1e-6, 1e6),
+    "seed": Bound(0, INT_MAX, integer=True),
+    "rate": Bound(1e-6, 1e9),
+    "cv": Bound(0.01, 100),
+    "chunk_size": Bound(1, MAX_REQUEST_TOKENS, integer=True),
+    "slo_ttft": _POSITIVE_SECONDS,
+    "slo_tpot": _POSITIVE_SECONDS,
+    "goodput": Bound(0, 1, low_open=True),
+    "step": Bound(0, INT_MAX, integer=True),
+    "max_time": _POSITIVE_SECONDS,
+    "jobs": Bound(1, 1024, integer=True),
+    "checkpoint_every": Bound(1, 10**6, integer=True),
+    "stall_steps": Bound(1, 10**9, integer=True),
 }
 """Every numeric command-line option, and the sweep settings named like them (a spec's
-``jobs``, ``[cost] a``, ``[capacity] slo_ttft``, a ``--grid time_scale``): one table, so no
+``jobs``, ``[cost] a``, ``[capacity] slo_ttft``, a grid's ``time_scale``), by the
+name of the command's parameter: one table, so no
 number reaches a simulation unchecked (a test fails for an option missing from it)."""

@@ -200,7 +200,7 @@ def test_diff_finds_each_sides_reasons_as_it_compares_without_a_second_replay(
     def no_second_replay(*_: object) -> None:
         raise AssertionError("diff replayed the trace again for its reasons")
 
-    monkeypatch.setattr(diff_command, "explain_step", no_second_replay)
+    monkeypatch.setattr(diff_command, "reasons_at", no_second_replay)
     found = run_cli(*args)
     assert found.returncode == replayed_to_it.returncode
     assert found.stdout == replayed_to_it.stdout

@@ -43,6 +43,6 @@ def test_every_numeric_option_of_every_command_has_a_bound() -> None:
             kinds = set(typing.get_args(hint)) | {hint}
             if kinds & {int, float} and bool not in kinds:
                 numeric += 1
-                if "--" + name.replace("_", "-") not in OPTIONS:
+                if name not in OPTIONS:
                     missing.append(f"{fn.__name__} {name}")
     assert numeric > 15 and not missing, missing

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from ...engine.diff import DiffResult, Side, diff_dumps, diff_trace
-from ...engine.explain import explain_step, reasons_replayable
+from ...engine.explain import reasons_at
 from ...model.errors import UsageError
 from ...model.records import Left
 from ...model.task import Id, id_key, show_id
@@ -61,10 +61,11 @@ def _print_reasons(trace: str, result: DiffResult, a: Side, b: Side) -> None:
         if (tids or resized) and (first.a, first.b)[i] is not None:
             if first.left is not None:
                 left = first.left[i]
-            elif not reasons_replayable(trace):
-                continue  # reasons are kept only as the difference is found
-            else:  # found past the step: its reasons from a replay to it
-                left = explain_step(trace, first.step, side.policy, side.params).left
+            else:  # found past the step: its reasons from a replay to it, where one gives them
+                found = reasons_at(trace, first.step, side.policy, side.params)
+                if found is None:
+                    continue  # kept only as the difference is found, or read once
+                left = found.left
             if tids:
                 console.print(why_left(label, left, tids))
             if resized and left is not None:

@@ -294,16 +294,11 @@ class GoldenCheck(Output):
 
 
 def _reasons_at(req: ReplayRequest, step: int) -> Left:
-    """The policy's reasons at ``step``, by replaying the file again with them on (a
-    replay is deterministic); None from a pipe, which cannot be read twice."""
-    if req.trace == "-" or req.follow:
-        return None
-    from ...engine.explain import explain_step, reasons_replayable
+    """The policy's reasons at ``step`` (``engine.explain.reasons_at``)."""
+    from ...engine.explain import reasons_at
 
-    if not reasons_replayable(req.trace):
-        return None  # kept as the difference was found, or not derived
-
-    return explain_step(req.trace, step, req.policy, req.params).left
+    found = reasons_at(req.trace, step, req.policy, req.params, follow=req.follow)
+    return found.left if found is not None else None
 
 
 def _check_coverage(

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ... import __version__
 from ...engine.cost import CostModel
-from ...engine.sweep import Cache, Capacity, Outcome, Plan, points, run_points
+from ...engine.sweep import Cache, Capacity, GridKeyDropped, Outcome, Plan, points, run_points
 from ...formats.sweep_schema import SweepSpec, refusal
 from ...model.errors import InvariantError, UsageError
 from ...model.limits import OPTIONS, BoundError
@@ -105,11 +105,11 @@ def load_spec(path: str, req: SweepRequest) -> SweepRequest:
             raise UsageError(f"{path}: key grid.{key} lists no values")
         req.grid.append(f"{key}={','.join(str(v) for v in listed)}")
     req.backend = spec.backend or req.backend
-    req.jobs = bounded("--jobs", "jobs", spec.jobs) or req.jobs
+    req.jobs = bounded("jobs", "jobs", spec.jobs) or req.jobs
     req.address = spec.address if spec.address is not None else req.address
     if spec.cost is not None:
         given = {
-            term: bounded(f"--cost-{term}", f"cost.{term}", getattr(spec.cost, term))
+            term: bounded(f"cost_{term}", f"cost.{term}", getattr(spec.cost, term))
             for term in ("a", "b", "c")
         }
         req.cost = CostModel(
@@ -118,11 +118,21 @@ def load_spec(path: str, req: SweepRequest) -> SweepRequest:
     if spec.capacity is not None:
         cap = spec.capacity
         req.capacity = Capacity(
-            bounded("--slo-ttft", "capacity.slo_ttft", cap.slo_ttft),
-            bounded("--slo-tpot", "capacity.slo_tpot", cap.slo_tpot),
-            bounded("--goodput", "capacity.goodput", cap.goodput),
+            bounded("slo_ttft", "capacity.slo_ttft", cap.slo_ttft),
+            bounded("slo_tpot", "capacity.slo_tpot", cap.slo_tpot),
+            bounded("goodput", "capacity.goodput", cap.goodput),
         )
     return req
+
+
+def _dropped_note(n: GridKeyDropped) -> str:
+    """A grid key some swept policies run without, said."""
+    lacking = (
+        f"{n.others[0]} has no such parameter and runs"
+        if len(n.others) == 1
+        else f"{', '.join(n.others)} have no such parameter and run"
+    )
+    return f"note: --grid {n.key} applies to {', '.join(n.takers)}; {lacking} without it"
 
 
 def run_sweep(req: SweepRequest, out: Console, err: Console) -> list[Outcome]:
@@ -130,7 +140,7 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> list[Outcome]:
     if req.jobs is not None and req.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, not {req.jobs}")
     plan = Plan(req.workloads, req.policies, parse_grid(req.grid), req.cost, req.capacity)
-    todo = points(plan, note=lambda message: err.print(message, soft_wrap=True, highlight=False))
+    todo = points(plan, note=lambda n: err.print(_dropped_note(n), soft_wrap=True, highlight=False))
     for policy in dict.fromkeys(p.policy for p in todo if p.source is None):
         err.print(f"note: the source of {policy!r} cannot be read: its points are not cached")
     bar = ProgressBar(err, "sweeping", len(todo), "{task.completed} points")

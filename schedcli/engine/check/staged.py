@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...model.errors import SchedcliError, UsageError
+from ...model.errors import Option, SchedcliError, UsageError
 from .suite import DUMP_SUFFIX, Suite, find_suite, golden_of, is_trace, shown_as
 
 LINK, GITLINK = "120000", "160000"  # the index's modes of a symbolic link, a submodule
@@ -177,10 +177,10 @@ def _git(
             ["git", *args], capture_output=True, check=True, cwd=cwd, env=env, input=input
         )
     except OSError as e:
-        raise UsageError(f"--staged asks git what the commit holds: {e}") from None
+        raise UsageError(Option("staged"), f" asks git what the commit holds: {e}") from None
     except subprocess.CalledProcessError as e:
         why = e.stderr.decode(errors="replace").strip()
-        raise UsageError(f"--staged asks git what the commit holds: {why}") from None
+        raise UsageError(Option("staged"), f" asks git what the commit holds: {why}") from None
     return done.stdout
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...model.errors import UsageError
+from ...model.errors import Option, UsageError
 
 TRACE_SUFFIXES = (".jsonl", ".jsonl.gz")
 DUMP_SUFFIX = ".dump.jsonl"
@@ -79,7 +79,9 @@ def find_suite(paths: Sequence[str], golden_dir: str | None, require_traces: boo
         if other != trace:
             raise UsageError(
                 f"{other} and {trace} both claim the golden {golden}: a golden belongs to "
-                "one trace (rename one of them, or give each folder its own --golden-dir)"
+                "one trace (rename one of them, or give each folder its own ",
+                Option("golden_dir"),
+                ")",
             )
         suite.traces.append((str(trace), str(golden)))
     for where in sorted({Path(golden_dir) if golden_dir else f / "golden" for f in folders}):

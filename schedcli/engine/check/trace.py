@@ -236,12 +236,11 @@ def _compared(
 
 
 def _reasons_at(job: Job, step: int) -> Left:
-    """The replay's reasons at ``step``, by replaying the trace again with them on."""
-    from ..explain import explain_step, reasons_replayable
+    """The replay's reasons at ``step`` (``explain.reasons_at``)."""
+    from ..explain import reasons_at
 
-    if not reasons_replayable(job.trace):
-        return None  # kept as the difference was found, or not derived
-    return explain_step(job.trace, step, job.policy, job.params).left
+    found = reasons_at(job.trace, step, job.policy, job.params)
+    return found.left if found is not None else None
 
 
 def _unreadable(golden: str) -> str | None:

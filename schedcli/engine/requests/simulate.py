@@ -16,7 +16,7 @@ from ...catalog.registry import policy_reference
 from ...formats.requests import RequestTraceWriter
 from ...formats.workload import Request
 from ...formats.writer import TraceWriter
-from ...model.errors import InvariantError, UsageError
+from ...model.errors import InvariantError, Option, UsageError
 from ...model.requests import Arrival, RequestScheduler, StepPlan
 from ...model.scheduler import Policy, Scheduler
 from ...model.task import DECODE, PREFILL, Id, Task
@@ -199,8 +199,9 @@ def chunking(policy: Policy, chunk_size: int | None, spec: str) -> int | None:
         return chunk_size or chunk_size_for(policy)
     if chunk_size is not None:
         raise UsageError(
-            f"--chunk-size is for task-level policies; {spec!r} chunks prompts "
-            "itself (max_num_batched_tokens, long_prefill_token_threshold)"
+            Option("chunk_size"),
+            f" is for task-level policies; {spec!r} chunks prompts "
+            "itself (max_num_batched_tokens, long_prefill_token_threshold)",
         )
     return None
 

@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...model.errors import InvariantError, SchedcliError, StepMismatch, UsageError
+from ...model.errors import InvariantError, Option, SchedcliError, StepMismatch, UsageError
 from ...model.records import discard
 from ...model.task import id_key
 from ..diff import Side, diff_trace
@@ -40,7 +40,12 @@ def failure_test(
     ``diff:POLICY`` (under ``b_params``) or ``cmd:SHELL``; ``drain``: replayed with
     ``--drain``."""
     if b_params and not until.startswith("diff:"):
-        raise UsageError("--b-param is for --until diff:POLICY (the other policy's parameters)")
+        raise UsageError(
+            Option("b_param"),
+            " is for ",
+            Option("until", "diff:POLICY"),
+            " (the other policy's parameters)",
+        )
     if until in ("check", "contract"):
         check = until == "check"
         return lambda path, data: _replay_fails(path, data, policy, params, check, drain)
@@ -50,7 +55,9 @@ def failure_test(
     if until.startswith("cmd:") and until[4:].strip():
         command = until[4:]
         return lambda path, data: _command_fails(command, _on_disk(path, data))
-    raise UsageError(f"--until {until!r}: one of check, contract, diff:POLICY, cmd:'SHELL COMMAND'")
+    raise UsageError(
+        Option("until", repr(until)), ": one of check, contract, diff:POLICY, cmd:'SHELL COMMAND'"
+    )
 
 
 def _on_disk(path: str, data: bytes | None) -> str:

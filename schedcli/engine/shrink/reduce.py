@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-from ...model.errors import InputError, UsageError
+from ...model.errors import InputError, Option, UsageError
 from ...model.task import id_key
 from ...streams.interrupt import Stopped
 from .bounded import Abandoned, Worker, can_bound
@@ -344,7 +344,7 @@ def shrink(
             if refused is not None:
                 raise refused from None
             raise InputError(
-                lines.name, None, f"does not fail --until {until}: nothing to shrink"
+                lines.name, None, ("does not fail ", Option("until", until), ": nothing to shrink")
             ) from None
     except BaseException:
         lines.close()
@@ -383,8 +383,9 @@ def _search(shrinker: _Shrinker, lines: Lines, until: str, keep_expects: bool) -
         failure = shrinker.run(candidate)
     except Abandoned as e:
         raise UsageError(
-            f"--max-time: the replay of {lines.name} itself was still running at the time "
-            f"limit (abandoned after {e.seconds:.1f} s): no failure found to shrink"
+            Option("max_time"),
+            f": the replay of {lines.name} itself was still running at the time "
+            f"limit (abandoned after {e.seconds:.1f} s): no failure found to shrink",
         ) from None
     shrinker.until = deadline
     if failure is None:
@@ -417,7 +418,10 @@ def _search(shrinker: _Shrinker, lines: Lines, until: str, keep_expects: bool) -
             raise InputError(
                 lines.name,
                 None,
-                f"the failure did not reproduce on the final check of the shrunk trace "
-                f"(--until {until} is flaky: it fails only sometimes)",
+                (
+                    "the failure did not reproduce on the final check of the shrunk trace (",
+                    Option("until", until),
+                    " is flaky: it fails only sometimes)",
+                ),
             )
     return result

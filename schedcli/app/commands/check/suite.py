@@ -171,11 +171,12 @@ def said(verdict: Verdict) -> Said:
         words.detail = _plain(step_mismatch_view(verdict.mismatch))
     elif verdict.status == FAIL and error is not None:  # a submit outcome, an incomplete one
         from ....engine.recorded import OutcomeMismatch
+        from ...usage import said
 
         words.coverage = (
-            "a submit outcome differs" if isinstance(error, OutcomeMismatch) else str(error.args[0])
+            "a submit outcome differs" if isinstance(error, OutcomeMismatch) else said(error)
         )
-        words.detail = str(error)
+        words.detail = said(error)
     elif error is not None:
         from ...usage import error_text
 
