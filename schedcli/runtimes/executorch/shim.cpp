@@ -44,7 +44,6 @@
 #include <limits>
 #include <memory>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -72,8 +71,8 @@ using HasChunkLimit = shape::declares_chunk_limit<T>;
 // A task the scheduler holds: the Python task (a strong reference) and the task as it
 // went in, which what comes back must equal field for field.
 struct Entry {
-  PyObject* task;
-  et::Task sent;
+  PyObject* task = nullptr;
+  et::Task sent{};
 };
 
 // A task handed back, remembered for a while: a tid handed back again is named with the
@@ -86,11 +85,93 @@ struct Returned {
 };
 constexpr std::size_t kRecent = 4096;
 
+// The queued tasks by tid: a flat open-addressing table (linear probing; an erase shifts
+// the probe run back, so there are no tombstones), so a task costs no allocation of its own.
+// A slot is empty when its task is null. Capacity a power of two, at most half full.
+class Queued {
+ public:
+  Entry* find(et::TaskId tid) {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = home(tid);; i = (i + 1) & mask_) {
+      Entry& e = slots_[i];
+      if (e.task == nullptr) return nullptr;
+      if (e.sent.tid == tid) return &e;
+    }
+  }
+
+  // Holds `task` (the caller's reference passes to the table) under sent.tid; false, and
+  // nothing held, when that tid is held already.
+  bool insert(PyObject* task, et::Task&& sent) {
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    std::size_t i = home(sent.tid);
+    for (; slots_[i].task != nullptr; i = (i + 1) & mask_) {
+      if (slots_[i].sent.tid == sent.tid) return false;
+    }
+    slots_[i].task = task;
+    slots_[i].sent = std::move(sent);
+    ++count_;
+    return true;
+  }
+
+  // Empties `e`'s slot (its task reference is the caller's now); `e` is invalid after.
+  void erase(Entry* e) {
+    std::size_t hole = static_cast<std::size_t>(e - slots_.data());
+    for (std::size_t j = (hole + 1) & mask_; slots_[j].task != nullptr; j = (j + 1) & mask_) {
+      const std::size_t k = home(slots_[j].sent.tid);
+      // The entry at j stays when its home lies cyclically in (hole, j]: a probe from its
+      // home reaches it without crossing the hole.
+      const bool stays = hole <= j ? (hole < k && k <= j) : (hole < k || k <= j);
+      if (stays) continue;
+      slots_[hole] = std::move(slots_[j]);
+      hole = j;
+    }
+    slots_[hole].task = nullptr;
+    slots_[hole].sent = et::Task{};  // its pointers released
+    --count_;
+  }
+
+  template <class F>
+  void each(F&& f) {
+    for (Entry& e : slots_) {
+      if (e.task != nullptr) f(e);
+    }
+  }
+
+ private:
+  std::size_t home(et::TaskId tid) const {
+    // Fibonacci hashing: consecutive tids spread over the table.
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(tid) * 0x9E3779B97F4A7C15ull) >>
+                                    shift_);
+  }
+
+  void grow() {
+    std::vector<Entry> old;
+    old.swap(slots_);
+    const std::size_t size = old.empty() ? 64 : old.size() * 2;
+    slots_.resize(size);
+    for (Entry& e : slots_) e.task = nullptr;
+    mask_ = size - 1;
+    shift_ = 64;
+    for (std::size_t n = size; n > 1; n >>= 1) --shift_;
+    for (Entry& e : old) {
+      if (e.task == nullptr) continue;
+      std::size_t i = home(e.sent.tid);
+      while (slots_[i].task != nullptr) i = (i + 1) & mask_;
+      slots_[i] = std::move(e);
+    }
+  }
+
+  std::vector<Entry> slots_;
+  std::size_t count_ = 0;
+  std::size_t mask_ = 0;
+  unsigned shift_ = 64;
+};
+
 // The scheduler, and the Python task behind each tid it holds: what it hands back is
 // matched here by tid, so Python sees the very tasks it submitted.
 struct Handle {
   std::shared_ptr<Sched> s;
-  std::unordered_map<et::TaskId, Entry> queued;
+  Queued queued;
   std::vector<Returned> recent;  // a ring of the last kRecent tasks handed back
   std::size_t next = 0;
   std::uint64_t calls = 0;  // calls that hand tasks back, so far
@@ -641,28 +722,28 @@ PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* wha
   PyObject* out = PyList_New(static_cast<Py_ssize_t>(tasks.size()));
   if (out == nullptr) return nullptr;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    auto it = h->queued.find(tasks[i].tid);
-    if (it == h->queued.end()) {
+    Entry* it = h->queued.find(tasks[i].tid);
+    if (it == nullptr) {
       // What was matched so far is out of `queued`; the run ends here anyway.
       Py_DECREF(out);
       return not_queued(h, tasks[i].tid, what);
     }
     const char* field = nullptr;
     char was[160], now[160];
-    if (changed(tasks[i], it->second.sent, field, was, now, sizeof was)) {
+    if (changed(tasks[i], it->sent, field, was, now, sizeof was)) {
       Py_DECREF(out);
       return PyErr_Format(g_aborted,
                           "the C++ scheduler returned task %lld with %s %s, but it was "
                           "submitted with %s %s",
                           static_cast<long long>(tasks[i].tid), field, now, field, was);
     }
-    if (!same_task(h, tasks[i], it->second.sent)) {  // every field alike, another task
+    if (!same_task(h, tasks[i], it->sent)) {  // every field alike, another task
       Py_DECREF(out);
       return stale(h, tasks[i], what);
     }
-    PyObject* task = it->second.task;
+    PyObject* task = it->task;
     // Remembered before the entry goes: `it` is invalid after the erase.
-    Returned back{tasks[i].tid, what, h->calls, owner_of(it->second.sent.input)};
+    Returned back{tasks[i].tid, what, h->calls, owner_of(it->sent.input)};
     h->queued.erase(it);
     if (h->recent.size() < kRecent) {
       h->recent.push_back(std::move(back));
@@ -700,7 +781,7 @@ extern "C" void release(PyObject* capsule) {
     new std::shared_ptr<Sched>(std::move(h->s));  // never destroyed: its state is unknown
     return;  // nor the tasks it may still point into
   }
-  for (auto& entry : h->queued) Py_DECREF(entry.second.task);
+  h->queued.each([](Entry& e) { Py_DECREF(e.task); });
   delete h;
 }
 
@@ -775,7 +856,7 @@ PyObject* submit_list(Handle* h, PyObject* list) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* task = PyList_GET_ITEM(list, i);
     const et::TaskId id = sent[static_cast<std::size_t>(i)].tid;
-    if (!h->queued.emplace(id, Entry{task, std::move(sent[static_cast<std::size_t>(i)])}).second) {
+    if (!h->queued.insert(task, std::move(sent[static_cast<std::size_t>(i)]))) {
       sent.clear();
       Py_DECREF(ok);
       return PyErr_Format(g_aborted, "submit accepted tid %lld, which was queued",
