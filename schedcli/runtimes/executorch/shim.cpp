@@ -34,6 +34,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csetjmp>
 #include <csignal>
 #include <cstddef>
@@ -182,6 +183,91 @@ struct Handle {
 inline std::shared_ptr<Sched> own(std::shared_ptr<Sched> p) { return p; }
 template <class T>
 std::shared_ptr<Sched> own(T* p) { return std::shared_ptr<Sched>(p); }
+
+// --- submit's marks -------------------------------------------------------------------------
+//
+// A task without tokens goes in marked by a null token pointer sharing ownership of its
+// submit's mark (its identity: see same_task). The marks' control blocks come from this
+// pool of fixed-size blocks rather than from malloc: one is taken per submit and given back
+// when the last copy of the pointer and the history's weak reference are gone, exactly when
+// a malloc'd one would be freed, so a block is reused only when nothing refers to it (the
+// identity checks rely on that). The blocks are dense, so the history releasing an old
+// mark touches a line still in cache, and they never reach malloc's free lists. A spin
+// lock, uncontended under the GIL: a scheduler may drop its copies on a thread of its own.
+class MarkPool {
+ public:
+  static constexpr std::size_t kBlock = 32;
+  static constexpr std::size_t kSlab = 512;  // blocks taken from the system at once
+
+  void* take() {
+    lock();
+    if (head_ == nullptr) refill();
+    Free* b = head_;
+    head_ = b->next;
+    busy_.clear(std::memory_order_release);
+    return b;
+  }
+
+  void give(void* p) noexcept {
+    lock();
+    auto* b = static_cast<Free*>(p);
+    b->next = head_;
+    head_ = b;
+    busy_.clear(std::memory_order_release);
+  }
+
+ private:
+  struct Free {
+    Free* next;
+  };
+  void lock() noexcept {
+    while (busy_.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  void refill() {  // kept for the process's life, as the blocks handed out may be
+    auto* slab = static_cast<unsigned char*>(::operator new(kBlock * kSlab));
+    for (std::size_t i = kSlab; i-- > 0;) {
+      auto* b = reinterpret_cast<Free*>(slab + i * kBlock);
+      b->next = head_;
+      head_ = b;
+    }
+  }
+
+  Free* head_ = nullptr;
+  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+};
+MarkPool g_marks;
+
+// allocate_shared's allocator for a mark: its control block (one, of at most kBlock bytes)
+// from g_marks.
+template <class T>
+struct MarkAlloc {
+  using value_type = T;
+  MarkAlloc() noexcept = default;
+  template <class U>
+  MarkAlloc(const MarkAlloc<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    static_assert(sizeof(T) <= MarkPool::kBlock && alignof(T) <= alignof(void*) * 2,
+                  "a mark's control block fits a pool block");
+    if (n != 1) return static_cast<T*>(::operator new(n * sizeof(T)));
+    return static_cast<T*>(g_marks.take());
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n != 1) {
+      ::operator delete(p);
+      return;
+    }
+    g_marks.give(p);
+  }
+  template <class U>
+  bool operator==(const MarkAlloc<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const MarkAlloc<U>&) const noexcept {
+    return false;
+  }
+};
 
 // --- the guard ----------------------------------------------------------------------------
 
@@ -714,6 +800,16 @@ PyObject* not_queued(Handle* h, et::TaskId tid, const char* what) {
                       id, first->call, ago, ago == 1 ? "" : "s");
 }
 
+// Where the weak reference `w` keeps its control block, as a hint for a prefetch only:
+// libstdc++ and libc++ both lay a weak_ptr out as {pointer, control block}, and a prefetch
+// of a wrong address does nothing (it cannot fault).
+const void* block_hint(const std::weak_ptr<const void>& w) {
+  static_assert(sizeof(w) == 2 * sizeof(void*), "a weak_ptr is two pointers");
+  const void* words[2];
+  std::memcpy(words, reinterpret_cast<const unsigned char*>(&w), sizeof words);
+  return words[1];
+}
+
 // The Python tasks behind what the scheduler handed back, taken out of `queued`;
 // `dropped` marks them cancelled. A tid that is not queued, or a task that is not as it
 // went in, breaks the contract.
@@ -721,6 +817,15 @@ PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* wha
   ++h->calls;
   PyObject* out = PyList_New(static_cast<Py_ssize_t>(tasks.size()));
   if (out == nullptr) return nullptr;
+  // Each task handed back pushes the oldest of the full history out, releasing its weak
+  // reference: that control block was last touched thousands of tasks ago. Fetched now, the
+  // releases below do not each wait on memory.
+  if (h->recent.size() == kRecent) {
+    const std::size_t ahead = tasks.size() < 64 ? tasks.size() : 64;
+    for (std::size_t i = 0; i < ahead; ++i) {
+      __builtin_prefetch(block_hint(h->recent[(h->next + i) % kRecent].owner), 1);
+    }
+  }
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     Entry* it = h->queued.find(tasks[i].tid);
     if (it == nullptr) {
@@ -835,12 +940,13 @@ PyObject* submit_list(Handle* h, PyObject* list) {
   }
   // Each task goes in marked as this very task: its token slice or prepared input, or
   // (without either) a null token pointer sharing ownership of this submit's mark, which a
-  // copy of the task keeps.
-  const std::shared_ptr<const void> mark = std::make_shared<const char>('\0');
+  // copy of the task keeps (one mark per submit, taken when a task needs it).
+  std::shared_ptr<const void> mark;
   for (et::Task& t : tasks) {
     std::size_t backing = 0;
     const Tokens* held = shape::tokens_of(t.input);
     if (!shape::prepared_of(t.input, backing) && (held == nullptr || !*held)) {
+      if (!mark) mark = std::allocate_shared<char>(MarkAlloc<char>{}, '\0');
       shape::set_tokens(t.input, Tokens(mark, nullptr));
     }
   }
