@@ -1286,3 +1286,78 @@ def test_a_cpp_policys_bound_calls_break_and_stay_abandoned_as_its_methods_do(
     ]
     for name, arg in script:
         assert _outcome(fast, name, arg, True) == _outcome(slow, name, arg, False), (name, arg)
+
+
+# --- what the shim holds (#58): a flat table of queued tasks, the history of returned ones ---
+
+# Tids that crowd a hash table's probe runs: multiples of large powers of two, the ends of
+# a 32-bit TaskId (every shape holds these), negatives, and a dense run.
+CROWDING = st.one_of(
+    st.integers(-(2**31), 2**31 - 1),
+    st.builds(lambda k, s: (k << s) % 2**31, st.integers(0, 2**10), st.integers(10, 30)),
+    st.sampled_from([-(2**31), 2**31 - 1, -1, 0]),
+    st.integers(0, 600),
+)
+
+
+@st.composite
+def crowds(draw: st.DrawFn) -> list[tuple[str, object]]:
+    """Hundreds of tasks queued at once under crowding tids (a tid is used again only after
+    a clear has handed every task back), taken and cancelled in between."""
+    out: list[tuple[str, object]] = []
+    held: set[int] = set()
+    for _ in range(draw(st.integers(1, 60))):
+        op = draw(st.sampled_from(["submit"] * 6 + ["get_work"] * 2 + ["cancel", "clear"]))
+        if op == "submit":
+            group = []
+            for _ in range(draw(st.integers(1, 12))):
+                tid = draw(CROWDING.filter(lambda t: t not in held))
+                held.add(tid)
+                decode = draw(st.booleans())
+                group.append((tid, draw(st.integers(0, 40)), decode, 1 if decode else 2))
+            out.append(("submit", group))
+        elif op == "cancel":
+            out.append(("cancel", draw(st.integers(0, 40))))
+        else:
+            out.append((op, None))
+            if op == "clear":
+                held.clear()
+    return out
+
+
+@pytest.mark.parametrize("cxx", EVERY_SHAPE, indirect=True, ids=[s for _, s in EVERY_SHAPE])
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(script=crowds())
+def test_a_cpp_policy_holding_hundreds_of_crowding_tids_hands_back_the_very_tasks_fcfs_does(
+    cxx: str, script: list[tuple[str, object]]
+) -> None:
+    """The shim's table of queued tasks grows, wraps and closes its probe runs as tasks go;
+    every task handed back must be the very one submitted under that tid, as fcfs hands
+    back (a batch of at most 2 sequences, so the queue grows)."""
+    from schedcli.policies.fcfs import FcfsScheduler
+    from schedcli.runtimes.executorch.policy import policy_class
+
+    twin, ours = policy_class(fifo(b=16, n=2, c=8))(), FcfsScheduler(16, 2, 8)
+    made: dict[int, tuple[Task, Task]] = {}  # id of twin's task -> (twin's, ours)
+    held: dict[object, int] = {}  # tid -> id of twin's task queued under it
+    for name, arg in script:
+        if name == "submit":
+            assert isinstance(arg, list)
+            pairs = [
+                tuple(Task(t, s, "decode" if d else "prefill", n) for _ in range(2))
+                for t, s, d, n in arg
+            ]
+            for a, b in pairs:
+                made[id(a)] = (a, b)
+                held[a.tid] = id(a)
+            assert twin.try_submit([a for a, _ in pairs]) is None
+            assert ours.try_submit([b for _, b in pairs]) is None
+            continue
+        args = (arg,) if name == "cancel" else ()
+        got, want = getattr(twin, name)(*args), getattr(ours, name)(*args)
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert made[id(a)][1] is b, (name, a.tid, b.tid)
+            assert a.cancelled == b.cancelled
+            assert held.pop(a.tid) == id(a)
+    assert twin.has_work() == ours.has_work() == bool(held)

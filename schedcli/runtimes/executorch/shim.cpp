@@ -34,6 +34,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csetjmp>
 #include <csignal>
 #include <cstddef>
@@ -44,7 +45,6 @@
 #include <limits>
 #include <memory>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -72,8 +72,8 @@ using HasChunkLimit = shape::declares_chunk_limit<T>;
 // A task the scheduler holds: the Python task (a strong reference) and the task as it
 // went in, which what comes back must equal field for field.
 struct Entry {
-  PyObject* task;
-  et::Task sent;
+  PyObject* task = nullptr;
+  et::Task sent{};
 };
 
 // A task handed back, remembered for a while: a tid handed back again is named with the
@@ -86,11 +86,93 @@ struct Returned {
 };
 constexpr std::size_t kRecent = 4096;
 
+// The queued tasks by tid: a flat open-addressing table (linear probing; an erase shifts
+// the probe run back, so there are no tombstones), so a task costs no allocation of its own.
+// A slot is empty when its task is null. Capacity a power of two, at most half full.
+class Queued {
+ public:
+  Entry* find(et::TaskId tid) {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = home(tid);; i = (i + 1) & mask_) {
+      Entry& e = slots_[i];
+      if (e.task == nullptr) return nullptr;
+      if (e.sent.tid == tid) return &e;
+    }
+  }
+
+  // Holds `task` (the caller's reference passes to the table) under sent.tid; false, and
+  // nothing held, when that tid is held already.
+  bool insert(PyObject* task, et::Task&& sent) {
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    std::size_t i = home(sent.tid);
+    for (; slots_[i].task != nullptr; i = (i + 1) & mask_) {
+      if (slots_[i].sent.tid == sent.tid) return false;
+    }
+    slots_[i].task = task;
+    slots_[i].sent = std::move(sent);
+    ++count_;
+    return true;
+  }
+
+  // Empties `e`'s slot (its task reference is the caller's now); `e` is invalid after.
+  void erase(Entry* e) {
+    std::size_t hole = static_cast<std::size_t>(e - slots_.data());
+    for (std::size_t j = (hole + 1) & mask_; slots_[j].task != nullptr; j = (j + 1) & mask_) {
+      const std::size_t k = home(slots_[j].sent.tid);
+      // The entry at j stays when its home lies cyclically in (hole, j]: a probe from its
+      // home reaches it without crossing the hole.
+      const bool stays = hole <= j ? (hole < k && k <= j) : (hole < k || k <= j);
+      if (stays) continue;
+      slots_[hole] = std::move(slots_[j]);
+      hole = j;
+    }
+    slots_[hole].task = nullptr;
+    slots_[hole].sent = et::Task{};  // its pointers released
+    --count_;
+  }
+
+  template <class F>
+  void each(F&& f) {
+    for (Entry& e : slots_) {
+      if (e.task != nullptr) f(e);
+    }
+  }
+
+ private:
+  std::size_t home(et::TaskId tid) const {
+    // Fibonacci hashing: consecutive tids spread over the table.
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(tid) * 0x9E3779B97F4A7C15ull) >>
+                                    shift_);
+  }
+
+  void grow() {
+    std::vector<Entry> old;
+    old.swap(slots_);
+    const std::size_t size = old.empty() ? 64 : old.size() * 2;
+    slots_.resize(size);
+    for (Entry& e : slots_) e.task = nullptr;
+    mask_ = size - 1;
+    shift_ = 64;
+    for (std::size_t n = size; n > 1; n >>= 1) --shift_;
+    for (Entry& e : old) {
+      if (e.task == nullptr) continue;
+      std::size_t i = home(e.sent.tid);
+      while (slots_[i].task != nullptr) i = (i + 1) & mask_;
+      slots_[i] = std::move(e);
+    }
+  }
+
+  std::vector<Entry> slots_;
+  std::size_t count_ = 0;
+  std::size_t mask_ = 0;
+  unsigned shift_ = 64;
+};
+
 // The scheduler, and the Python task behind each tid it holds: what it hands back is
 // matched here by tid, so Python sees the very tasks it submitted.
 struct Handle {
   std::shared_ptr<Sched> s;
-  std::unordered_map<et::TaskId, Entry> queued;
+  Queued queued;
   std::vector<Returned> recent;  // a ring of the last kRecent tasks handed back
   std::size_t next = 0;
   std::uint64_t calls = 0;  // calls that hand tasks back, so far
@@ -101,6 +183,91 @@ struct Handle {
 inline std::shared_ptr<Sched> own(std::shared_ptr<Sched> p) { return p; }
 template <class T>
 std::shared_ptr<Sched> own(T* p) { return std::shared_ptr<Sched>(p); }
+
+// --- submit's marks -------------------------------------------------------------------------
+//
+// A task without tokens goes in marked by a null token pointer sharing ownership of its
+// submit's mark (its identity: see same_task). The marks' control blocks come from this
+// pool of fixed-size blocks rather than from malloc: one is taken per submit and given back
+// when the last copy of the pointer and the history's weak reference are gone, exactly when
+// a malloc'd one would be freed, so a block is reused only when nothing refers to it (the
+// identity checks rely on that). The blocks are dense, so the history releasing an old
+// mark touches a line still in cache, and they never reach malloc's free lists. A spin
+// lock, uncontended under the GIL: a scheduler may drop its copies on a thread of its own.
+class MarkPool {
+ public:
+  static constexpr std::size_t kBlock = 32;
+  static constexpr std::size_t kSlab = 512;  // blocks taken from the system at once
+
+  void* take() {
+    lock();
+    if (head_ == nullptr) refill();
+    Free* b = head_;
+    head_ = b->next;
+    busy_.clear(std::memory_order_release);
+    return b;
+  }
+
+  void give(void* p) noexcept {
+    lock();
+    auto* b = static_cast<Free*>(p);
+    b->next = head_;
+    head_ = b;
+    busy_.clear(std::memory_order_release);
+  }
+
+ private:
+  struct Free {
+    Free* next;
+  };
+  void lock() noexcept {
+    while (busy_.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  void refill() {  // kept for the process's life, as the blocks handed out may be
+    auto* slab = static_cast<unsigned char*>(::operator new(kBlock * kSlab));
+    for (std::size_t i = kSlab; i-- > 0;) {
+      auto* b = reinterpret_cast<Free*>(slab + i * kBlock);
+      b->next = head_;
+      head_ = b;
+    }
+  }
+
+  Free* head_ = nullptr;
+  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+};
+MarkPool g_marks;
+
+// allocate_shared's allocator for a mark: its control block (one, of at most kBlock bytes)
+// from g_marks.
+template <class T>
+struct MarkAlloc {
+  using value_type = T;
+  MarkAlloc() noexcept = default;
+  template <class U>
+  MarkAlloc(const MarkAlloc<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    static_assert(sizeof(T) <= MarkPool::kBlock && alignof(T) <= alignof(void*) * 2,
+                  "a mark's control block fits a pool block");
+    if (n != 1) return static_cast<T*>(::operator new(n * sizeof(T)));
+    return static_cast<T*>(g_marks.take());
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n != 1) {
+      ::operator delete(p);
+      return;
+    }
+    g_marks.give(p);
+  }
+  template <class U>
+  bool operator==(const MarkAlloc<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const MarkAlloc<U>&) const noexcept {
+    return false;
+  }
+};
 
 // --- the guard ----------------------------------------------------------------------------
 
@@ -633,6 +800,16 @@ PyObject* not_queued(Handle* h, et::TaskId tid, const char* what) {
                       id, first->call, ago, ago == 1 ? "" : "s");
 }
 
+// Where the weak reference `w` keeps its control block, as a hint for a prefetch only:
+// libstdc++ and libc++ both lay a weak_ptr out as {pointer, control block}, and a prefetch
+// of a wrong address does nothing (it cannot fault).
+const void* block_hint(const std::weak_ptr<const void>& w) {
+  static_assert(sizeof(w) == 2 * sizeof(void*), "a weak_ptr is two pointers");
+  const void* words[2];
+  std::memcpy(words, reinterpret_cast<const unsigned char*>(&w), sizeof words);
+  return words[1];
+}
+
 // The Python tasks behind what the scheduler handed back, taken out of `queued`;
 // `dropped` marks them cancelled. A tid that is not queued, or a task that is not as it
 // went in, breaks the contract.
@@ -640,29 +817,38 @@ PyObject* matched(Handle* h, const std::vector<et::Task>& tasks, const char* wha
   ++h->calls;
   PyObject* out = PyList_New(static_cast<Py_ssize_t>(tasks.size()));
   if (out == nullptr) return nullptr;
+  // Each task handed back pushes the oldest of the full history out, releasing its weak
+  // reference: that control block was last touched thousands of tasks ago. Fetched now, the
+  // releases below do not each wait on memory.
+  if (h->recent.size() == kRecent) {
+    const std::size_t ahead = tasks.size() < 64 ? tasks.size() : 64;
+    for (std::size_t i = 0; i < ahead; ++i) {
+      __builtin_prefetch(block_hint(h->recent[(h->next + i) % kRecent].owner), 1);
+    }
+  }
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    auto it = h->queued.find(tasks[i].tid);
-    if (it == h->queued.end()) {
+    Entry* it = h->queued.find(tasks[i].tid);
+    if (it == nullptr) {
       // What was matched so far is out of `queued`; the run ends here anyway.
       Py_DECREF(out);
       return not_queued(h, tasks[i].tid, what);
     }
     const char* field = nullptr;
     char was[160], now[160];
-    if (changed(tasks[i], it->second.sent, field, was, now, sizeof was)) {
+    if (changed(tasks[i], it->sent, field, was, now, sizeof was)) {
       Py_DECREF(out);
       return PyErr_Format(g_aborted,
                           "the C++ scheduler returned task %lld with %s %s, but it was "
                           "submitted with %s %s",
                           static_cast<long long>(tasks[i].tid), field, now, field, was);
     }
-    if (!same_task(h, tasks[i], it->second.sent)) {  // every field alike, another task
+    if (!same_task(h, tasks[i], it->sent)) {  // every field alike, another task
       Py_DECREF(out);
       return stale(h, tasks[i], what);
     }
-    PyObject* task = it->second.task;
+    PyObject* task = it->task;
     // Remembered before the entry goes: `it` is invalid after the erase.
-    Returned back{tasks[i].tid, what, h->calls, owner_of(it->second.sent.input)};
+    Returned back{tasks[i].tid, what, h->calls, owner_of(it->sent.input)};
     h->queued.erase(it);
     if (h->recent.size() < kRecent) {
       h->recent.push_back(std::move(back));
@@ -700,7 +886,7 @@ extern "C" void release(PyObject* capsule) {
     new std::shared_ptr<Sched>(std::move(h->s));  // never destroyed: its state is unknown
     return;  // nor the tasks it may still point into
   }
-  for (auto& entry : h->queued) Py_DECREF(entry.second.task);
+  h->queued.each([](Entry& e) { Py_DECREF(e.task); });
   delete h;
 }
 
@@ -754,12 +940,13 @@ PyObject* submit_list(Handle* h, PyObject* list) {
   }
   // Each task goes in marked as this very task: its token slice or prepared input, or
   // (without either) a null token pointer sharing ownership of this submit's mark, which a
-  // copy of the task keeps.
-  const std::shared_ptr<const void> mark = std::make_shared<const char>('\0');
+  // copy of the task keeps (one mark per submit, taken when a task needs it).
+  std::shared_ptr<const void> mark;
   for (et::Task& t : tasks) {
     std::size_t backing = 0;
     const Tokens* held = shape::tokens_of(t.input);
     if (!shape::prepared_of(t.input, backing) && (held == nullptr || !*held)) {
+      if (!mark) mark = std::allocate_shared<char>(MarkAlloc<char>{}, '\0');
       shape::set_tokens(t.input, Tokens(mark, nullptr));
     }
   }
@@ -775,7 +962,7 @@ PyObject* submit_list(Handle* h, PyObject* list) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* task = PyList_GET_ITEM(list, i);
     const et::TaskId id = sent[static_cast<std::size_t>(i)].tid;
-    if (!h->queued.emplace(id, Entry{task, std::move(sent[static_cast<std::size_t>(i)])}).second) {
+    if (!h->queued.insert(task, std::move(sent[static_cast<std::size_t>(i)]))) {
       sent.clear();
       Py_DECREF(ok);
       return PyErr_Format(g_aborted, "submit accepted tid %lld, which was queued",
