@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
-@dataclass(frozen=True)
 class Option:
     """A command-line option, as a fact an error carries: ``name`` is the setting's own
     (``until``, ``stall_steps``: the command's parameter), ``value`` what the sentence
     shows given with it ("" for nothing). The app words it as its flag
     (``app.usage.flag_text``); ``str`` is the plain fallback, for an error said where no
     app words it (a worker's record, a library's caller), spelled as the app spells it
-    (a test in tests/app holds the two together)."""
+    (tests/model/test_errors.py holds the two together). Not a dataclass: this module
+    loads at every start, and making one execs code (docs/architecture.md, "Start-up")."""
 
-    name: str
-    value: str = ""
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: str = "") -> None:
+        self.name, self.value = name, value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Option) and (self.name, self.value) == (other.name, other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.value))
+
+    def __repr__(self) -> str:
+        return f"Option({self.name!r}, {self.value!r})"
+
+    def __reduce__(self) -> tuple[type[Option], tuple[str, str]]:
+        return Option, (self.name, self.value)
 
     def __str__(self) -> str:
         said = "--" + self.name.replace("_", "-")
