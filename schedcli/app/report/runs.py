@@ -9,10 +9,9 @@ from typing import Any
 
 from ...catalog.registry import build_policy, config_label
 from ...engine.cost import CostModel
-from ...engine.levels.table import level_named
+from ...engine.levels.table import level_named, level_of_policy
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
-from ...engine.requests.simulate import simulate_either
 from ...engine.run import open_replay
 from ...formats.dump import batch_tasks, read_dump
 from ...formats.workload import read_workload
@@ -219,7 +218,7 @@ def from_workload(
             decode = sum(1 for t in batch if t.kind is DECODE)
             run.bins.add(start, sum(t.size for t in batch) - decode, decode, queued)
 
-        result = simulate_either(
+        result = level_of_policy(policy).simulate(
             read_workload(path),
             policy,
             policy_name=label,

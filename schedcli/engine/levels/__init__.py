@@ -11,7 +11,7 @@ and never compares names. This module is the interface and the facts the levels 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,7 +28,14 @@ from ..origins import Queues
 from ..replay import Emit, Observer, Totals
 
 if TYPE_CHECKING:
+    from ...formats.requests import RequestTraceWriter
+    from ...formats.workload import Request
+    from ...formats.writer import TraceWriter
+    from ..cost import CostModel
     from ..metrics import StepMetrics
+    from ..requests.preemption import PreemptionTally
+    from ..requests.simulate import OnPreempt, OnStep
+    from ..simulate import SimResult
 
 
 def stderr_note(message: str) -> None:
@@ -51,11 +58,27 @@ def choose_policy(
     return built, label, used
 
 
+def trace_meta(policy: Policy, meta: Any) -> Any:
+    """A simulated trace's meta: it says which outside runtime scheduled it
+    (``Policy.made_by``: ``vllm``'s version)."""
+    return {**meta, **type(policy).made_by()} if isinstance(meta, dict) else meta
+
+
 # --- the facts a level hands back ----------------------------------------------------
 
 CheckEvent = Callable[[Event], list[InputError]]  # one event against a narrow interface
 Collect = Callable[[InputError], None]
 Partial = tuple[int, dict[str, Any]] | None  # a partial marker's line and record
+
+
+@dataclass
+class TimedStep:
+    """A recording's busy step, timed (``fit``'s model explains ``seconds`` by the rest)."""
+
+    tokens: int
+    decodes: int
+    context: int | None  # None: a task without a position was in the batch
+    seconds: float
 
 
 @dataclass
@@ -175,6 +198,8 @@ class Side(Protocol):
     view: list[Entry] | None  # the queue at ``want``, once emitted
 
     def want(self, step: int) -> None: ...  # keep the queue and reasons of ``step``
+
+    def expect_batch(self) -> list[tuple[Id, int | None]] | None: ...  # ``expect``: who, size
 
     def explain_from(self, step: int) -> None: ...  # reasons at every step >= ``step``
 
@@ -338,3 +363,40 @@ class Level(Protocol):
     def difference(self, error: StepMismatch) -> Difference: ...  # --check's, drawn
 
     def failure(self, error: StepMismatch) -> Failure | None: ...  # shrink's signature
+
+    def timed_steps(self, path: str) -> tuple[list[TimedStep], int]: ...  # fit's, and idle
+
+    # ``simulate``: a policy of this level (``table.level_of_policy``) run on a workload.
+
+    def chunking(self, policy: Policy, chunk_size: int | None, spec: str) -> int | None:
+        """The chunk size the runner splits prompts at for ``policy``."""
+        ...
+
+    def simulate(
+        self,
+        requests: Iterable[Request],
+        policy: Policy,
+        *,
+        policy_name: str,
+        params: dict[str, Any],
+        cost: CostModel,
+        chunk_size: int | None = None,
+        trace: Any = None,
+        slo_ttft: float | None = None,
+        slo_tpot: float | None = None,
+        on_progress: Callable[[int, float], None] | None = None,
+        on_batch: OnStep | None = None,
+        on_preempt: OnPreempt | None = None,
+        close: bool = True,
+        preemption: PreemptionTally | None = None,
+        keep_values: bool = False,
+    ) -> SimResult:
+        """The workload through ``policy``; ``trace`` is the writer ``trace_writer`` made;
+        ``close``: the policy released after."""
+        ...
+
+    def trace_writer(
+        self, out: Any, policy: Policy, spec: str, params: dict[str, Any], meta: Any
+    ) -> TraceWriter | RequestTraceWriter:
+        """The writer of a simulated run's trace at this level, its header written."""
+        ...

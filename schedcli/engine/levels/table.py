@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...formats.kinds import is_request_trace
 from ...formats.trace import Header
 from ...model.errors import StepMismatch
+from ...model.scheduler import Policy
 from . import Level
 from .request import LEVEL as REQUEST
 from .task import LEVEL as TASK
@@ -35,3 +36,8 @@ def level_of_file(path: str) -> Level:
 def level_of_difference(error: StepMismatch) -> Level:
     """The level whose replay found a ``--check`` difference."""
     return LEVELS[error.level]
+
+
+def level_of_policy(policy: Policy) -> Level:
+    """The level whose seam ``policy`` implements (``Policy.level``)."""
+    return LEVELS[policy.level]

@@ -86,6 +86,10 @@ class TaskSide:
     def want(self, step: int) -> None:
         self.queue.want = step
 
+    def expect_batch(self) -> list[tuple[Id, int | None]] | None:
+        """The expect being applied: its tids (a recorded batch names no sizes)."""
+        return None if self.expect is None else [(tid, None) for tid in self.expect]
+
     def explain_from(self, step: int) -> None:
         """Reasons from the first step numbered ``step`` or more that this side runs,
         turned on before its get_work: keyed on the steps the replay runs, since the
