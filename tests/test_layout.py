@@ -299,7 +299,7 @@ def _level_checks(source: str) -> list[int]:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             isinstance_of_one = name == "isinstance" and len(node.args) == 2
-            if name == "is_request_trace" or (
+            if name in ("is_request_trace", "header_level") or (
                 isinstance_of_one and _names(node.args[1]) & LEVEL_CLASSES
             ):
                 found.append(node.lineno)
@@ -326,6 +326,7 @@ def test_the_level_check_finder_sees_each_kind_of_check() -> None:
         "if isinstance(opened, levels.OpenRequestTrace): pass",
         "if is_request_trace(path): pass",
         "if kinds.is_request_trace(path): pass",
+        "level = header_level(path)",
     ]
     for source in planted:
         assert _level_checks(source) == [1], source

@@ -324,7 +324,10 @@ class Level(Protocol):
     """What one trace level contributes (``table.LEVELS`` holds one per name)."""
 
     @property
-    def name(self) -> LevelName: ...  # as a trace's header says it
+    def name(self) -> str: ...  # as a trace's header says it
+
+    @property
+    def policy_level(self) -> LevelName: ...  # the catalog's seam its policies implement
 
     @property
     def preempts(self) -> bool: ...  # a step may preempt what runs (marked, tallied)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 class RequestLevel:
     name: Final = "request"
+    policy_level: Final = "request"
     preempts = True  # a step may preempt what runs
     reasons_replayable = False  # kept as a difference is found, or not derived
 
@@ -60,7 +61,7 @@ class RequestLevel:
             )
         from .opened import OpenRequestTrace
 
-        built, label, _ = choose_policy(header, name, policy, params, note, self.name)
+        built, label, _ = choose_policy(header, name, policy, params, note, self.policy_level)
         try:
             policy_built = cast("RequestScheduler", built)
             yield OpenRequestTrace(reader, policy_built, label, name, allow_incomplete, self)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 class TaskLevel:
     name: Final = "task"
+    policy_level: Final = "task"
     preempts = False  # a task-level policy never preempts
     reasons_replayable = True  # a built-in works its reasons out where asked
 
