@@ -141,7 +141,7 @@ def from_trace(
                 discard, observer=binning, on_step=on_step, measure_preemption=True
             )
             binning.queued = engine.queued_count
-            opened.run(engine)
+            engine.replay()
             run.summary = metrics.summary() | engine.level_summary()
             if metrics.waits_known:  # a request's waits are not known from its steps
                 run.waits = sorted(metrics.session_mean_waits(), reverse=True)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from ...catalog.choice import RecordedPolicy, policy_for_trace
 from ...catalog.registry import Level as LevelName
@@ -255,10 +255,18 @@ class Driver(Protocol):
 
     def level_summary(self) -> dict[str, Any]: ...  # what the level adds to metrics
 
+    def replay(self) -> Totals: ...  # every input of the trace it is bound to, then close
+
+    def lockstep(self, other: Self, after_each: Callable[[], None]) -> None:
+        """Every input to this replay and to ``other`` (of a ``sibling``), step by step;
+        ``after_each`` after each; then close both."""
+        ...
+
 
 class OpenReplay(Protocol):
     """A trace opened for one replay at its level (``task.opened.OpenTrace``,
-    ``request.opened.OpenRequestTrace``): ``replayer`` builds its engine, ``run`` runs it;
+    ``request.opened.OpenRequestTrace``): ``replayer`` builds its engine, bound to the
+    trace's inputs (``Driver.replay`` runs it);
     what explain, the debugger and shrink ask of a level's replay, it answers."""
 
     level: Level
@@ -290,16 +298,12 @@ class OpenReplay(Protocol):
         measure_preemption: bool = False,
     ) -> Driver: ...
 
-    def run(self, engine: Driver) -> Totals: ...
-
     @property
     def full_params(self) -> dict[str, object]: ...
 
     def step_metrics(self) -> StepMetrics: ...
 
     def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenReplay: ...
-
-    def lockstep(self, a: Driver, b: Driver, after_each: Callable[[], None]) -> None: ...
 
     def check_complete(self) -> None: ...  # after the last event: refuse a partial trace
 

@@ -10,7 +10,8 @@ from ....formats.trace import Event
 from ....model.records import Record
 from ....model.scheduler import Scheduler
 from ....model.task import Id, Task, same_id
-from ...replay import Replayer, few_collections
+from ...lockstep import few_collections
+from ...replay import Replayer
 from ...travel.state import policy_state
 from .. import Entry, Follow, Sink
 from .base import TaskReplay
