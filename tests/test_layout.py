@@ -310,3 +310,92 @@ def test_the_flag_check_sees_a_flag_in_a_message_and_not_in_a_docstring() -> Non
     planted = '"""Under --check."""\nraise UsageError(f"{x}: --until is wrong (-p)")\n'
     assert _flags_named(planted, flags) == [(2, "--until"), (2, "-p")]
     assert _flags_named('git("diff", "--stdin")\n', flags) == []  # git's own
+
+
+# A trace's level is chosen in one table (engine/levels/table.py) and asked of the level
+# it gives; only the levels themselves, the catalog (which finds a policy of a level) and
+# the formats (which read a trace of a level) may name one.
+LEVEL_HOMES = ("engine/levels/", "catalog/", "formats/")
+LEVEL_NAMES = {"task", "request"}
+# One level's classes: an isinstance against one of them branches on the level.
+LEVEL_CLASSES = {
+    "OpenTrace",
+    "OpenRequestTrace",
+    "Replayer",
+    "RequestReplayer",
+    "Scheduler",
+    "RequestScheduler",
+    "Mismatch",
+    "RequestMismatch",
+    "ExpectMismatch",
+    "RequestExpectMismatch",
+    "TaskSide",
+    "RequestSide",
+    "RequestEvent",
+}
+
+
+def _names(node: ast.AST) -> set[str]:
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            found.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            found.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            found.add(n.value)
+    return found
+
+
+def _level_checks(source: str) -> list[int]:
+    """The lines of ``source`` that check a trace's level: a level's name compared with
+    something that speaks of a level, an isinstance against one level's classes, a
+    request-trace sniff."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = any(
+                isinstance(v, ast.Constant) and v.value in LEVEL_NAMES
+                for side in sides
+                for v in [side, *getattr(side, "elts", [])]
+            )
+            if named and any("level" in n.lower() for n in _names(node)):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            isinstance_of_one = name == "isinstance" and len(node.args) == 2
+            if name in ("is_request_trace", "header_level") or (
+                isinstance_of_one and _names(node.args[1]) & LEVEL_CLASSES
+            ):
+                found.append(node.lineno)
+    return found
+
+
+def test_no_module_outside_the_levels_checks_a_traces_level() -> None:
+    found = {
+        rel: lines
+        for p in PACKAGE.rglob("*.py")
+        if not (rel := str(p.relative_to(PACKAGE))).startswith(LEVEL_HOMES)
+        and (lines := _level_checks(p.read_text()))
+    }
+    assert not found, found
+
+
+def test_the_level_check_finder_sees_each_kind_of_check() -> None:
+    planted = [
+        "if opened.level.name == 'request': pass",
+        "if header.level in ('task', 'request'): pass",
+        "if 'request' != level: pass",
+        "if isinstance(engine, RequestReplayer): pass",
+        "if isinstance(policy, (Scheduler, int)): pass",
+        "if isinstance(opened, levels.OpenRequestTrace): pass",
+        "if is_request_trace(path): pass",
+        "if kinds.is_request_trace(path): pass",
+        "level = header_level(path)",
+    ]
+    for source in planted:
+        assert _level_checks(source) == [1], source
+    for source in ("if column == 'request': pass", "if isinstance(item, Event): pass"):
+        assert _level_checks(source) == [], source

@@ -18,6 +18,9 @@ from schedcli.app.views.outputs import Output
 from schedcli.app.views.progress import TraceProgress
 from schedcli.catalog import REQUEST_POLICIES
 from schedcli.engine.ledger import Totals
+from schedcli.engine.levels import table
+from schedcli.engine.levels.task import TaskLevel
+from schedcli.formats import schema
 from schedcli.kit import MAX_BATCH_TOKENS
 from schedcli.model.records import Record
 from schedcli.policies import BUILTIN_POLICIES
@@ -165,3 +168,43 @@ def test_a_command_is_a_module_of_its_options_and_one_call(tmp_path: Path) -> No
         assert refused.returncode == 2 and b"no option -o" in refused.stderr
     finally:
         cli.app.registered_commands[:] = registered
+
+
+class ToyLevel(TaskLevel):
+    """The level recipe's example: a trace of task-level events whose policy is fcfs
+    unless ``-p`` names another (its header's is ignored)."""
+
+    name = "toy"  # type: ignore[misc]
+
+    def open(self, reader, header, name, policy, params, note, follow, allow_incomplete):  # type: ignore[no-untyped-def]
+        return super().open(
+            reader, None, name, policy or "fcfs", params, note, follow, allow_incomplete
+        )
+
+
+def test_a_level_is_one_package_and_one_line_in_levels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = TRACE.read_bytes().splitlines(keepends=True)
+    toy = tmp_path / "toy.jsonl"
+    body = b"".join(lines[1:])
+    toy.write_bytes(b'{"schedcli": 1, "level": "toy", "policy": "decode-first"}\n' + body)
+    task = tmp_path / "task.jsonl"
+    task.write_bytes(b'{"schedcli": 1, "policy": "fcfs"}\n' + body)
+    unknown = run_cli("replay", str(toy), "-f", "jsonl")
+    assert unknown.returncode == 2
+    assert unknown.stderr.endswith(b'level must be "task" or "request", not "toy"\n')
+
+    monkeypatch.setattr(table, "LEVELS", dict(table.LEVELS))
+    monkeypatch.setattr(schema, "LEVEL_NAMES", list(schema.LEVEL_NAMES))
+    table.register(ToyLevel())
+    replayed = run_cli("replay", str(toy), "-f", "jsonl")
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == run_cli("replay", str(task), "-f", "jsonl").stdout
+    assert table.level_of_file(str(toy)).name == "toy"
+    listed = run_cli("validate", str(toy))
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_the_levels_a_header_may_name_are_the_tables() -> None:
+    assert list(table.LEVELS) == schema.LEVEL_NAMES

@@ -378,7 +378,7 @@ def diff_trace(
         side_a = ta.replayer(aligner.sink("a"), drain=drain, observer=metrics_a, on_step=on_step)
         side_b = tb.replayer(aligner.sink("b"), drain=drain, observer=metrics_b)
         aligner.on_first = lambda step: _reasons_now(result, step, side_a, side_b)
-        ta.lockstep(side_a, side_b, aligner.settle)
+        side_a.lockstep(side_b, aligner.settle)
         aligner.settle(final=True)
         result.summaries = (metrics_a.summary(), metrics_b.summary())
         return result

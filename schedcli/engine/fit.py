@@ -10,31 +10,20 @@ left out of the fit.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formats.kinds import is_request_trace
-from ..formats.requests import RequestReader
-from ..formats.requests.schema import Arrive, Schedule, Update
-from ..formats.trace import open_trace
 from ..model.errors import InputError
-from ..model.limits import MAX_SECONDS
-from ..model.task import DECODE, Id, Task, id_key
+from .levels import TimedStep
+from .levels.table import level_of_file
 
 HOLDOUT_EVERY = 5
 # A step further than this many median absolute deviations above the first fit is idle.
 OUTLIER_MADS = 8.0
 
 
-@dataclass
-class Step:
-    tokens: int
-    decodes: int
-    context: int | None  # None: a task without a position was in the batch
-    seconds: float
-
+Step = TimedStep  # a busy step: its tokens, decodes, context, and seconds
 
 # A fit explaining less of the held-out steps than this is poor: said loudly, and marked.
 POOR_R2 = 0.5
@@ -86,148 +75,15 @@ class Fit:
 
 
 def read_steps(paths: Sequence[str]) -> tuple[list[Step], int]:
-    """Each recording's steps with their durations, and how many batches were empty."""
+    """Each recording's steps with their durations, and how many batches were empty (each
+    read by its level)."""
     steps: list[Step] = []
     idle = 0
     for path in paths:
-        if is_request_trace(path):
-            more, empty = _request_steps(path)
-            steps += more
-            idle += empty
-            continue
-        queued: dict[tuple[type, Id], Task] = {}
-        last: tuple[float, Step] | None = None
-        clocked = False
-        with open_trace(path) as reader:
-            for event in reader:
-                if event.op == "submit" and event.tasks:
-                    if isinstance(event.meta, dict) and "rejected" in event.meta:
-                        continue  # the recorder marks groups the scheduler refused
-                    for t in event.tasks:
-                        queued[id_key(t.tid)] = t
-                    continue
-                if event.op != "get_work":
-                    continue
-                if event.t is None:
-                    raise InputError(
-                        reader.name, event.line, "get_work has no time: record with clock=True"
-                    )
-                clocked = True
-                step = _step(event.expect or [], queued)
-                if last is not None:
-                    prev_t, prev = last
-                    prev.seconds = _gap(prev_t, event.t, reader.name, event.line)
-                    if prev.tokens == 0:
-                        idle += 1
-                    else:
-                        steps.append(prev)
-                last = (event.t, step)
-        if not clocked:
-            raise InputError(path, None, "no get_work with a time: nothing to fit")
+        more, empty = level_of_file(path).timed_steps(path)
+        steps += more
+        idle += empty
     return steps, idle
-
-
-def _request_steps(path: str) -> tuple[list[Step], int]:
-    """A request-level recording's steps, each timed by its ``wall`` (schedule to outputs;
-    a split step's is on its update). Decodes and context come from each request's
-    computed tokens, followed through the steps (context is left out where prefix caching
-    may have skipped some)."""
-    steps: list[Step] = []
-    idle = 0
-    timed = False
-    planned: deque[Step] = deque()  # split steps awaiting their update
-    state = _Requests()
-    with open_trace(path) as reader:
-        for _, event in RequestReader(reader):
-            kind = type(event)
-            if kind is Arrive:
-                state.arrive(event)  # type: ignore[arg-type]
-                continue
-            expect: Any = getattr(event, "expect", None)
-            if kind is Update:
-                step = planned.popleft() if planned else None
-                state.finish(expect.finished if expect is not None else ())
-            elif expect is None:
-                continue
-            else:
-                step = state.plan(expect, getattr(event, "sampled", None) is not None)
-                if kind is Schedule:
-                    planned.append(step)
-                    continue
-                state.finish(expect.finished)
-            wall = getattr(event, "wall", None)
-            if step is None or wall is None:
-                continue
-            timed = True
-            if step.tokens == 0:
-                idle += 1
-            else:
-                step.seconds = wall
-                steps.append(step)
-    if not timed:
-        raise InputError(path, None, "no step with a wall time: nothing to fit")
-    return steps, idle
-
-
-class _Requests:
-    """Each request's known and computed tokens, as a recording's steps move them."""
-
-    def __init__(self) -> None:
-        self.known: dict[tuple[type, Id], list[int]] = {}  # [known, computed, prompt]
-        self.cached = False
-
-    def arrive(self, event: Arrive) -> None:
-        prompt = len(event.tokens) if event.tokens is not None else event.prompt_tokens or 0
-        self.known[id_key(event.rid)] = [prompt, 0, prompt]
-
-    def plan(self, expect: Any, cached: bool) -> Step:
-        self.cached = self.cached or cached
-        tokens = decodes = context = 0
-        for s in expect.batch:
-            tokens += s.tokens
-            state = self.known.get(id_key(s.rid))
-            if state is None:
-                continue
-            if s.tokens == 1 and state[1] == state[0] - 1 and state[0] > state[2]:
-                decodes += 1
-            state[1] += s.tokens
-            context += state[1]
-            if state[1] >= state[0]:
-                state[0] += 1  # it samples a token
-        for rid in expect.preempted:
-            if id_key(rid) in self.known:
-                self.known[id_key(rid)][1] = 0
-        return Step(tokens, decodes, None if self.cached else context, 0.0)
-
-    def finish(self, finished: Any) -> None:
-        for rid in finished:
-            self.known.pop(id_key(rid), None)
-
-
-def _gap(before: float, now: float, name: str, line: int) -> float:
-    """Seconds between two get_work calls: finite, not negative, within MAX_SECONDS."""
-    if not (math.isfinite(before) and math.isfinite(now)) or not 0 <= now <= MAX_SECONDS:
-        raise InputError(name, line, f"t must be between 0 and {MAX_SECONDS:g} seconds, not {now}")
-    if now < before:
-        raise InputError(name, line, f"t goes back in time, from {before} to {now}")
-    return now - before
-
-
-def _step(expect: list[Id], queued: dict[tuple[type, Id], Task]) -> Step:
-    tokens = decodes = context = 0
-    positioned = True
-    for tid in expect:
-        t = queued.pop(id_key(tid), None)
-        if t is None:
-            continue
-        tokens += t.size
-        if t.kind is DECODE:
-            decodes += 1
-        if t.position is None:
-            positioned = False
-        else:
-            context += t.position + t.size
-    return Step(tokens, decodes, context if positioned else None, 0.0)
 
 
 def fit_steps(steps: Sequence[Step], idle: int = 0, name: str = "the recording") -> Fit:

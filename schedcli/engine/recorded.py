@@ -3,7 +3,11 @@ recorded scheduler raised in), and how a replay under ``--check`` disagrees with
 
 from __future__ import annotations
 
-from ..model.errors import CheckFailed, Option
+from typing import ClassVar
+
+from ..model.errors import CheckFailed, Option, StepMismatch
+from ..model.records import Left
+from ..model.task import Id, Task
 
 
 class OutcomeMismatch(CheckFailed):
@@ -50,3 +54,34 @@ class RecordingRaised(CheckFailed):
 def raised_in(meta: object) -> object:
     """What a recorder says the recorded call raised (``meta.raised``), or None."""
     return meta.get("raised") if type(meta) is dict else None
+
+
+class Mismatch:
+    """The first get_work whose batch differs from the trace's ``expect``."""
+
+    def __init__(
+        self,
+        step: int,
+        line: int,
+        expected: list[Id],
+        got: list[Task],
+        queued: dict[Id, Task],
+        left: Left = None,
+    ) -> None:
+        self.step = step
+        self.line = line
+        self.expected = expected
+        self.got = got
+        self.queued = queued
+        # Why the policy left each queued task out of this batch, if it was explaining.
+        self.left = left
+
+
+class ExpectMismatch(StepMismatch):
+    level: ClassVar[str] = "task"
+
+    def __init__(self, mismatch: Mismatch, trace: str) -> None:
+        self.mismatch = mismatch
+        super().__init__(
+            f"{trace}:{mismatch.line}: step {mismatch.step} differs from the recorded batch"
+        )

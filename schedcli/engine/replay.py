@@ -8,11 +8,9 @@ The records are the dump of docs/trace-format.md.
 
 from __future__ import annotations
 
-import gc
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from typing import ClassVar, Final, Protocol
+from typing import Final, Protocol
 
 from ..formats.step_lines import StepLines
 from ..formats.trace import Event, Line, Run, as_event
@@ -21,7 +19,6 @@ from ..model.errors import (
     InvariantError,
     PolicyAborted,
     SchedcliError,
-    StepMismatch,
     UnfitTask,
     UsageError,
 )
@@ -30,44 +27,21 @@ from ..model.scheduler import Scheduler
 from ..model.task import Id, Task, same_id, show_id
 from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
 from .ledger import Ledger, Totals
-from .recorded import OutcomeMismatch, RecordingRaised, raised_in, recorded_rejection
+from .lockstep import few_collections, twin
+from .recorded import (
+    ExpectMismatch,
+    Mismatch,
+    OutcomeMismatch,
+    RecordingRaised,
+    raised_in,
+    recorded_rejection,
+)
 from .stall import Repeat, Watch, opaque_text, repeat_text, stall_steps, stuck_text, tasks_stuck
 
 Emit = Callable[[Record], None]
 
 # Warnings of one kind shown before the rest are only counted.
 WARNINGS_SHOWN: Final = 10
-
-
-class Mismatch:
-    """The first get_work whose batch differs from the trace's ``expect``."""
-
-    def __init__(
-        self,
-        step: int,
-        line: int,
-        expected: list[Id],
-        got: list[Task],
-        queued: dict[Id, Task],
-        left: Left = None,
-    ) -> None:
-        self.step = step
-        self.line = line
-        self.expected = expected
-        self.got = got
-        self.queued = queued
-        # Why the policy left each queued task out of this batch, if it was explaining.
-        self.left = left
-
-
-class ExpectMismatch(StepMismatch):
-    level: ClassVar[str] = "task"
-
-    def __init__(self, mismatch: Mismatch, trace: str) -> None:
-        self.mismatch = mismatch
-        super().__init__(
-            f"{trace}:{mismatch.line}: step {mismatch.step} differs from the recorded batch"
-        )
 
 
 class PolicyCrashed(UsageError):
@@ -149,14 +123,20 @@ class Replayer(_Located):
         recorded_outcomes: bool = False,
         dump: StepLines | None = None,
         allow_incomplete: bool = False,
+        inputs: Callable[[], Iterable[Run]] = tuple,
+        before_close: Callable[[], None] | None = None,
     ) -> None:
-        """``recorded_outcomes``: the trace is a recording that marks every rejected submit
+        """``inputs``: the lines of the trace it replays (``replay``, ``lockstep``), read
+        when called; ``before_close`` runs after the last of them (and may refuse).
+        ``recorded_outcomes``: the trace is a recording that marks every rejected submit
         (``meta.rejected``), so under ``check`` an unmarked submit must be accepted. Under
         ``check``, a call the recorded scheduler raised in (``meta.raised``) fails the
         check, unless ``allow_incomplete``.
         ``dump``: the JSONL dump is the only output, and takes each batch's step record
         from the batch itself (``emit`` gets the other records)."""
         self.policy = policy
+        self._inputs = inputs
+        self._before_close = before_close
         self.dump = dump
         self._listing = dump is None and emit is not discard  # step records are wanted
         self.recorded_outcomes = recorded_outcomes
@@ -474,6 +454,31 @@ class Replayer(_Located):
         yield from self._advancing(item)
         self._call(item)
 
+    def replay(self) -> Totals:
+        """Every line of the trace it is bound to (``inputs``), then close."""
+        return self.run(self._inputs(), self._before_close)
+
+    def lockstep(self, other: Replayer, after_each: Callable[[], None]) -> None:
+        """Every line here and a copy to ``other`` (a sibling's), then close both; ``after_each``
+        after each run of lines. Steps a line (or the close) runs are taken in turns, so each
+        batch is compared while both policies still stand at its step."""
+        with few_collections():
+            for line, items in self._inputs():
+                for item in items:
+                    copy = twin(item)
+                    if self.moves_steps(item) or other.moves_steps(copy):
+                        _in_turns(self.applying(item, line), other.applying(copy, line))
+                    else:
+                        self.apply(item, line)
+                        other.apply(copy, line)
+                    line += 1
+                after_each()
+        if self._before_close is not None:
+            self._before_close()
+        _in_turns(self.closing(), other.closing())
+        self.finish()
+        other.finish()
+
     def run(self, runs: Iterable[Run], before_close: Callable[[], None] | None = None) -> Totals:
         """Replay every line, then (after ``before_close``, which may refuse) close."""
         with few_collections():
@@ -561,25 +566,20 @@ class Replayer(_Located):
                 )
 
 
-@contextmanager
-def few_collections() -> Iterator[None]:
-    """Collect the young generation every 100,000 allocations instead of every 700.
-
-    A replay allocates millions of objects that die young and makes no cycles of its own;
-    at the default threshold the collector's passes over them were a fifth of the run.
-    """
-    threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], 100_000), *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-
-
 def _some(tasks: dict[Id, Task]) -> str:
     """The first few tids of ``tasks``, and how many more."""
     shown = ", ".join(show_id(tid) for tid in list(tasks)[:5])
     return shown + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+
+
+def _in_turns(steps_a: Iterator[int], steps_b: Iterator[int]) -> None:
+    """One step of each in turn until both are done (a generator ends with its line's rest)."""
+    done_a = done_b = False
+    while not (done_a and done_b):
+        if not done_a:
+            done_a = next(steps_a, None) is None
+        if not done_b:
+            done_b = next(steps_b, None) is None
 
 
 def _same_ids(got: list[Id], expected: list[Id]) -> bool:

@@ -91,7 +91,7 @@ def replay_metrics(
             on_step=on_step,
             measure_preemption=measure_preemption,
         )
-        totals = opened.run(engine)
+        totals = engine.replay()
         summary = metrics.summary()
         summary["rejected"] = totals.rejected
         summary["queued"] = totals.queued

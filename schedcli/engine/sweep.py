@@ -30,8 +30,8 @@ from ..model.errors import InvariantError, Option, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..model.scheduler import Policy
 from .cost import CostModel
+from .levels.table import level_of_policy
 from .pool import Pool, Processes, RayCluster, Vanished
-from .requests.simulate import simulate_either
 from .run import replay_metrics
 from .stall import STALL_STEPS_ENV
 
@@ -269,16 +269,20 @@ def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> d
         requests = (_scaled(r, scale) for r in requests)
     slo = capacity or point.capacity
     policy = build_policy(point.policy, point.params, level=None)
-    return simulate_either(
-        requests,
-        policy,
-        policy_name=point.policy,
-        params=policy.params(),
-        chunk_size=point.chunk_size,
-        cost=CostModel(**point.cost),
-        slo_ttft=slo.slo_ttft if slo is not None else None,
-        slo_tpot=slo.slo_tpot if slo is not None else None,
-    ).summary()
+    return (
+        level_of_policy(policy)
+        .simulate(
+            requests,
+            policy,
+            policy_name=point.policy,
+            params=policy.params(),
+            chunk_size=point.chunk_size,
+            cost=CostModel(**point.cost),
+            slo_ttft=slo.slo_ttft if slo is not None else None,
+            slo_tpot=slo.slo_tpot if slo is not None else None,
+        )
+        .summary()
+    )
 
 
 def _scaled(r: Request, scale: float) -> Request:

@@ -92,11 +92,11 @@ def kind_of_stream(stream: BinaryIO, name: str) -> str:
     return "trace"
 
 
-def is_request_trace(path: str) -> bool:
-    """Whether the input's header says ``"level": "request"``: its first line that is not
-    blank, however long, a byte-order mark dropped. Standard input is read ahead for it
-    (the reader gets those bytes back). A file that cannot be read is not (the task-level
-    reader reports it)."""
+def header_level(path: str) -> str | None:
+    """The level the input's header names (``"level"``), if it names one as a string: its
+    first line that is not blank, however long, a byte-order mark dropped. Standard input
+    is read ahead for it (the reader gets those bytes back). A file that cannot be read
+    names none (the task-level reader reports it)."""
     try:
         if path == "-":
             head = peek_stdin_line()
@@ -106,12 +106,13 @@ def is_request_trace(path: str) -> bool:
                 while head and not head.strip():
                     head = f.readline(DEFAULT_MAX_LINE_BYTES)
     except (OSError, InputError, EOFError, zlib.error):
-        return False  # a corrupt or unreadable file: the task-level reader locates it
+        return None  # a corrupt or unreadable file: the task-level reader locates it
     head = head.removeprefix(b"\xef\xbb\xbf")
     if b'"level"' not in head or b'"schedcli"' not in head:
-        return False
+        return None
     try:
         obj = orjson.loads(head)
     except orjson.JSONDecodeError:
-        return False
-    return type(obj) is dict and obj.get("level") == LEVEL
+        return None
+    level = obj.get("level") if type(obj) is dict else None
+    return level if type(level) is str else None

@@ -106,7 +106,18 @@ class Clear(Struct, tag_field="op", tag="clear", forbid_unknown_fields=True, gc=
     meta: Any = None
 
 
-Level = Annotated[Literal["task", "request"], Meta(extra={"noun": '"task" or "request"'})]
+# The trace levels a header may name: the two whose events the formats read, and any other
+# engine/levels/table.py registers (``accept_level``: the formats cannot see the table
+# above them; tests/test_recipes.py holds the two the same).
+LEVEL_NAMES: list[str] = ["task", "request"]
+
+
+def accept_level(name: str) -> None:
+    if name not in LEVEL_NAMES:
+        LEVEL_NAMES.append(name)
+
+
+Level = Annotated[str, Meta(extra={"levels": LEVEL_NAMES})]
 
 
 class HeaderFields(Struct, forbid_unknown_fields=True):
@@ -225,6 +236,11 @@ def _value(value: object, t: mi.Type, name: str) -> str | None:
         if t.le is not None and value > t.le:
             return f"{name} must be <= {t.le:,}, not {value}"
         return None
+    if "levels" in extra:  # one of the names registered at the time (LEVEL_NAMES)
+        if type(value) is str and value in LEVEL_NAMES:
+            return None
+        allowed = " or ".join(orjson.dumps(v).decode() for v in LEVEL_NAMES)
+        return f"{name} must be {allowed}, not {orjson.dumps(value).decode()}"
     if isinstance(t, mi.LiteralType):
         if value in t.values and type(value) is str:
             return None

@@ -20,7 +20,7 @@ def test_open_replay_opens_either_level_by_its_header(level_trace: Path) -> None
     with open_replay(str(level_trace), note=lambda _: None) as opened:
         assert (opened.level.name == "task") == isinstance(opened, OpenTrace)
         assert opened.level is LEVELS["request" if level_trace.name == "r.jsonl" else "task"]
-        totals = opened.run(opened.replayer(lambda _: None))
+        totals = opened.replayer(lambda _: None).replay()
         assert totals.steps == 3
 
 

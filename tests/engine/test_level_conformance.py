@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from schedcli.catalog.registry import build_policy
 from schedcli.engine.cost import CostModel
 from schedcli.engine.ledger import Totals
-from schedcli.engine.levels.table import LEVELS, level_of
-from schedcli.engine.requests.simulate import chunking, simulate_either, trace_writer
+from schedcli.engine.levels.table import LEVELS, level_of, level_of_policy
 from schedcli.engine.run import open_replay
 from schedcli.formats.trace import open_trace
 from schedcli.formats.workload import Request
@@ -46,9 +45,10 @@ def record(level: str, workload: list[Request]) -> bytes:
     built.promise_serial_calls()
     out = io.BytesIO()
     params = built.params()
-    writer = trace_writer(out, built, spec, params, None)
-    size = chunking(built, None, spec)
-    simulate_either(
+    at = level_of_policy(built)
+    writer = at.trace_writer(out, built, spec, params, None)
+    size = at.chunking(built, None, spec)
+    at.simulate(
         workload, built, policy_name=spec, params=params, chunk_size=size, cost=CostModel(),
         trace=writer,
     )  # fmt: skip
@@ -60,7 +60,7 @@ def replay(data: bytes, *, check: bool = False, drain: bool = False) -> tuple[by
     out = io.BytesIO()
     with open_replay(NAME, data=data, note=lambda _: None) as opened:
         engine = opened.replayer(JsonlWriter(out), check=check, drain=drain)
-        totals = opened.run(engine)
+        totals = engine.replay()
     return out.getvalue(), totals
 
 
@@ -134,7 +134,7 @@ def test_a_recording_replays_under_its_own_policy_without_a_difference(
     data = record(level, workload)
     with open_replay(NAME, data=data, note=lambda _: None) as opened:
         engine = opened.replayer(lambda _: None, check=True)
-        opened.run(engine)
+        engine.replay()
         # Every recorded step compared (none, where every request was cancelled at once).
         assert engine.checked == engine.check_total
         assert engine.nothing_checked == (engine.check_total == 0)

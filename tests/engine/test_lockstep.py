@@ -27,14 +27,14 @@ def in_lockstep(data: bytes, other: str) -> tuple[list[tuple[str, Any]], int]:
         a = opened.replayer(lambda r: log.append(("a", r)), drain=True)
         sibling = opened.sibling(other, {})
         b = sibling.replayer(lambda r: log.append(("b", r)), drain=True)
-        opened.lockstep(a, b, lambda: compared.__setitem__(0, compared[0] + 1))
+        a.lockstep(b, lambda: compared.__setitem__(0, compared[0] + 1))
     return log, compared[0]
 
 
 def alone(data: bytes, policy: str | None) -> list[Any]:
     records: list[Any] = []
     with open_replay("t.jsonl", data=data, policy=policy, note=lambda _: None) as opened:
-        opened.run(opened.replayer(records.append, drain=True))
+        opened.replayer(records.append, drain=True).replay()
     return records
 
 

@@ -17,7 +17,7 @@ TRACE = str(Path(__file__).resolve().parents[2] / "traces" / "rotation-fairness.
 def watch(observer: Origins, path: str = TRACE) -> None:
     with open_replay(path, note=lambda _: None) as opened:
         engine = observer.engine = opened.replayer(discard, observer=observer)  # type: ignore[assignment]
-        opened.run(engine)
+        engine.replay()
 
 
 def test_the_step_asked_about_stops_the_replay_with_its_queue_and_batch() -> None:

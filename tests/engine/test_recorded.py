@@ -25,7 +25,7 @@ RECORDER = {**HEADER, "meta": {"recorded_by": "test"}}
 def check(lines: list[dict[str, Any]], allow_incomplete: bool = False) -> None:
     data = b"".join(orjson.dumps(x) + b"\n" for x in lines)
     with open_replay("r.jsonl", data=data, allow_incomplete=allow_incomplete) as opened:
-        opened.run(opened.replayer(lambda _: None, check=True))
+        opened.replayer(lambda _: None, check=True).replay()
 
 
 def submit(tid: int, size: int, meta: object = None) -> dict[str, Any]:

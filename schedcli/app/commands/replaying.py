@@ -119,7 +119,7 @@ def run_replay(req: ReplayRequest, err: Callable[[], Console], progress: TracePr
             dump=fan.dump,
         )
         try:
-            totals = opened.run(engine)
+            totals = engine.replay()
         except StepMismatch as e:
             _close(outputs, None, e)
             progress.stop()

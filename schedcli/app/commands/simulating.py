@@ -12,8 +12,8 @@ from rich.console import Console
 
 from ...catalog.registry import CXX_PREFIX, RUNNER_PREFIX, build_policy, settled_params
 from ...engine.cost import CostModel
+from ...engine.levels.table import level_of_policy
 from ...engine.replay import PolicyCrashed
-from ...engine.requests.simulate import chunking, simulate_either, trace_writer
 from ...engine.results import Live, SimResult
 from ...formats.perfetto import PerfettoWriter
 from ...formats.workload import Request, read_workload
@@ -70,18 +70,19 @@ def run_simulate(req: SimulateRequest, out: Console, err: Console) -> SimResult:
     with ExitStack() as stack:
         stack.callback(built.close)
         built.promise_serial_calls()  # the simulated runner is its only caller
-        size = chunking(built, req.chunk_size, req.policy)
+        level = level_of_policy(built)
+        size = level.chunking(built, req.chunk_size, req.policy)
         label = built.name or req.policy
         declared = built.params()
         trace = None
         if req.output is not None:
             stream = stack.enter_context(atomic_output(req.output))
-            trace = trace_writer(stream, built, req.policy, declared, trace_meta(req, size))
+            trace = level.trace_writer(stream, built, req.policy, declared, trace_meta(req, size))
         timeline = open_timeline(req, stack, label, built.token_budget)
         progress = _progress(req.workload, err)
         stopped: SchedcliError | Stopped | None = None
         try:
-            result = simulate_either(
+            result = level.simulate(
                 read_workload(req.workload),
                 built,
                 policy_name=label,

@@ -82,7 +82,7 @@ def _check_policy(
     header = reader.header
     try:
         recorded = RecordedPolicy.of(header)
-        check_policy_for_trace(recorded, reader.name, policy, params, level.name)
+        check_policy_for_trace(recorded, reader.name, policy, params, level.policy_level)
         return level.interface_check(header, reader.name, policy, params)
     except InputError as e:
         collect(e)

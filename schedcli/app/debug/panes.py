@@ -147,9 +147,7 @@ def _theirs(view: dict[str, Any], label: str | None) -> list[tuple[str, int | No
     if label == "expect":
         if other is None:
             return None  # this step records no expect
-        if isinstance(other, dict):  # a request-level step's expect
-            return [(show_id(rid), tokens) for rid, tokens in other["batch"]]
-        return [(show_id(tid), None) for tid in other]
+        return [(show_id(who), size) for who, size in other]  # Side.expect_batch
     if other is None:
         return []
     return [(k, e["size"]) for k, e in _entries(other)]

@@ -9,10 +9,9 @@ from typing import Any
 
 from ...catalog.registry import build_policy, config_label
 from ...engine.cost import CostModel
-from ...engine.levels.table import level_named
+from ...engine.levels.table import level_named, level_of_policy
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
-from ...engine.requests.simulate import simulate_either
 from ...engine.run import open_replay
 from ...formats.dump import batch_tasks, read_dump
 from ...formats.workload import read_workload
@@ -142,7 +141,7 @@ def from_trace(
                 discard, observer=binning, on_step=on_step, measure_preemption=True
             )
             binning.queued = engine.queued_count
-            opened.run(engine)
+            engine.replay()
             run.summary = metrics.summary() | engine.level_summary()
             if metrics.waits_known:  # a request's waits are not known from its steps
                 run.waits = sorted(metrics.session_mean_waits(), reverse=True)
@@ -219,7 +218,7 @@ def from_workload(
             decode = sum(1 for t in batch if t.kind is DECODE)
             run.bins.add(start, sum(t.size for t in batch) - decode, decode, queued)
 
-        result = simulate_either(
+        result = level_of_policy(policy).simulate(
             read_workload(path),
             policy,
             policy_name=label,

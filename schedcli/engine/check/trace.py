@@ -174,7 +174,7 @@ def _check(job: Job, new: NewGolden | None) -> Verdict:
             tee.sinks.append(new)
         pinned = broke = False
         try:
-            opened.run(engine)
+            engine.replay()
         except StepMismatch as e:
             return Verdict(job, FAIL, expects=True, mismatch=e, line=e.mismatch.line)
         except InvariantError as e:  # passes only where the golden pins this very break

@@ -11,10 +11,10 @@ and never compares names. This module is the interface and the facts the levels 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from ...catalog.choice import RecordedPolicy, policy_for_trace
 from ...catalog.registry import Level as LevelName
@@ -28,7 +28,14 @@ from ..origins import Queues
 from ..replay import Emit, Observer, Totals
 
 if TYPE_CHECKING:
+    from ...formats.requests import RequestTraceWriter
+    from ...formats.workload import Request
+    from ...formats.writer import TraceWriter
+    from ..cost import CostModel
     from ..metrics import StepMetrics
+    from ..requests.preemption import PreemptionTally
+    from ..requests.simulate import OnPreempt, OnStep
+    from ..results import SimResult
 
 
 def stderr_note(message: str) -> None:
@@ -51,11 +58,27 @@ def choose_policy(
     return built, label, used
 
 
+def trace_meta(policy: Policy, meta: Any) -> Any:
+    """A simulated trace's meta: it says which outside runtime scheduled it
+    (``Policy.made_by``: ``vllm``'s version)."""
+    return {**meta, **type(policy).made_by()} if isinstance(meta, dict) else meta
+
+
 # --- the facts a level hands back ----------------------------------------------------
 
 CheckEvent = Callable[[Event], list[InputError]]  # one event against a narrow interface
 Collect = Callable[[InputError], None]
 Partial = tuple[int, dict[str, Any]] | None  # a partial marker's line and record
+
+
+@dataclass
+class TimedStep:
+    """A recording's busy step, timed (``fit``'s model explains ``seconds`` by the rest)."""
+
+    tokens: int
+    decodes: int
+    context: int | None  # None: a task without a position was in the batch
+    seconds: float
 
 
 @dataclass
@@ -176,6 +199,8 @@ class Side(Protocol):
 
     def want(self, step: int) -> None: ...  # keep the queue and reasons of ``step``
 
+    def expect_batch(self) -> list[tuple[Id, int | None]] | None: ...  # ``expect``: who, size
+
     def explain_from(self, step: int) -> None: ...  # reasons at every step >= ``step``
 
     def feed(self, line: int, item: Any) -> None: ...
@@ -230,10 +255,18 @@ class Driver(Protocol):
 
     def level_summary(self) -> dict[str, Any]: ...  # what the level adds to metrics
 
+    def replay(self) -> Totals: ...  # every input of the trace it is bound to, then close
+
+    def lockstep(self, other: Self, after_each: Callable[[], None]) -> None:
+        """Every input to this replay and to ``other`` (of a ``sibling``), step by step;
+        ``after_each`` after each; then close both."""
+        ...
+
 
 class OpenReplay(Protocol):
     """A trace opened for one replay at its level (``task.opened.OpenTrace``,
-    ``request.opened.OpenRequestTrace``): ``replayer`` builds its engine, ``run`` runs it;
+    ``request.opened.OpenRequestTrace``): ``replayer`` builds its engine, bound to the
+    trace's inputs (``Driver.replay`` runs it);
     what explain, the debugger and shrink ask of a level's replay, it answers."""
 
     level: Level
@@ -265,16 +298,12 @@ class OpenReplay(Protocol):
         measure_preemption: bool = False,
     ) -> Driver: ...
 
-    def run(self, engine: Driver) -> Totals: ...
-
     @property
     def full_params(self) -> dict[str, object]: ...
 
     def step_metrics(self) -> StepMetrics: ...
 
     def sibling(self, policy: str | None, params: Mapping[str, object]) -> OpenReplay: ...
-
-    def lockstep(self, a: Driver, b: Driver, after_each: Callable[[], None]) -> None: ...
 
     def check_complete(self) -> None: ...  # after the last event: refuse a partial trace
 
@@ -299,7 +328,10 @@ class Level(Protocol):
     """What one trace level contributes (``table.LEVELS`` holds one per name)."""
 
     @property
-    def name(self) -> LevelName: ...  # as a trace's header says it
+    def name(self) -> str: ...  # as a trace's header says it
+
+    @property
+    def policy_level(self) -> LevelName: ...  # the catalog's seam its policies implement
 
     @property
     def preempts(self) -> bool: ...  # a step may preempt what runs (marked, tallied)
@@ -338,3 +370,40 @@ class Level(Protocol):
     def difference(self, error: StepMismatch) -> Difference: ...  # --check's, drawn
 
     def failure(self, error: StepMismatch) -> Failure | None: ...  # shrink's signature
+
+    def timed_steps(self, path: str) -> tuple[list[TimedStep], int]: ...  # fit's, and idle
+
+    # ``simulate``: a policy of this level (``table.level_of_policy``) run on a workload.
+
+    def chunking(self, policy: Policy, chunk_size: int | None, spec: str) -> int | None:
+        """The chunk size the runner splits prompts at for ``policy``."""
+        ...
+
+    def simulate(
+        self,
+        requests: Iterable[Request],
+        policy: Policy,
+        *,
+        policy_name: str,
+        params: dict[str, Any],
+        cost: CostModel,
+        chunk_size: int | None = None,
+        trace: Any = None,
+        slo_ttft: float | None = None,
+        slo_tpot: float | None = None,
+        on_progress: Callable[[int, float], None] | None = None,
+        on_batch: OnStep | None = None,
+        on_preempt: OnPreempt | None = None,
+        close: bool = True,
+        preemption: PreemptionTally | None = None,
+        keep_values: bool = False,
+    ) -> SimResult:
+        """The workload through ``policy``; ``trace`` is the writer ``trace_writer`` made;
+        ``close``: the policy released after."""
+        ...
+
+    def trace_writer(
+        self, out: Any, policy: Policy, spec: str, params: dict[str, Any], meta: Any
+    ) -> TraceWriter | RequestTraceWriter:
+        """The writer of a simulated run's trace at this level, its header written."""
+        ...

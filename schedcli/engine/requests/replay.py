@@ -49,6 +49,10 @@ class RequestExpectMismatch(StepMismatch):
         )
 
 
+def _nothing() -> None:
+    pass
+
+
 def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> Record:
     entries = [
         {
@@ -87,8 +91,13 @@ class RequestReplayer:
         observer: Observer | None = None,
         on_arrived: Callable[[Arrive, int, int], None] | None = None,
         measure_preemption: bool = False,
+        inputs: Callable[[], Iterable[tuple[int, RequestEvent]]] = tuple,
+        before_close: Callable[[], None] = _nothing,
     ) -> None:
+        """``inputs``: the events of the trace it replays (``replay``, ``lockstep``), read
+        when called; ``before_close`` runs after the last of them (and may refuse)."""
         self.policy, self.emit, self.policy_name = policy, emit, policy_name
+        self._inputs, self._before_close = inputs, before_close
         # Told (event, line, step) of each arrival the policy accepted, never of a rejected
         # one: a rejected re-arrival of a held id must not touch that request's arrival.
         self.on_arrived = on_arrived
@@ -119,6 +128,21 @@ class RequestReplayer:
     @property
     def upcoming_step(self) -> int:
         return self.totals.steps
+
+    def replay(self) -> Totals:
+        """Every event of the trace it is bound to (``inputs``), then close."""
+        return self.run(self._inputs(), self._before_close)
+
+    def lockstep(self, other: RequestReplayer, after_each: Callable[[], None]) -> None:
+        """Every event to this replay and to ``other`` (a sibling's), step by step, then
+        close both."""
+        for line, event in self._inputs():
+            self.feed(line, event)
+            other.feed(line, event)
+            after_each()
+        self._before_close()
+        for side in (self, other):
+            side.close()
 
     def run(self, events: Iterable[tuple[int, RequestEvent]], at_end: Callable[[], None]) -> Totals:
         for line, event in events:

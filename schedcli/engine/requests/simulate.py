@@ -12,17 +12,14 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from ...catalog.registry import policy_reference
 from ...formats.requests import RequestTraceWriter
 from ...formats.workload import Request
-from ...formats.writer import TraceWriter
-from ...model.errors import InvariantError, Option, UsageError
+from ...model.errors import InvariantError
 from ...model.requests import Arrival, RequestScheduler, StepPlan
-from ...model.scheduler import Policy, Scheduler
 from ...model.task import DECODE, PREFILL, Id, Task
 from ..cost import CostModel
 from ..results import Live, SimResult
-from ..simulate import Runner, chunk_size_for, run, simulate
+from ..simulate import Runner, run
 from ..stall import stuck_text
 from .preemption import PreemptionTally
 
@@ -189,95 +186,3 @@ def simulate_requests(
     runner.on_preempt = on_preempt
     runner.preemption = preemption
     return run(requests, runner, cost, on_progress)
-
-
-def chunking(policy: Policy, chunk_size: int | None, spec: str) -> int | None:
-    """The chunk size the runner splits prompts at for ``policy``: ``chunk_size`` or the
-    policy's own limit; None for a request-level policy, which chunks for itself (asking
-    it to is a usage error)."""
-    if isinstance(policy, Scheduler):
-        return chunk_size or chunk_size_for(policy)
-    if chunk_size is not None:
-        raise UsageError(
-            Option("chunk_size"),
-            f" is for task-level policies; {spec!r} chunks prompts "
-            "itself (max_num_batched_tokens, long_prefill_token_threshold)",
-        )
-    return None
-
-
-def simulate_either(
-    requests: Iterable[Request],
-    policy: Policy,
-    *,
-    policy_name: str,
-    params: dict[str, Any],
-    cost: CostModel,
-    chunk_size: int | None = None,
-    trace: Any = None,
-    slo_ttft: float | None = None,
-    slo_tpot: float | None = None,
-    on_progress: Callable[[int, float], None] | None = None,
-    on_batch: OnStep | None = None,
-    on_preempt: OnPreempt | None = None,
-    close: bool = True,
-    preemption: PreemptionTally | None = None,
-    keep_values: bool = False,
-) -> SimResult:
-    """The workload through a policy of either level: ``simulate_requests`` for one that
-    slices requests itself (closed after, unless ``close`` is false), else ``simulate``,
-    chunking prompts at ``chunk_size`` or the policy's own limit. ``trace`` is the
-    writer ``trace_writer`` made for it; ``on_preempt`` hears of a request-level
-    policy's preemptions and ``preemption`` measures what they cost (a task-level one has
-    none); ``keep_values`` keeps every request's figures (SimResult.keep_values)."""
-    if isinstance(policy, RequestScheduler):
-        try:
-            return simulate_requests(
-                requests,
-                policy,
-                policy_name=policy_name,
-                params=params,
-                cost=cost,
-                trace=trace,
-                slo_ttft=slo_ttft,
-                slo_tpot=slo_tpot,
-                on_progress=on_progress,
-                on_batch=on_batch,
-                on_preempt=on_preempt,
-                preemption=preemption,
-                keep_values=keep_values,
-            )
-        finally:
-            if close:
-                policy.close()
-    assert isinstance(policy, Scheduler)
-    return simulate(
-        requests,
-        policy,
-        policy_name=policy_name,
-        params=params,
-        chunk_size=chunk_size or chunk_size_for(policy),
-        cost=cost,
-        trace=trace,
-        slo_ttft=slo_ttft,
-        slo_tpot=slo_tpot,
-        on_progress=on_progress,
-        on_batch=on_batch,
-        keep_values=keep_values,
-    )
-
-
-def trace_writer(
-    out: Any, policy: Policy, spec: str, params: dict[str, Any], meta: Any
-) -> TraceWriter | RequestTraceWriter:
-    """The writer of a simulated run's trace at the policy's level, its header written:
-    the policy named so that a replay loads it (its registered name where it has one: a
-    trace header may name an import string, but a replay refuses to import it); its meta
-    says which outside runtime scheduled it (``Policy.made_by``: ``vllm``'s version)."""
-    if isinstance(meta, dict):
-        meta = {**meta, **type(policy).made_by()}
-    if isinstance(policy, RequestScheduler):
-        return RequestTraceWriter(out, policy_reference(type(policy)), params, meta)
-    writer = TraceWriter(out)
-    writer.header(policy_reference(type(policy)), params, meta)
-    return writer

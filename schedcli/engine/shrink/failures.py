@@ -111,7 +111,7 @@ def refusal(
         with open_replay(
             path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
         ) as opened:
-            opened.run(opened.replayer(discard, check=False, drain=drain))
+            opened.replayer(discard, check=False, drain=drain).replay()
     except SchedcliError as e:
         return e if e.exit_code == 2 else None
     return None
@@ -134,7 +134,7 @@ def _replay_fails(
             allow_incomplete=True,
             data=data,
         ) as opened:
-            opened.run(opened.replayer(discard, check=check, drain=drain))
+            opened.replayer(discard, check=check, drain=drain).replay()
     except StepMismatch as e:
         return level_of_difference(e).failure(e)
     except OutcomeMismatch as e:

@@ -218,7 +218,7 @@ class Session:
             return
         if side == 0:
             self._ran += 1
-            expect = self.sides[0].expect
+            expect = self.sides[0].expect_batch()
             if expect is not None:
                 self._expects[step] = expect
             if record.get("preempted"):

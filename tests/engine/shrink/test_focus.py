@@ -37,7 +37,7 @@ def replayed(data: bytes) -> list[list[int]]:
     batches: list[list[int]] = []
     with open_replay("w.jsonl", data=data, note=lambda _: None) as opened:
         emit = lambda r: batches.append([t["tid"] for t in r["batch"]]) if "batch" in r else None  # noqa: E731
-        opened.run(opened.replayer(emit, check=True))
+        opened.replayer(emit, check=True).replay()
     return batches
 
 

@@ -4,21 +4,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
+from ....catalog.registry import policy_reference
 from ....formats.trace import Header, TraceReader
-from ....model.errors import InputError, StepMismatch, UsageError
+from ....model.errors import InputError, Option, StepMismatch, UsageError
+from ....model.scheduler import Policy
 from ....model.task import Id
-from .. import CheckEvent, Collect, Difference, Failure, OpenReplay, Partial, choose_policy
+from .. import (
+    CheckEvent,
+    Collect,
+    Difference,
+    Failure,
+    OpenReplay,
+    Partial,
+    TimedStep,
+    choose_policy,
+    trace_meta,
+)
 
 if TYPE_CHECKING:
+    from ....formats.requests import RequestTraceWriter
+    from ....formats.workload import Request
+    from ....formats.writer import TraceWriter
     from ....model.requests import RequestScheduler
+    from ...cost import CostModel
+    from ...requests.preemption import PreemptionTally
+    from ...requests.simulate import OnPreempt, OnStep
+    from ...results import SimResult
 
 
 class RequestLevel:
     name: Final = "request"
+    policy_level: Final = "request"
     preempts = True  # a step may preempt what runs
     reasons_replayable = False  # kept as a difference is found, or not derived
 
@@ -41,7 +61,7 @@ class RequestLevel:
             )
         from .opened import OpenRequestTrace
 
-        built, label, _ = choose_policy(header, name, policy, params, note, self.name)
+        built, label, _ = choose_policy(header, name, policy, params, note, self.policy_level)
         try:
             policy_built = cast("RequestScheduler", built)
             yield OpenRequestTrace(reader, policy_built, label, name, allow_incomplete, self)
@@ -84,6 +104,72 @@ class RequestLevel:
         from .check import failure
 
         return failure(error.mismatch)
+
+    def timed_steps(self, path: str) -> tuple[list[TimedStep], int]:
+        from .fit import timed_steps
+
+        return timed_steps(path)
+
+    def chunking(self, policy: Policy, chunk_size: int | None, spec: str) -> int | None:
+        """None: a request-level policy chunks for itself (asking it to is a usage error)."""
+        if chunk_size is not None:
+            raise UsageError(
+                Option("chunk_size"),
+                f" is for task-level policies; {spec!r} chunks prompts "
+                "itself (max_num_batched_tokens, long_prefill_token_threshold)",
+            )
+        return None
+
+    def simulate(
+        self,
+        requests: Iterable[Request],
+        policy: Policy,
+        *,
+        policy_name: str,
+        params: dict[str, Any],
+        cost: CostModel,
+        chunk_size: int | None = None,
+        trace: Any = None,
+        slo_ttft: float | None = None,
+        slo_tpot: float | None = None,
+        on_progress: Callable[[int, float], None] | None = None,
+        on_batch: OnStep | None = None,
+        on_preempt: OnPreempt | None = None,
+        close: bool = True,
+        preemption: PreemptionTally | None = None,
+        keep_values: bool = False,
+    ) -> SimResult:
+        """``engine/requests/simulate.py``'s ``simulate_requests``; the policy closed
+        after, unless ``close`` is false."""
+        from ...requests.simulate import simulate_requests
+
+        try:
+            return simulate_requests(
+                requests,
+                cast("RequestScheduler", policy),
+                policy_name=policy_name,
+                params=params,
+                cost=cost,
+                trace=trace,
+                slo_ttft=slo_ttft,
+                slo_tpot=slo_tpot,
+                on_progress=on_progress,
+                on_batch=on_batch,
+                on_preempt=on_preempt,
+                preemption=preemption,
+                keep_values=keep_values,
+            )
+        finally:
+            if close:
+                policy.close()
+
+    def trace_writer(
+        self, out: Any, policy: Policy, spec: str, params: dict[str, Any], meta: Any
+    ) -> TraceWriter | RequestTraceWriter:
+        from ....formats.requests import RequestTraceWriter
+
+        reference = policy_reference(type(policy))
+        return RequestTraceWriter(out, reference, params, trace_meta(policy, meta))
 
 
 LEVEL = RequestLevel()

@@ -16,7 +16,6 @@ from ....model.errors import InputError, UsageError
 from ....model.records import Left, Record
 from ....model.requests import RequestScheduler
 from ....model.task import DECODE, PREFILL, Id, Task, id_key
-from ...ledger import Totals
 from ...origins import Queues
 from ...replay import Observer
 from ...requests.replay import RequestReplayer
@@ -78,11 +77,9 @@ class OpenRequestTrace:
             on_step=on_step,
             observer=observer,
             measure_preemption=measure_preemption,
+            inputs=lambda: self.events,
+            before_close=self.check_complete,
         )
-
-    def run(self, engine: Any) -> Totals:
-        assert isinstance(engine, RequestReplayer)
-        return engine.run(self.events, self.check_complete)
 
     @property
     def full_params(self) -> dict[str, object]:
@@ -104,16 +101,6 @@ class OpenRequestTrace:
         return OpenRequestTrace(
             self.reader, built, label, self.name, self.allow_incomplete, self.level
         )
-
-    def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None:
-        """Every event to engine ``a`` and to engine ``b`` of a sibling, step by step."""
-        for line, event in self.events:
-            a.feed(line, event)
-            b.feed(line, event)
-            after_each()
-        self.check_complete()
-        for side in (a, b):
-            side.close()
 
     def close(self) -> None:
         self.policy.close()

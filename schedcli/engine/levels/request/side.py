@@ -69,6 +69,10 @@ class RequestSide:
     def want(self, step: int) -> None:
         self._want = step
 
+    def expect_batch(self) -> list[tuple[Id, int | None]] | None:
+        """The expect being fed: each request it schedules, with its tokens."""
+        return None if self.expect is None else [(r, n) for r, n in self.expect["batch"]]
+
     def explain_from(self, step: int) -> None:
         """A request-level policy gives its reasons after every step."""
 

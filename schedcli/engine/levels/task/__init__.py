@@ -3,22 +3,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
+from ....catalog.registry import policy_reference
 from ....formats.trace import Header, TraceReader
+from ....formats.writer import TraceWriter
 from ....model.errors import InputError, StepMismatch
-from ....model.scheduler import Scheduler
+from ....model.scheduler import Policy, Scheduler
 from ....model.task import Id
 from ...clock import StepClock
-from .. import CheckEvent, Collect, Difference, Failure, OpenReplay, Partial, choose_policy
+from .. import (
+    CheckEvent,
+    Collect,
+    Difference,
+    Failure,
+    OpenReplay,
+    Partial,
+    TimedStep,
+    choose_policy,
+    trace_meta,
+)
 from . import check
 from .opened import OpenTrace, interface_check
+
+if TYPE_CHECKING:
+    from ....formats.requests import RequestTraceWriter
+    from ....formats.workload import Request
+    from ...cost import CostModel
+    from ...requests.preemption import PreemptionTally
+    from ...requests.simulate import OnPreempt, OnStep
+    from ...results import SimResult
 
 
 class TaskLevel:
     name: Final = "task"
+    policy_level: Final = "task"
     preempts = False  # a task-level policy never preempts
     reasons_replayable = True  # a built-in works its reasons out where asked
 
@@ -78,6 +99,65 @@ class TaskLevel:
 
     def failure(self, error: StepMismatch) -> Failure | None:
         return check.failure(error.mismatch)
+
+    def timed_steps(self, path: str) -> tuple[list[TimedStep], int]:
+        from .fit import timed_steps
+
+        return timed_steps(path)
+
+    def chunking(self, policy: Policy, chunk_size: int | None, spec: str) -> int | None:
+        """``chunk_size``, or the policy's own limit."""
+        from ...simulate import chunk_size_for
+
+        return chunk_size or chunk_size_for(cast(Scheduler, policy))
+
+    def simulate(
+        self,
+        requests: Iterable[Request],
+        policy: Policy,
+        *,
+        policy_name: str,
+        params: dict[str, Any],
+        cost: CostModel,
+        chunk_size: int | None = None,
+        trace: Any = None,
+        slo_ttft: float | None = None,
+        slo_tpot: float | None = None,
+        on_progress: Callable[[int, float], None] | None = None,
+        on_batch: OnStep | None = None,
+        on_preempt: OnPreempt | None = None,
+        close: bool = True,
+        preemption: PreemptionTally | None = None,
+        keep_values: bool = False,
+    ) -> SimResult:
+        """``engine/simulate.py``, prompts chunked at ``chunk_size`` or the policy's own
+        limit (a task-level policy never preempts: ``on_preempt``, ``preemption`` unused)."""
+        from ...simulate import chunk_size_for, simulate
+
+        scheduler = cast(Scheduler, policy)
+        return simulate(
+            requests,
+            scheduler,
+            policy_name=policy_name,
+            params=params,
+            chunk_size=chunk_size or chunk_size_for(scheduler),
+            cost=cost,
+            trace=trace,
+            slo_ttft=slo_ttft,
+            slo_tpot=slo_tpot,
+            on_progress=on_progress,
+            on_batch=on_batch,
+            keep_values=keep_values,
+        )
+
+    def trace_writer(
+        self, out: Any, policy: Policy, spec: str, params: dict[str, Any], meta: Any
+    ) -> TraceWriter | RequestTraceWriter:
+        """The policy named so that a replay loads it (its registered name where it has
+        one: a header may name an import string, but a replay refuses to import it)."""
+        writer = TraceWriter(out)
+        writer.header(policy_reference(type(policy)), params, trace_meta(policy, meta))
+        return writer
 
 
 LEVEL = TaskLevel()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....model.task import Id, Task, id_key, ids_only_in, show_id
-from ...replay import Mismatch
+from ...recorded import Mismatch
 from .. import Difference, Failure, Row
 
 

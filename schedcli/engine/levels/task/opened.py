@@ -18,7 +18,7 @@ from ....model.scheduler import Scheduler
 from ....model.task import Id, Task, id_key, same_id
 from ...lockstep import twin
 from ...origins import Origins, Queues, Reached
-from ...replay import Emit, Observer, Replayer, Totals
+from ...replay import Emit, Observer, Replayer
 from .. import CheckEvent, Level, Life, Queued, Side, Sink, StepView, choose_policy
 
 if TYPE_CHECKING:
@@ -130,6 +130,8 @@ class OpenTrace:
             recorded_outcomes=self.recorded_outcomes,
             dump=dump,
             allow_incomplete=self.allow_incomplete,
+            inputs=self.reader.runs,
+            before_close=self.check_complete,
         )
 
     @property
@@ -138,13 +140,6 @@ class OpenTrace:
         header = self.reader.header
         meta = header.meta if header is not None else None
         return isinstance(meta, dict) and "recorded_by" in meta
-
-    def run(self, engine: Any) -> Totals:
-        """Replay every event of the trace through ``engine``, then finish. A trace marked
-        partial is refused after its last event (before the end record), unless
-        ``allow_incomplete``."""
-        assert isinstance(engine, Replayer)
-        return engine.run(self.reader.runs(), self.check_complete)
 
     @property
     def full_params(self) -> dict[str, object]:
@@ -164,12 +159,6 @@ class OpenTrace:
         return OpenTrace(
             self.reader, built, label, used, self.name, self.allow_incomplete, self.level
         )
-
-    def lockstep(self, a: Any, b: Any, after_each: Callable[[], None]) -> None:
-        """Every event to engine ``a`` and to engine ``b`` of a sibling, step by step."""
-        from ...lockstep import run_in_lockstep
-
-        run_in_lockstep(self.reader.runs(), a, b, after_each, self.check_complete)
 
     def close(self) -> None:
         """A task-level policy holds nothing to release."""
@@ -208,7 +197,7 @@ class OpenTrace:
         """The replay, ``observer`` seeing the queue at its steps."""
         engine = self.replayer(discard, observer=observer, drain=drain)
         observer.engine = engine
-        self.run(engine)
+        engine.replay()
         return True
 
 
@@ -217,7 +206,7 @@ def task_step(opened: OpenTrace, step: int) -> StepView:
     origins = Origins(step)
     engine = origins.engine = opened.replayer(discard, observer=origins)
     try:
-        opened.run(engine)
+        engine.replay()
     except Reached:
         assert origins.batch is not None
         queue = [Queued(*q) for q in origins.queued.values()]
@@ -239,7 +228,7 @@ def task_lives(opened: OpenTrace, wanted: Callable[[Task], bool]) -> list[Life]:
     watcher = _Watcher(lambda: holder[0].current_line, wanted)
     engine = opened.replayer(discard, observer=watcher, on_left=watcher.left)
     holder.append(engine)
-    opened.run(engine)
+    engine.replay()
     return list(watcher.lives.values())
 
 

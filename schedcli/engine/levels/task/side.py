@@ -10,7 +10,8 @@ from ....formats.trace import Event
 from ....model.records import Record
 from ....model.scheduler import Scheduler
 from ....model.task import Id, Task, same_id
-from ...replay import Replayer, few_collections
+from ...lockstep import few_collections
+from ...replay import Replayer
 from ...travel.state import policy_state
 from .. import Entry, Follow, Sink
 from .base import TaskReplay
@@ -85,6 +86,10 @@ class TaskSide:
 
     def want(self, step: int) -> None:
         self.queue.want = step
+
+    def expect_batch(self) -> list[tuple[Id, int | None]] | None:
+        """The expect being applied: its tids (a recorded batch names no sizes)."""
+        return None if self.expect is None else [(tid, None) for tid in self.expect]
 
     def explain_from(self, step: int) -> None:
         """Reasons from the first step numbered ``step`` or more that this side runs,
