@@ -29,8 +29,11 @@ def test_under_check_a_step_that_differs_from_its_expect_is_marked_and_counted()
     compared = s.compared()
     assert compared is not None
     assert (compared["identical"], compared["steps"], compared["first"]) == (False, 1, 1)
-    # What each step is compared with: its expect.
-    assert [other for _, _, other in heard.pairs][:2] == [[1, 5], [6, 2, 99]]
+    # What each step is compared with: its expect, as (who, size) pairs (a task-level
+    # expect names tids alone).
+    expects = [[who for who, size in other] for _, _, other in heard.pairs][:2]
+    assert expects == [[1, 5], [6, 2, 99]]
+    assert {size for _, _, other in heard.pairs for _, size in other} == {None}
 
 
 def test_under_check_a_trace_matching_its_expects_is_identical() -> None:
