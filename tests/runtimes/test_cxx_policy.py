@@ -8,6 +8,7 @@ tests/cpp/later), with g++ and clang++.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -583,7 +584,12 @@ needs_checkout = pytest.mark.skipif(not CHECKOUT, reason="SCHEDCLI_TEST_EXECUTOR
 def test_executorchs_decode_first_batches_as_our_reference_port_on_random_traffic(
     monkeypatch: pytest.MonkeyPatch, cxx_cache: Path, ops: list[dict[str, object]]
 ) -> None:
+    """Call for call, the same answers; where the port hands back an earlier task under a
+    reused tid (ExecuTorch's stale cancelled decode, see
+    test_executorchs_second_cancel_of_a_resubmitted_tid_breaks_the_contract_naming_it), the
+    C++ breaks the contract at that call naming the tid, and the run ends there."""
     from schedcli.catalog.registry import build_policy
+    from schedcli.model.errors import PolicyAborted
     from schedcli.model.task import Task
 
     monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
@@ -591,9 +597,13 @@ def test_executorchs_decode_first_batches_as_our_reference_port_on_random_traffi
     params = {"max_batch_tokens": 12, "max_decode_sequences": 3, "max_prefill_chunk_size": 6}
     cpp = build_policy("cxx:decode-first", params)
     port = build_policy("decode-first", {**params, "compat": "reference"})
+    queued: dict[object, Task] = {}  # the port's task handed in last under each tid
 
     def tids(tasks: list[Task]) -> list[object]:
         return [t.tid for t in tasks]
+
+    def stale(tasks: list[Task]) -> Task | None:
+        return next((t for t in tasks if queued.get(t.tid) is not t), None)
 
     for op in ops:
         if op["op"] == "submit":
@@ -619,14 +629,72 @@ def test_executorchs_decode_first_batches_as_our_reference_port_on_random_traffi
                 ]
                 for _ in range(2)
             ]
-            assert cpp.submit(groups[0]) == port.submit(groups[1])
-        elif op["op"] == "get_work":
-            assert tids(cpp.get_work()) == tids(port.get_work())
+            accepted = port.submit(groups[1])
+            assert cpp.submit(groups[0]) == accepted
+            if accepted:
+                queued.update((t.tid, t) for t in groups[1])
+            assert cpp.has_work() == port.has_work()
+            continue
+        if op["op"] == "get_work":
+            theirs, ours = port.get_work(), cpp.get_work
         elif op["op"] == "cancel":
-            assert tids(cpp.cancel(op["sid"])) == tids(port.cancel(op["sid"]))
-        else:  # the same tasks, in each one's own order
-            assert sorted(tids(cpp.clear())) == sorted(tids(port.clear()))  # type: ignore[type-var]
+            sid = op["sid"]
+            assert isinstance(sid, int)
+            theirs, ours = port.cancel(sid), functools.partial(cpp.cancel, sid)
+        else:
+            theirs, ours = port.clear(), cpp.clear
+        earlier = stale(theirs)
+        if earlier is not None:
+            with pytest.raises(PolicyAborted, match=rf"from {op['op']} .*tid {earlier.tid}\b"):
+                ours()
+            return
+        if op["op"] == "clear":  # the same tasks, in each one's own order
+            assert sorted(tids(ours())) == sorted(tids(theirs))  # type: ignore[type-var]
+        else:
+            assert tids(ours()) == tids(theirs)
         assert cpp.has_work() == port.has_work()
+
+
+@needs_checkout
+def test_executorchs_second_cancel_of_a_resubmitted_tid_breaks_the_contract_naming_it(
+    monkeypatch: pytest.MonkeyPatch, cxx_cache: Path
+) -> None:
+    """ExecuTorch's DecodeFirstScheduler::cancel leaves a cancelled decode in decode_queue_
+    (only get_work pops it, from the front) and release_ matches it to pending_ by tid alone:
+    once the tid is queued again, the next cancel of its session hands back the old, moved-
+    from entry (and drops the new one from pending_ but not from the queue). The port under
+    compat=reference hands back the earlier task too; the C++ call is the contract broken."""
+    from schedcli.catalog.registry import build_policy
+    from schedcli.model.errors import PolicyAborted
+
+    monkeypatch.setenv("SCHEDCLI_CXX_CACHE", str(cxx_cache))
+    monkeypatch.setenv("EXECUTORCH_ROOT", str(CHECKOUT))
+    params = {"max_batch_tokens": 12, "max_decode_sequences": 3, "max_prefill_chunk_size": 6}
+    cpp = build_policy("cxx:decode-first", params)
+    port = build_policy("decode-first", {**params, "compat": "reference"})
+
+    def tids(tasks: list[Task]) -> list[object]:
+        return [t.tid for t in tasks]
+
+    def tasks(tid: int, sid: int = 0) -> list[list[Task]]:
+        return [[Task(tid, sid, "decode", 1)] for _ in range(2)]
+
+    first = tasks(1)
+    assert cpp.submit(first[0]) and port.submit(first[1])
+    assert tids(cpp.cancel(0)) == tids(port.cancel(0)) == [1]
+    for tid in [*range(2, 18), 0]:
+        others = tasks(tid, sid=1 + tid % 3)
+        assert cpp.submit(others[0]) and port.submit(others[1])
+    again = tasks(1)
+    assert cpp.submit(again[0]) and port.submit(again[1])
+    (handed_back,) = port.cancel(0)
+    assert handed_back is first[1][0]  # the earlier task, not the one queued now
+    with pytest.raises(
+        PolicyAborted,
+        match=r"returned from cancel a task with tid 1 whose tokens \(or prepared input\) "
+        r"pointer was moved out or reset: an earlier task with that tid",
+    ):
+        cpp.cancel(0)
 
 
 @needs_checkout
