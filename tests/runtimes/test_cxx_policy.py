@@ -201,6 +201,28 @@ def test_the_twin_matches_fcfs_on_the_bench_trace_with_the_header_parameters(
     assert len(a.lines) > 500
 
 
+@pytest.mark.parametrize("cxx", EVERY_SHAPE, indirect=True, ids=[s for _, s in EVERY_SHAPE])
+def test_a_cpp_policy_dropping_the_tasks_it_handed_back_on_a_thread_of_its_own_replays_as_fcfs(
+    cxx: str, cli: Cli, tmp_path: Path
+) -> None:
+    """The shim's identity marks are given back to their pool by whichever thread drops a
+    task's last copy: here the scheduler's own thread, long after the history forgot the
+    task, while the calling thread marks new ones (the pool locks once a thread exists)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.replay_bench import generate
+
+    trace = tmp_path / "bench.jsonl"
+    generate(trace, 20_000)
+    threaded = (
+        f"cxx:{SCHEDULERS / 'threaded_scheduler.h'}=schedcli_test::ThreadedFifoScheduler::create("
+        "max_batch_tokens=544, max_num_seqs=64, max_prefill_chunk_size=256, keep=5000)"
+    )
+    a = cli("replay", trace, "-p", "fcfs", "-f", "jsonl")
+    b = cli("replay", trace, "-p", threaded, "-f", "jsonl")
+    assert (a.code, a.stdout) == (b.code, b.stdout) and a.code == 0, b.stderr
+    assert len(a.lines) > 500
+
+
 @pytest.mark.parametrize(
     ("how", "signal_name"),
     [(1, "SIGSEGV"), (2, "SIGABRT"), (3, "SIGABRT"), (5, None)],
