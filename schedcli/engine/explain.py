@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..model.records import Left
 from ..model.task import Id
-from .levels import Life, OpenReplay, Queued, StepView
+from .levels import OpenReplay
+from .levels.facts import Life, Queued, StepView
 from .levels.table import level_of_file
 from .run import open_replay
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.errors import InputError
-from .levels import TimedStep
+from .levels.facts import TimedStep
 from .levels.table import level_of_file
 
 HOLDOUT_EVERY = 5

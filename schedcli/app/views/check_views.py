@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ...engine.levels import Difference
+from ...engine.levels.facts import Difference
 from ...engine.levels.table import level_of_difference
 from ...model.errors import StepMismatch
 

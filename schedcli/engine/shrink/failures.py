@@ -14,7 +14,7 @@ from ...model.errors import InvariantError, Option, SchedcliError, StepMismatch,
 from ...model.records import discard
 from ...model.task import id_key
 from ..diff import Side, diff_trace
-from ..levels import Failure
+from ..levels.facts import Failure
 
 __all__ = ["Failure", "Test", "failure_test"]
 from ..levels.table import level_of_difference

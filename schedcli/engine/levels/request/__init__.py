@@ -16,11 +16,8 @@ from ....model.task import Id
 from .. import (
     CheckEvent,
     Collect,
-    Difference,
-    Failure,
     OpenReplay,
     Partial,
-    TimedStep,
     choose_policy,
     trace_meta,
 )
@@ -34,6 +31,7 @@ if TYPE_CHECKING:
     from ...requests.preemption import PreemptionTally
     from ...requests.simulate import OnPreempt, OnStep
     from ...results import SimResult
+    from ..facts import Difference, Failure, TimedStep
 
 
 class RequestLevel:

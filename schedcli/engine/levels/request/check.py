@@ -8,7 +8,7 @@ from typing import Any
 
 from ....model.task import id_key, show_id
 from ...requests.replay import RequestMismatch
-from .. import Difference, Failure, Row
+from ..facts import Difference, Failure, Row
 
 
 def _entries(side: dict[str, Any]) -> list[str]:

@@ -10,7 +10,7 @@ from ....formats.requests.schema import Arrive, Schedule, Update
 from ....formats.trace import open_trace
 from ....model.errors import InputError
 from ....model.task import Id, id_key
-from .. import TimedStep
+from ..facts import TimedStep
 
 
 def timed_steps(path: str) -> tuple[list[TimedStep], int]:

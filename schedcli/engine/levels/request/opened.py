@@ -19,10 +19,11 @@ from ....model.task import DECODE, PREFILL, Id, Task, id_key
 from ...origins import Queues
 from ...replay import Observer
 from ...requests.replay import RequestReplayer
-from .. import Level, Life, Queued, Side, Sink, StepView, stderr_note
+from .. import Level, Side, Sink, stderr_note
 
 if TYPE_CHECKING:
     from ...metrics import StepMetrics
+    from ..facts import Life, StepView
 
 
 class OpenRequestTrace:
@@ -164,6 +165,8 @@ class _Follow:
 
     def accepted(self, event: Arrive, line: int, step: int) -> None:
         """An arrival the policy took (the engine's ``on_arrived``)."""
+        from ..facts import Life
+
         key = id_key(event.rid)
         self.arrived[key] = (line, step)
         if key == self.key:
@@ -173,6 +176,8 @@ class _Follow:
     def rejected(self, record: Record) -> None:
         """The followed request's arrival refused: a life of its own, unless a request
         under its id is still held (that one keeps its arrival and its life)."""
+        from ..facts import Life
+
         assert self.arriving is not None
         event, step = self.arriving
         if any(id_key(r) == self.key for r in self.policy.held()):
@@ -246,6 +251,8 @@ def _follow(opened: OpenRequestTrace, follow: _Follow) -> None:
 
 def request_step(opened: OpenRequestTrace, step: int) -> StepView:
     """The requests held when ``step`` began, what it ran of them, why it left the rest."""
+    from ..facts import Queued, StepView
+
     follow = _Follow(step, None, opened.policy)
     _follow(opened, follow)
     record = follow.record

@@ -17,15 +17,11 @@ from ...clock import StepClock
 from .. import (
     CheckEvent,
     Collect,
-    Difference,
-    Failure,
     OpenReplay,
     Partial,
-    TimedStep,
     choose_policy,
     trace_meta,
 )
-from . import check
 from .opened import OpenTrace, interface_check
 
 if TYPE_CHECKING:
@@ -35,6 +31,7 @@ if TYPE_CHECKING:
     from ...requests.preemption import PreemptionTally
     from ...requests.simulate import OnPreempt, OnStep
     from ...results import SimResult
+    from ..facts import Difference, Failure, TimedStep
 
 
 class TaskLevel:
@@ -95,10 +92,14 @@ class TaskLevel:
         return InputError(path, None, f"no submit in this trace holds {what}")
 
     def difference(self, error: StepMismatch) -> Difference:
-        return check.difference(error.mismatch)
+        from .check import difference
+
+        return difference(error.mismatch)
 
     def failure(self, error: StepMismatch) -> Failure | None:
-        return check.failure(error.mismatch)
+        from .check import failure
+
+        return failure(error.mismatch)
 
     def timed_steps(self, path: str) -> tuple[list[TimedStep], int]:
         from .fit import timed_steps

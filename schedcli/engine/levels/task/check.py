@@ -7,7 +7,7 @@ from typing import Any
 
 from ....model.task import Id, Task, id_key, ids_only_in, show_id
 from ...recorded import Mismatch
-from .. import Difference, Failure, Row
+from ..facts import Difference, Failure, Row
 
 
 def _ids(values: list[Any]) -> str:

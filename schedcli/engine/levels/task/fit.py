@@ -9,7 +9,7 @@ from ....formats.trace import open_trace
 from ....model.errors import InputError
 from ....model.limits import MAX_SECONDS
 from ....model.task import DECODE, Id, Task, id_key
-from .. import TimedStep
+from ..facts import TimedStep
 
 
 def timed_steps(path: str) -> tuple[list[TimedStep], int]:

@@ -19,10 +19,11 @@ from ....model.task import Id, Task, id_key, same_id
 from ...lockstep import twin
 from ...origins import Origins, Queues, Reached
 from ...replay import Emit, Observer, Replayer
-from .. import CheckEvent, Level, Life, Queued, Side, Sink, StepView, choose_policy
+from .. import CheckEvent, Level, Side, Sink, choose_policy
 
 if TYPE_CHECKING:
     from ...metrics import StepMetrics
+    from ..facts import Life, StepView
 
 
 @runtime_checkable
@@ -202,6 +203,8 @@ class OpenTrace:
 
 
 def task_step(opened: OpenTrace, step: int) -> StepView:
+    from ..facts import Queued, StepView
+
     opened.policy.explaining = True  # one step's reasons: asked for there, not every step
     origins = Origins(step)
     engine = origins.engine = opened.replayer(discard, observer=origins)
@@ -243,6 +246,8 @@ class _Watcher:
         self.policy = ""
 
     def accepted(self, tasks: list[Task], step: int) -> None:
+        from ..facts import Life
+
         line = self.engine_line()
         for t in tasks:
             if self.wanted(t):
@@ -261,6 +266,8 @@ class _Watcher:
                 life.outcome, life.outcome_step = "cancelled", step
 
     def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
+        from ..facts import Life
+
         line = self.engine_line()
         for t in tasks:
             if self.wanted(t):
