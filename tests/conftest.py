@@ -10,6 +10,7 @@ fresh clone), and failed where ``SCHEDCLI_REQUIRE_<EXTRA>`` is set (CI installs 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import inspect
@@ -42,6 +43,13 @@ def toy_is_a_named_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 pytest_plugins = ["pytester"]
+
+# pytester puts sys.modules back as it found it after each test that uses it, dropping what
+# the test imported first; numpy's core refuses to load twice in a process, so a double
+# whose fingerprint is a numpy array failed on a worker where a pytester test had imported
+# numpy first (CI's fresh leg). Loaded here, numpy is part of every snapshot.
+with contextlib.suppress(ImportError):
+    import numpy  # noqa: F401
 
 
 @dataclass(frozen=True)
