@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
@@ -382,17 +383,9 @@ def build_policy(
     ``cls``, when the caller already resolved ``spec``, saves resolving it again.
     """
     cls = cls or resolve_policy(spec, level)
-    label = cls.name or spec
-    kwargs = _kwargs(cls, label, params)
-    _refuse_unavailable(cls, label)
-    try:
+    label, kwargs = _checked(cls, spec, params)
+    with _start_problems(label):
         return cls.create(**kwargs)
-    except UsageError:
-        raise  # said already, in full (a C++ policy's build)
-    except (ValueError, TypeError) as e:
-        raise UsageError(f"policy {label!r}: {e}") from e
-    except Exception as e:
-        raise UsageError(f"policy {label!r} failed to start: {type(e).__name__}: {e}") from e
 
 
 def settled_params(
@@ -405,11 +398,27 @@ def settled_params(
     would check them (``Policy.settle``: vLLM's without building it, which takes seconds
     and its extra)."""
     cls = cls or resolve_policy(spec, level)
+    label, kwargs = _checked(cls, spec, params)
+    with _start_problems(label):
+        return cls.settle(**kwargs)
+
+
+def _checked(
+    cls: type[Policy], spec: str, params: Mapping[str, object] | None
+) -> tuple[str, dict[str, object]]:
+    """The policy's label and its keyword arguments, checked; an unavailable one refused."""
     label = cls.name or spec
     kwargs = _kwargs(cls, label, params)
     _refuse_unavailable(cls, label)
+    return label, kwargs
+
+
+@contextlib.contextmanager
+def _start_problems(label: str) -> Iterator[None]:
+    """What building or settling a policy raises, as the UsageError that names it (building
+    and settling check the same things, so they say them the same way)."""
     try:
-        return cls.settle(**kwargs)
+        yield
     except UsageError:
         raise  # said already, in full (a C++ policy's build)
     except (ValueError, TypeError) as e:
