@@ -2,7 +2,8 @@
 
 This is the pre-#58 code of schedcli/policies/decode_first.py, _decode_first_reference.py
 and the parts of _queues.py they used (DecodeQueue, end_walk, decode_reasons,
-chunk_reasons), kept unchanged as a test oracle: it walks the whole rotation and the whole
+chunk_reasons: one copy of those, in oracle_queues.py, serves both oracles), kept unchanged
+as a test oracle: it walks the whole rotation and the whole
 decode queue every pass, which is what made an overloaded replay quadratic, and its batches,
 rejections, cancel and clear returns, reasons and fingerprints are what the new policy
 must give exactly (tests/policies/test_decode_first_same_batches.py). Do not "fix" it.
@@ -12,12 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
-from schedcli.model.records import Reasons
 from schedcli.model.scheduler import QueueScheduler, Scheduler, check_params
-from schedcli.model.tally import SessionTally
 from schedcli.model.task import DECODE, Id, Task, settle_outputs, show_id
 from schedcli.policies._decode_first_reference import COMPAT, FIXED, REFERENCE
 from schedcli.policies._limits import (
@@ -27,128 +26,7 @@ from schedcli.policies._limits import (
     decodes_leave_room,
 )
 from schedcli.policies._queues import task_state
-
-Why = Reasons
-
-_COMPACT_AFTER: Final = 1024
-_T = TypeVar("_T")
-
-
-def end_walk(items: list[_T], walked_to: int, passed: list[_T]) -> int:
-    """After a walk from the head to ``walked_to``: the items ``passed`` over (in order,
-    every other walked item gone) take the last walked slots, ahead of the unwalked rest.
-    Returns the new head, having dropped the spent slots if they are most of the list."""
-    head = walked_to - len(passed)
-    for j, item in enumerate(passed):
-        items[head + j] = item
-    if head > _COMPACT_AFTER and 2 * head > len(items):
-        del items[:head]
-        head = 0
-    return head
-
-
-class DecodeQueue:
-    """Queued decodes in arrival order, with a tally per session for cheap cancels."""
-
-    def __init__(self) -> None:
-        self._items: list[Task] = []
-        self._head = 0
-        self._of_session = SessionTally()
-
-    def push(self, task: Task) -> None:
-        self._items.append(task)
-        self._of_session.add(task.sid)
-
-    def __iter__(self) -> Iterator[Task]:
-        return iter(self._items[self._head :])
-
-    def state(self) -> tuple[object, ...]:
-        """The queued decodes in order, as a fingerprint holds them (the tally is derived)."""
-        return tuple([task_state(t) for t in self._items[self._head :]])
-
-    def __len__(self) -> int:
-        return len(self._items) - self._head
-
-    def take(self, taken: list[Task], decoding: dict[Id, Id], cap: int) -> None:
-        """Decodes in arrival order, at most one per session, up to ``cap``; ``decoding``
-        gains each session taken, with its decode's tid.
-
-        A session's second decode is passed over and goes back to the head in arrival
-        order, so it still leads the queue next time.
-        """
-        items, tally = self._items, self._of_session
-        i = self._head
-        end = len(items)
-        deferred: list[Task] = []
-        n = 0
-        while n < cap and i < end:
-            t = items[i]
-            i += 1
-            sid = t.sid
-            if sid in decoding:
-                deferred.append(t)
-                continue
-            decoding[sid] = t.tid
-            taken.append(t)
-            n += 1
-            tally.remove(sid)
-        if i == end and not deferred:
-            items.clear()
-            self._head = 0
-            return
-        self._head = end_walk(items, i, deferred)
-
-    def remove_session(self, sid: Id) -> list[Task]:
-        """The session's decodes, in arrival order."""
-        items = self._items
-        if self._head:
-            del items[: self._head]
-            self._head = 0
-        if not self._of_session.of(sid, items):
-            return []
-        dropped = [t for t in items if t.sid == sid]
-        self._items = [t for t in items if t.sid != sid]
-        for _ in dropped:
-            self._of_session.remove(sid)
-        return dropped
-
-    def clear(self) -> None:
-        self._items.clear()
-        self._head = 0
-        self._of_session.clear()
-
-
-def decode_reasons(queue: DecodeQueue, decoding: dict[Id, Id], cap: int) -> Why:
-    """Why each decode still queued was left out: its session's decode went instead, or
-    the cap was reached before its turn (the decode pass stops only at the cap)."""
-    why: Why = {}
-    for t in queue:
-        if t.sid in decoding:
-            detail = f"decode {show_id(decoding[t.sid])} of its session is in this batch"
-            why[id(t)] = ("one_decode_per_session", detail)
-        else:
-            why[id(t)] = ("decode_cap", f"{cap} decodes were already taken")
-    return why
-
-
-def chunk_reasons(
-    why: Why,
-    chunks_of: dict[Id, deque[Task]],
-    decoding: dict[Id, Id],
-    front: Callable[[Id, Task], tuple[str, str]],
-) -> None:
-    """Reasons for queued prefill chunks: behind its session's front chunk, beside its
-    session's decode, or (for the front chunk) what ``front`` says of its turn."""
-    for sid, chunks in chunks_of.items():
-        for i, t in enumerate(chunks):
-            if i:
-                ahead = show_id(chunks[0].tid)
-                why[id(t)] = ("behind_own_chunk", f"chunk {ahead} of its session is ahead")
-            elif sid in decoding:
-                detail = f"decode {show_id(decoding[sid])} of its session is in this batch"
-                why[id(t)] = ("session_decoding", detail)
-            else:
-                why[id(t)] = front(sid, t)
+from tests.policies.oracle_queues import DecodeQueue, chunk_reasons, decode_reasons, end_walk
 
 
 class OracleReferenceDecodeFirst(Scheduler):
