@@ -7,6 +7,7 @@ import difflib
 import functools
 import importlib
 import inspect
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 import orjson
 
 from ..model.errors import UsageError
+from ..model.limits import number_text
 from ..model.scheduler import Param, Policy, Scheduler, check_params
 from ..policies import BUILTIN_POLICIES
 from . import IMPORTED as _imported
@@ -322,21 +324,23 @@ def policy_source(cls: type) -> str | None:
 _RESULT_LAYERS = ("model", "policies", "formats", "engine", "runtimes")
 
 
-def _coerce(param: Param, value: object) -> object:
+_NOT_FINITE = ("inf", "infinity", "nan")
+
+
+def _coerce(param: Param, value: object, label: str) -> object:
+    """A value given as text (``-P``) in the parameter's type, by the one number grammar
+    (model.limits.number_text); text that is not a number is left for the check to refuse."""
     if not isinstance(value, str):
         return value
-    text = value.strip()
-    try:
-        return param.type(text)
-    except ValueError:
-        if param.type is int:
-            try:
-                as_float = float(text)
-            except ValueError:
-                return value
-            if as_float.is_integer() and "e" in text.lower():
-                return int(as_float)
+    if param.type is str:
+        return value.strip()
+    number = number_text(value, param.type is int)
+    spelt_infinite = value.strip().lower().lstrip("+-") in _NOT_FINITE
+    if number is None and not (param.type is float and spelt_infinite):
         return value
+    if number is None or not math.isfinite(number):  # 1e309, inf, nan
+        raise UsageError(f"policy {label!r}: {param.name} must be a finite number, not {value!r}")
+    return float(number) if param.type is float else number
 
 
 def _parse_loose(value: object) -> object:
@@ -451,7 +455,7 @@ def _declared(cls: type[Policy], label: str, given: Mapping[str, object]) -> dic
                 f"policy {label!r} has no parameter {key!r}{did_you_mean}{because}; "
                 f"it takes {', '.join(declared)}"
             )
-        values[key] = _coerce(p, value)
+        values[key] = _coerce(p, value, label)
     return values
 
 

@@ -7,6 +7,7 @@ so no value that one reader takes can crash another command later.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, NamedTuple
 
 INT_MIN = -(2**63)
@@ -71,6 +72,30 @@ def depth_within(value: Any, name: str = "meta") -> None:
         stack.extend((v, depth + 1) for v in inner if type(v) is dict or type(v) is list)
 
 
+# A number given as text (``-P KEY=VALUE``, a sweep's grid value, an environment setting):
+# ASCII digits, an optional sign, decimal point and exponent. No digit separator (``1_000``),
+# other script's digits, hex, ``inf`` or ``nan``, which Python's int() and float() take.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
+def number_text(text: str, integer: bool) -> int | float | None:
+    """``text`` (spaces around it aside) as a number, or None if it is not one by the grammar
+    above. An integer may be written with an exponent when its value is whole (``1e6``); a
+    number too large for a float comes back infinite, which every bound refuses."""
+    text = text.strip()
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    if not _NUMBER.fullmatch(text):
+        return None
+    value = float(text)
+    if integer:
+        if "e" not in text.lower() or not value.is_integer():
+            return None  # 1.0 is not an integer's spelling; 1.5e3 is
+        return int(value)
+    return value
+
+
 class Bound(NamedTuple):
     """What one numeric setting accepts: a finite number (an integer if ``integer``) from
     ``low`` (excluded if ``low_open``) to ``high``."""
@@ -102,10 +127,9 @@ class Bound(NamedTuple):
 
     def parse(self, name: str, text: str) -> Any:
         """A value given as text (a grid value): parsed as the bound's type, then checked."""
-        try:
-            value: int | float = int(text) if self.integer else float(text)
-        except ValueError:
-            raise _refused(name, f"must be {self.describe()}, not {text!r}") from None
+        value = number_text(text, self.integer)
+        if value is None or not math.isfinite(value):
+            raise _refused(name, f"must be {self.describe()}, not {text!r}")
         return self.check(name, value)
 
 

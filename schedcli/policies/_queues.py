@@ -24,6 +24,11 @@ _COMPACT_AFTER: Final = 1024
 _T = TypeVar("_T")
 
 
+def decode_cap_text(cap: int) -> str:
+    """decode_cap's detail: the cap of decodes reached."""
+    return f"{cap} decode was already taken" if cap == 1 else f"{cap} decodes were already taken"
+
+
 def task_state(t: Task) -> tuple[object, ...]:
     """What a built-in decides from in a queued task (for its fingerprint): its ids, kind,
     size and whether it produces output."""
@@ -549,7 +554,7 @@ def decode_reasons(queue: Iterable[Task], decoding: dict[Id, Id], cap: int) -> W
             detail = f"decode {show_id(decoding[t.sid])} of its session is in this batch"
             why[id(t)] = ("one_decode_per_session", detail)
         else:
-            why[id(t)] = ("decode_cap", f"{cap} decodes were already taken")
+            why[id(t)] = ("decode_cap", decode_cap_text(cap))
     return why
 
 

@@ -15,7 +15,7 @@ from ._limits import (
     MAX_PREFILL_CHUNK_SIZE,
     decodes_leave_room,
 )
-from ._queues import Why, chunk_reasons, task_state
+from ._queues import Why, chunk_reasons, decode_cap_text, task_state
 from ._rotation import Decodes, Rotation
 
 
@@ -142,7 +142,7 @@ class DecodeFirstScheduler(QueueScheduler):
                 detail = f"decode {show_id(decoding[t.sid])} of its session is in this batch"
                 why[id(t)] = ("one_decode_per_session", detail)
             else:
-                why[id(t)] = ("decode_cap", f"{cap} decodes were already taken")
+                why[id(t)] = ("decode_cap", decode_cap_text(cap))
         budget = self.max_batch_tokens
         spent_all = ("budget_spent", f"{spent} of {budget} tokens were spent before its turn")
         # The room each session's last turn had (none after the slots were renumbered:

@@ -418,6 +418,23 @@ def test_the_plugin_is_idle_unless_asked(pytester: pytest.Pytester) -> None:
     pytester.runpytest_subprocess("test_plain.py").assert_outcomes(passed=1)
 
 
+def test_traces_the_plugin_checks_count_among_the_collected_when_m_deselects(
+    pytester: pytest.Pytester,
+) -> None:
+    held_out_suite(pytester.path)
+    pytester.makepyfile(
+        test_plain="import pytest\n\n@pytest.mark.slow\ndef test_one():\n    pass\n"
+    )
+    pytester.makepyprojecttoml(
+        '[tool.schedcli]\ntraces = ["suite"]\npytest = true\n'
+        '[tool.pytest.ini_options]\nmarkers = ["slow"]\n'
+    )
+    result = pytester.runpytest_subprocess("-m", "not slow", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["7/8 tests collected (1 deselected)*"])
+    result = pytester.runpytest_subprocess("-m", "slow", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["1/8 tests collected (7 deselected)*"])
+
+
 def pre_commit_hook() -> dict[str, str]:
     """The hook's settings (``.pre-commit-hooks.yaml`` holds one hook of plain keys)."""
     text = (ROOT / ".pre-commit-hooks.yaml").read_text()

@@ -18,6 +18,7 @@ from hypothesis import given
 
 from schedcli import DecodeFirstScheduler, Task
 from schedcli.record import RecordingScheduler
+from tests.conftest import Cli
 from tests.formats.test_hostile_input import FUZZ, mutated_traces
 from tests.helpers import REQUEST_HEADER, ROOT, TOY, TRACES, run_cli, write_lines
 
@@ -877,3 +878,25 @@ def test_an_interrupted_follow_check_says_what_it_checked(tmp_path: Path) -> Non
         proc.kill()
     assert proc.returncode == 130
     assert b"checked 1 of 1 batches, before it stopped" in err
+
+
+def test_a_get_works_own_step_skipping_numbers_never_renumbers_the_batches(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """docs/trace-format.md: a recorder's count on get_work may skip; batches still count
+    get_work calls from 0, so explain --step 1 is the second call's batch."""
+    trace = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            {"op": "submit", "tid": 1, "sid": 1, "kind": "decode", "size": 1},
+            {"op": "get_work", "step": 5},
+            {"op": "submit", "tid": 2, "sid": 1, "kind": "decode", "size": 1},
+            {"op": "get_work", "step": 9},
+        ],
+    )
+    r = cli("replay", trace, "-f", "jsonl")
+    assert r.code == 0, r.stderr
+    steps = [orjson.loads(x)["step"] for x in r.lines if b'"step"' in x]
+    assert steps == [0, 1]
+    assert cli("explain", trace, "--step", "1", "-f", "json").code == 0
+    assert cli("explain", trace, "--step", "9").code == 2

@@ -646,3 +646,12 @@ async def test_enter_follows_the_selected_task_and_capital_i_its_session() -> No
             for life in lives:
                 assert f"line {life.line}" in app.screen.life_text
             await keys(pilot, "escape")
+
+
+def test_a_batch_pane_title_counts_one_decode_and_one_chunk_in_the_singular() -> None:
+    from schedcli.app.debug.panes import _title
+
+    one = {"step": 4, "tokens": 5, "batch": [{"kind": "decode"}, {"kind": "prefill"}]}
+    assert _title(one, 8, "now") == "step 4: 1 decode, 1 chunk, 5/8 tokens"
+    two = {"step": 5, "tokens": 2, "batch": [{"kind": "decode"}, {"kind": "decode"}]}
+    assert _title(two, None, "now") == "step 5: 2 decodes, 0 chunks, 2 tokens"

@@ -29,6 +29,7 @@ from schedcli.policies._limits import (
     decodes_fit_budget,
     decodes_leave_room,
 )
+from schedcli.policies._queues import decode_cap_text
 
 _ARRIVAL_BITS: Final = 64
 _ARRIVAL_MASK: Final = (1 << _ARRIVAL_BITS) - 1
@@ -376,7 +377,7 @@ def decode_reasons(queue: DecodeQueue, decoding: dict[Id, Id], cap: int) -> Why:
             detail = f"decode {show_id(decoding[t.sid])} of its session is in this batch"
             why[id(t)] = ("one_decode_per_session", detail)
         else:
-            why[id(t)] = ("decode_cap", f"{cap} decodes were already taken")
+            why[id(t)] = ("decode_cap", decode_cap_text(cap))
     return why
 
 

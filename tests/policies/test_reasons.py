@@ -34,6 +34,17 @@ class TestDecodeFirstFamily:
         p = build_policy(name, DF)
         assert left(p, [dc(1, 10)], [dc(2, 20)], [dc(3, 30)])[3] == "decode_cap"
 
+    def test_decode_cap_detail_counts_the_cap_in_words(self, name: str) -> None:
+        for cap, said in ((1, "1 decode was already taken"), (2, "2 decodes were already taken")):
+            p = build_policy(name, {**DF, "max_decode_sequences": cap})
+            p.explaining = True
+            assert p.submit([dc(1, 10)]) and p.submit([dc(2, 20)]) and p.submit([dc(3, 30)])
+            p.get_work()
+            details = {
+                t.tid: detail for t, code, detail in p.left_behind() or [] if code == "decode_cap"
+            }
+            assert details[3] == said
+
     def test_one_decode_per_session(self, name: str) -> None:
         p = build_policy(name, DF)
         assert left(p, [dc(1, 10)], [dc(2, 10)])[2] == "one_decode_per_session"

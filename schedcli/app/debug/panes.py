@@ -125,7 +125,8 @@ def _title(record: dict[str, Any] | None, budget: int | None, label: str) -> str
     decodes = sum(1 for e in record["batch"] if e["kind"] == "decode")
     chunks = len(record["batch"]) - decodes
     of = f"/{budget}" if budget else ""
-    return f"step {record['step']}: {decodes} decodes, {chunks} chunks, {tokens}{of} tokens"
+    d, c = "decode" if decodes == 1 else "decodes", "chunk" if chunks == 1 else "chunks"
+    return f"step {record['step']}: {decodes} {d}, {chunks} {c}, {tokens}{of} tokens"
 
 
 def _short(kind: str) -> str:
