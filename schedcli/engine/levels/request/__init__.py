@@ -54,8 +54,12 @@ class RequestLevel:
     ) -> Iterator[OpenReplay]:
         if follow:
             raise UsageError(
-                f"{name}: --follow reads task-level traces as they grow; a request-level "
-                "trace is replayed once it is written (drop --follow)"
+                f"{name}: ",
+                Option("follow"),
+                " reads task-level traces as they grow; a request-level trace is replayed "
+                "once it is written (drop ",
+                Option("follow"),
+                ")",
             )
         from .opened import OpenRequestTrace
 
