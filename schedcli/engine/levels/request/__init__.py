@@ -39,6 +39,7 @@ class RequestLevel:
     policy_level: Final = "request"
     preempts = True  # a step may preempt what runs
     reasons_replayable = False  # kept as a difference is found, or not derived
+    batch_key = "sid"  # an entry's tid is a slice (RID@POSITION); its sid, the request
 
     @contextmanager
     def open(
