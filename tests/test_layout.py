@@ -252,11 +252,6 @@ def test_the_history_check_sees_the_names_it_forbids() -> None:
 NAMES_FLAGS = {
     "engine/replay.py",
     "engine/requests/replay.py",
-    "engine/levels/request/__init__.py",  # --follow
-    "engine/levels/request/opened.py",  # explain --session RID
-    "engine/stall.py",  # --stall-steps, in opaque_text
-    "engine/travel/session.py",  # the debugger's side names: (--against)
-    "engine/travel/verdict.py",  # --against policy
 }
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[pP]\b)")
 

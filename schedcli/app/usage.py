@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable
 
-from ..model.errors import InputError, Option, SchedcliError, WrongKind
+from ..model.errors import InputError, Option, Said, SchedcliError, WrongKind
 
 # Which commands take each kind of file, for the message when a command is given another.
 TAKERS = {
@@ -25,6 +26,11 @@ def flag_text(option: Option) -> str:
     """An option an error names, as the command line spells it (with the value shown)."""
     flag = FLAGS.get(option.name) or "--" + option.name.replace("_", "-")
     return f"{flag} {option.value}" if option.value else flag
+
+
+def worded(parts: Iterable[Said]) -> str:
+    """A message the engine gives as parts (words and options), each option as its flag."""
+    return "".join(flag_text(p) if isinstance(p, Option) else p for p in parts)
 
 
 def said(e: SchedcliError) -> str:

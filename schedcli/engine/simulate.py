@@ -17,7 +17,7 @@ from mypy_extensions import mypyc_attr
 
 from ..formats.workload import Request
 from ..formats.writer import TraceWriter
-from ..model.errors import InvariantError, PolicyAborted, SchedcliError, UsageError
+from ..model.errors import InvariantError, PolicyAborted, Said, SchedcliError, UsageError
 from ..model.scheduler import Scheduler
 from ..model.task import DECODE, PREFILL, Id, Task
 from .cost import CostModel
@@ -53,10 +53,12 @@ class Runner:
         self.t = 0.0
         self.step = 0
 
-    def broken(self, message: str) -> InvariantError:
+    def broken(self, *message: Said) -> InvariantError:
+        """The contract broken now: ``message``, its words and the options it names."""
         return InvariantError(
             f"policy {self.policy_name!r} broke the Scheduler contract at step {self.step} "
-            f"(simulated time {self.t:.6f} s): {message}"
+            f"(simulated time {self.t:.6f} s): ",
+            *message,
         )
 
     def crashed(self, call: str, e: Exception) -> SchedcliError:

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..model.errors import Option, UsageError
+from ..model.errors import Option, Said, UsageError
 from ..model.limits import OPTIONS, BoundError
 from ..model.state import NotAValue, TooLarge, plain
 from ..model.task import Id, show_id
@@ -260,12 +260,21 @@ def repeat_text(found: Repeat, stuck: str, events_left: bool = False) -> str:
     return f"{head}; {tail}. Stuck: {stuck}"
 
 
-def opaque_text(watch: Watch, stuck: str) -> str:
-    """A policy stopped at the bound: what was seen, and why nothing more is said."""
+def opaque_said(watch: Watch, stuck: str) -> tuple[Said, ...]:
+    """A policy stopped at the bound: what was seen, and why nothing more is said; the
+    option that sets the bound is a fact the app words (``model.errors.Option``)."""
     return (
         f"{watch.observed()}, and {watch.reason()}; whether it would ever schedule again "
-        f"is not known (--stall-steps sets how long to wait). Stuck: {stuck}"
+        "is not known (",
+        Option("stall_steps"),
+        f" sets how long to wait). Stuck: {stuck}",
     )
+
+
+def opaque_text(watch: Watch, stuck: str) -> str:
+    """``opaque_said`` as one string, the option in its own spelling (``str(Option)``,
+    the app's): for a caller that builds its message as a string."""
+    return "".join(map(str, opaque_said(watch, stuck)))
 
 
 def tasks_stuck(policy: Any, queued: Sequence[Id]) -> str:
@@ -298,7 +307,7 @@ if TYPE_CHECKING:  # a Protocol class costs a replay's start-up a millisecond to
 
         def idle_until(self, when: float, cost: Any, stalled: bool) -> bool: ...
         def stuck(self) -> str: ...
-        def broken(self, message: str) -> Exception: ...
+        def broken(self, *message: Said) -> Exception: ...
 
 
 def idle_or_stop(
@@ -321,5 +330,5 @@ def idle_or_stop(
             return
     stuck = runner.stuck()
     if found is None:
-        raise runner.broken(opaque_text(watch, stuck))
+        raise runner.broken(*opaque_said(watch, stuck))
     raise runner.broken(repeat_text(found, stuck, events_left=next_event is not None))

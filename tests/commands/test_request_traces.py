@@ -353,3 +353,21 @@ def test_validate_refuses_a_request_trace_replay_cannot_run_without_vllm(
     assert (validated.returncode, replayed.returncode) == (2, 2)
     assert b"pip install 'schedcli[vllm]'" in validated.stderr
     assert b"pip install 'schedcli[vllm]'" in replayed.stderr
+
+
+def test_a_request_level_trace_refuses_follow_and_a_task_naming_the_flags(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The level says which option it refuses as a fact; the app words it as the flag."""
+    trace = _write(tmp_path / "r.jsonl", [ARRIVE], REQUEST_HEADER)
+    r = cli("replay", trace, "--follow")
+    assert (r.code, r.stderr) == (
+        2,
+        f"schedcli: {trace}: --follow reads task-level traces as they grow; a request-level "
+        "trace is replayed once it is written (drop --follow)\n",
+    )
+    r = cli("explain", trace, "-p", TOY, "--task", "1")
+    assert (r.code, r.stderr) == (
+        2,
+        "schedcli: a request-level trace holds requests: explain --session RID\n",
+    )

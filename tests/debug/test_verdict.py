@@ -8,6 +8,7 @@ the server itself (``Travel``) for the marks."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schedcli.app.usage import worded
 from schedcli.engine.travel import Compare, Travel
-from schedcli.engine.travel.verdict import judge
+from schedcli.engine.travel.verdict import Verdict
+from schedcli.engine.travel.verdict import judge as judged
+from schedcli.model.errors import Said
 from tests.conftest import Cli
 from tests.helpers import write_lines
 
@@ -32,11 +36,25 @@ def records(path: Path) -> Records:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+@dataclass(frozen=True)
+class Heard:
+    """The verdict as ``schedcli debug`` says it: the exit code, and its line worded by
+    the app (the options the engine names, as flags)."""
+
+    exit: int
+    said: str | None
+
+
+def judge(path: str, **given: Any) -> Heard:
+    found: Verdict = judged(path, **given)
+    return Heard(found.exit, None if found.said is None else worded(found.said))
+
+
 def div_marks(path: Path, compare: Compare, policy: str | None = None) -> list[tuple[int, str]]:
     """The divergence marks the server's index gives, with the verdict's end."""
     with Travel(str(path), policy=policy, compare=compare, every=1) as travel:
         assert travel.wait("indexed", 60) and travel.indexed is not None
-        return sorted((s, text) for s, kind, text in travel.marks if kind == "div")
+        return sorted((s, worded(text)) for s, kind, text in travel.marks if kind == "div")
 
 
 # --- each kind of record, against a golden ---------------------------------------------
@@ -245,9 +263,9 @@ class Marks:
     def aligned(self, step: int, records: Any, other: Any) -> None:
         pass
 
-    def mark(self, step: int, kind: str, text: str) -> None:
+    def mark(self, step: int, kind: str, *text: Said) -> None:
         if kind == "div":
-            self.div.append((step, text))
+            self.div.append((step, worded(text)))
 
     def event(self, record: Any, step: int) -> None:
         pass

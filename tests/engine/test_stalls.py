@@ -613,3 +613,25 @@ def test_the_entry_point_and_the_watch_name_the_same_variable() -> None:
     from schedcli.app import entry
 
     assert entry.STALL_STEPS_ENV == STALL_STEPS_ENV
+
+
+def test_an_opaque_policy_stopped_at_the_bound_is_told_which_option_sets_it(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The engine names the option as a fact; the app words it as the flag, at each level
+    and in simulate."""
+    said = (
+        "whether it would ever schedule again is not known (--stall-steps sets how long to "
+        "wait). Stuck: "
+    )
+    r = cli(
+        "simulate", _workload(tmp_path, [0.0]), "-p", PLUGIN + "OpaqueWaits", "--stall-steps", "7"
+    )
+    assert r.code == 3
+    assert r.stderr == (
+        "schedcli: policy 'opaque-waits' broke the Scheduler contract at step 7 (simulated "
+        "time 0.000000 s): no batch for 7 steps with work queued, and schedcli cannot see its "
+        f"state: its fingerprint() is None; {said}task 0 (company: waits for a second task)\n"
+    )
+    r = cli("replay", _trace(tmp_path, 1), "-p", PLUGIN + "OpaqueWaits", "--drain", "-o", "-")
+    assert r.code == 3 and f"its fingerprint() is None; {said}task 0" in r.stderr

@@ -14,6 +14,7 @@ from ...engine.travel import Compare, Travel
 from ...engine.travel.verdict import verdict as judged
 from ...model.errors import SchedcliError, UsageError
 from ...streams.interrupt import Stopped
+from ..usage import worded
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -132,5 +133,5 @@ def verdict(travel: Travel, compare: Compare) -> int:
         print(notes, file=sys.stderr)
     found = judged(travel.indexed, compare.label, travel.steps)
     if found.said is not None:
-        print(found.said, file=sys.stderr)
+        print(worded(found.said), file=sys.stderr)
     return found.exit

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...engine.travel import Travel
 from ...model.errors import UsageError
+from ..usage import worded
 
 # The conditions the index answers alone, and those a worker replays to check.
 INDEXED = ("div", "preempt", "break", "under", "reject", "cancel")
@@ -106,7 +107,7 @@ class Navigator:
         return sorted({step for step, k, _ in self.travel.marks if k == kind})
 
     def marks_at(self, step: int) -> list[tuple[str, str]]:
-        return [(k, text) for s, k, text in self.travel.marks if s == step]
+        return [(k, worded(text)) for s, k, text in self.travel.marks if s == step]
 
     def divergence(self, step: int, direction: int) -> int | None:
         """The next (1) or previous (-1) divergence from ``step``, or the first (0)."""

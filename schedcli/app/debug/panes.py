@@ -70,12 +70,14 @@ def batch_table(
     label: str,
     other_label: str | None,
     other_name: str | None = None,
+    key: str = "tid",
 ) -> Table:
     """The step's batch, and what it is compared with below it, differences marked:
-    ``-`` ours only, ``+`` theirs only, ``~`` a different size."""
+    ``-`` ours only, ``+`` theirs only, ``~`` a different size. ``key``: the entry field
+    the two sides match by (the trace level's ``batch_key``)."""
     record = view["records"][0]
-    mine = _entries(record)
-    theirs = _theirs(view, other_label)
+    mine = _entries(record, key)
+    theirs = _theirs(view, other_label, key)
     table = Table(
         title=_title(record, budget, label),
         title_justify="left",
@@ -133,14 +135,15 @@ def _short(kind: str) -> str:
     return {"prefill": "pre", "decode": "dec", "waiting": "wait"}.get(kind, kind)
 
 
-def _entries(record: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+def _entries(record: dict[str, Any] | None, key: str) -> list[tuple[str, dict[str, Any]]]:
     if record is None:
         return []
-    request = any(isinstance(e["tid"], str) and "@" in e["tid"] for e in record["batch"])
-    return [(show_id(e["sid"]) if request else show_id(e["tid"]), e) for e in record["batch"]]
+    return [(show_id(e[key]), e) for e in record["batch"]]
 
 
-def _theirs(view: dict[str, Any], label: str | None) -> list[tuple[str, int | None]] | None:
+def _theirs(
+    view: dict[str, Any], label: str | None, key: str
+) -> list[tuple[str, int | None]] | None:
     """The other side's batch as (key, size) pairs: expect tids, or a record's entries."""
     if label is None:
         return None
@@ -151,7 +154,7 @@ def _theirs(view: dict[str, Any], label: str | None) -> list[tuple[str, int | No
         return [(show_id(who), size) for who, size in other]  # Side.expect_batch
     if other is None:
         return []
-    return [(k, e["size"]) for k, e in _entries(other)]
+    return [(k, e["size"]) for k, e in _entries(other, key)]
 
 
 def _diff_style(mark: str) -> str:

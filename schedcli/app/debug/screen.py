@@ -15,6 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Static
 
+from ...engine.levels.table import DEFAULT, level_named
 from ...engine.travel import ServerGone, Travel, Unanswered
 from ...model.errors import UsageError
 from ...model.task import show_id
@@ -239,8 +240,11 @@ class DebugApp(App[None]):
             return
         hello = self.travel.hello or {}
         label = (hello.get("policies") or ["?"])[0]
+        key = level_named(hello.get("level") or DEFAULT).batch_key
         self.query_one("#batch", Static).update(
-            panes.batch_table(view, hello.get("budget"), label, hello.get("other"), self._versus())
+            panes.batch_table(
+                view, hello.get("budget"), label, hello.get("other"), self._versus(), key
+            )
         )
         side = self.side if len(view["queues"]) > self.side else 0
         table = self.query_one("#queue-table", DataTable)

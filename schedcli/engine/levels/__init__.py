@@ -235,6 +235,11 @@ class Level(Protocol):
     @property
     def reasons_replayable(self) -> bool: ...  # a past step's reasons from a replay to it
 
+    # The field of a step record's batch entry that names what it schedules, as two sides
+    # of a comparison (the debugger's batch pane) match their entries.
+    @property
+    def batch_key(self) -> str: ...
+
     def open(
         self,
         reader: TraceReader,

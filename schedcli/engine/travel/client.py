@@ -20,8 +20,9 @@ from typing import Any, Final
 
 import orjson
 
+from ...model.errors import Said
 from .session import Compare
-from .wire import receive, send
+from .wire import receive, said_in, send
 
 END: Final = 1 << 62  # "to the end of the replay", as a step
 
@@ -78,7 +79,9 @@ class Travel:
         self.tokens = array("q")
         self.queued = array("q")
         self.batch = array("q")
-        self.marks: list[tuple[int, str, str]] = []  # by step, in the order found
+        # By step, in the order found: a mark's text is its words and the options it names
+        # (the app words them as flags).
+        self.marks: list[tuple[int, str, tuple[Said, ...]]] = []
         self.checkpoints: list[int] = [-1]
         self.position = (0, 0)  # bytes read of the trace, and its size
         self.indexed: dict[str, Any] | None = None  # once the replay has run to its end
@@ -117,7 +120,7 @@ class Travel:
             self.tokens.append(tokens)
             self.queued.append(queued)
             self.batch.append(batch)
-        self.marks.extend((m[0], m[1], m[2]) for m in body["marks"])
+        self.marks.extend((m[0], m[1], said_in(m[2])) for m in body["marks"])
         self.checkpoints = body["checkpoints"] or [-1]
         self.position = (body["pos"], body["size"])
 

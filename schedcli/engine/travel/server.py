@@ -35,11 +35,11 @@ from typing import Any, Final, NoReturn
 
 import orjson
 
-from ...model.errors import InvariantError, SchedcliError
+from ...model.errors import InvariantError, Said, SchedcliError
 from ...model.records import Record
 from ..run import OpenReplay, open_replay
 from .session import Compare, Session
-from .wire import receive, send, whole, write_all
+from .wire import receive, said_out, send, whole, write_all
 from .worker import Done, worker_for
 
 CAP: Final = 32
@@ -184,8 +184,8 @@ class Server:
     def event(self, record: Record, step: int) -> None:
         pass
 
-    def mark(self, step: int, kind: str, text: str) -> None:
-        self.marks.append([step, kind, text])
+    def mark(self, step: int, kind: str, *text: Said) -> None:
+        self.marks.append([step, kind, said_out(text)])
 
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None:
         mine = records[0]

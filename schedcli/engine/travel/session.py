@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from ...formats.dump import partial_record, read_dump
-from ...model.errors import InvariantError
+from ...model.errors import InvariantError, Option, Said
 from ...model.records import Record
 from ...model.task import show_id
 from ...streams.interrupt import stop_reason
@@ -50,7 +50,8 @@ class Hooks(Protocol):
 
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None: ...
 
-    def mark(self, step: int, kind: str, text: str) -> None: ...
+    # A mark's text: its words, and the options it names (the app words them as flags).
+    def mark(self, step: int, kind: str, *text: Said) -> None: ...
 
     def event(self, record: Record, step: int) -> None: ...  # side 0's other records
 
@@ -155,10 +156,11 @@ class Session:
         self._aligner: Aligner | None = None
         self._sinks: list[Callable[[Record], None]] = []
         self._slot = [0, 1]
-        self._names = ("", "")
+        self._names: tuple[tuple[Said, ...], tuple[Said, ...]] = ((), ())
         # Each slot's records still being compared: their line -> the step they precede.
         self._at: tuple[dict[int, int], dict[int, int]] = ({}, {})
-        self._later: list[tuple[int, str]] = []  # record marks whose step is not run yet
+        # Record marks whose step is not run yet.
+        self._later: list[tuple[int, tuple[Said, ...]]] = []
         self.golden: Golden | None = None
         self._golden_sink: Callable[[Record], None] | None = None
         if compare.golden is not None or compare.against is not None:
@@ -169,10 +171,11 @@ class Session:
                 self._golden_sink = a
                 self.golden = Golden(compare.golden, self._golden_record, allow_incomplete)
                 self._sinks, self._slot = [b], [1]
-                self._names = ("the golden", "the replay")
+                self._names = (("the golden",), ("the replay",))
             else:
                 self._sinks = [a, b]
-                self._names = ("the replay", f"{self.sides[1].name} (--against)")
+                against = (f"{self.sides[1].name} (", Option("against"), ")")
+                self._names = (("the replay",), against)
 
     def run(self) -> None:
         sides = self.sides
@@ -271,10 +274,10 @@ class Session:
 
     # --- alignment -----------------------------------------------------------------------
 
-    def _div(self, step: int, text: str) -> None:
+    def _div(self, step: int, *text: Said) -> None:
         if self.first_divergence is None or step < self.first_divergence:
             self.first_divergence = step
-        self.hooks.mark(step, "div", text)
+        self.hooks.mark(step, "div", *text)
 
     def _aligned(self, step: int, records: list[Record | None]) -> None:
         self.steps = step + 1
@@ -367,7 +370,7 @@ class Session:
         step = next((s for s in steps if s is not None), _LATER)
         text = record_said(difference, self._names)
         if step < self.steps:
-            self._div(step, text)
+            self._div(step, *text)
         else:
             self._later.append((step, text))
 
@@ -378,20 +381,24 @@ class Session:
         if due:
             self._later = [(s, text) for s, text in self._later if s > step]
             for text in due:
-                self._div(step if at is None else at, text)
+                self._div(step if at is None else at, *text)
 
 
-def record_said(difference: RecordDifference, names: tuple[str, str]) -> str:
-    """A record that differs, as its mark says it: where, and what each side has."""
+Name = tuple[Said, ...]  # a side, as a mark names it: words, and the option that gave it
+
+
+def record_said(difference: RecordDifference, names: tuple[Name, Name]) -> tuple[Said, ...]:
+    """A record that differs, as its mark says it: where, and what each side has (the
+    parts of the text: words, and the options the sides' names hold)."""
     a, b = names
     if difference.kind == "end":
         fields = [f for f in difference.fields if f[0] != "end"]
         if not fields:  # one side has no end record
             _, x, y = difference.fields[0]
-            return f"the end record differs: {_short(x)} in {a}, {_short(y)} in {b}"
-        said = "; ".join(f"{f} {_short(x)} in {a}, {_short(y)} in {b}" for f, x, y in fields[:3])
+            return ("the end record differs: ", *_each(_short(x), a, _short(y), b))
+        said = _joined([_each(f"{f} {_short(x)}", a, _short(y), b) for f, x, y in fields[:3]])
         more = f" (and {len(fields) - 3} more)" if len(fields) > 3 else ""
-        return f"the end's counts differ: {said}{more}"
+        return ("the end's counts differ: ", *said, more)
     la, lb = difference.lines
     where = "" if la is None and lb is None else f"line {la if la is not None else lb}: "
     kind = difference.kind
@@ -401,12 +408,21 @@ def record_said(difference: RecordDifference, names: tuple[str, str]) -> str:
         _, x, y = difference.fields[0]
         record, has, lacks = (x, a, b) if isinstance(x, dict) else (y, b, a)
         if isinstance(record, dict) and record.get("accepted") is False:
-            return f"{where}{kind} rejected by {has}, accepted by {lacks}"
-        return f"{where}{kind} in {has} only"
-    said = "; ".join(
-        f"{f} {_short(x)} in {a}, {_short(y)} in {b}" for f, x, y in difference.fields[:3]
-    )
-    return f"{where}{kind} differs: {said}"
+            return (f"{where}{kind} rejected by ", *has, ", accepted by ", *lacks)
+        return (f"{where}{kind} in ", *has, " only")
+    fields = difference.fields[:3]
+    said = _joined([_each(f"{f} {_short(x)}", a, _short(y), b) for f, x, y in fields])
+    return (f"{where}{kind} differs: ", *said)
+
+
+def _each(x: str, a: Name, y: str, b: Name) -> tuple[Said, ...]:
+    """``X in A, Y in B``."""
+    return (f"{x} in ", *a, f", {y} in ", *b)
+
+
+def _joined(said: list[tuple[Said, ...]]) -> tuple[Said, ...]:
+    """Each part's text, ``; `` between."""
+    return tuple(p for i, parts in enumerate(said) for p in ((("; ",) if i else ()) + parts))
 
 
 def _short(value: Any, width: int = 40) -> str:

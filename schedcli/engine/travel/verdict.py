@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...model.errors import Option, Said
 from ..run import open_replay
 from .server import ending_of
 from .session import Compare, Hooks, Session
@@ -17,7 +18,9 @@ from .session import Compare, Hooks, Session
 @dataclass(frozen=True)
 class Verdict:
     exit: int
-    said: str | None  # the line said on stderr, if any
+    # The line said on stderr, if any: its words and the options it names, which the app
+    # words as flags (app.usage.flag_text); ``str`` each part for the plain words.
+    said: tuple[Said, ...] | None
 
 
 def verdict(indexed: Mapping[str, Any] | None, label: str | None, steps: int) -> Verdict:
@@ -28,7 +31,9 @@ def verdict(indexed: Mapping[str, Any] | None, label: str | None, steps: int) ->
     the end's counts) that differs is exit 1; a contract break is exit 3, unless the golden
     pins it (exit 0: every record the same, the break too) or pins another (exit 1)."""
     if indexed is None:
-        return Verdict(0, f"debug: quit with {steps:,} steps indexed, before the end: no verdict")
+        return Verdict(
+            0, (f"debug: quit with {steps:,} steps indexed, before the end: no verdict",)
+        )
     ending = indexed.get("ending")
     compared = indexed.get("compared")
     if ending is not None:
@@ -36,18 +41,20 @@ def verdict(indexed: Mapping[str, Any] | None, label: str | None, steps: int) ->
             if compared["identical"]:
                 return Verdict(
                     0,
-                    f"{ending['message']}\ndebug: matches the golden, including the contract "
-                    "break it pins (exit 3 expected)",
+                    (
+                        f"{ending['message']}\ndebug: matches the golden, including the "
+                        "contract break it pins (exit 3 expected)",
+                    ),
                 )
             if compared["pins_a_break"]:
-                return Verdict(1, f"{ending['message']}\n{_differs(compared, label)}")
-        return Verdict(int(ending["exit"]), ending["message"])
+                return Verdict(1, (f"{ending['message']}\n", *_differs(compared, label)))
+        return Verdict(int(ending["exit"]), (ending["message"],))
     if label is not None and compared is not None and not compared["identical"]:
         return Verdict(1, _differs(compared, label))
     return Verdict(0, None)
 
 
-def _differs(compared: Mapping[str, Any], label: str) -> str:
+def _differs(compared: Mapping[str, Any], label: str) -> tuple[Said, ...]:
     steps, records = compared["steps"], compared["records"]
     parts = []
     if steps:
@@ -58,8 +65,8 @@ def _differs(compared: Mapping[str, Any], label: str) -> str:
     what = " and ".join(parts) + (" differs" if n == 1 else " differ")
     first = compared.get("first")
     where = f", the first at step {first}" if first is not None else ""
-    other = {"against": "--against policy"}.get(label, label)
-    return f"debug: {what} from the {other}{where}"
+    other: Said = Option("against", "policy") if label == "against" else label
+    return (f"debug: {what} from the ", other, where)
 
 
 class _Unseen:
@@ -71,7 +78,7 @@ class _Unseen:
     def aligned(self, step: int, records: Any, other: Any) -> None:
         pass
 
-    def mark(self, step: int, kind: str, text: str) -> None:
+    def mark(self, step: int, kind: str, *text: Said) -> None:
         pass
 
     def event(self, record: Any, step: int) -> None:

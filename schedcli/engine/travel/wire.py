@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from ...model.errors import Option, Said
+
 _HEAD = struct.Struct("<I")
+
+
+def said_out(parts: Sequence[Said]) -> list[Any]:
+    """A message given as parts (words, and the options the app words as flags), as JSON:
+    an option is ``{"option": name, "value": value}``."""
+    return [p if isinstance(p, str) else {"option": p.name, "value": p.value} for p in parts]
+
+
+def said_in(sent: Sequence[Any]) -> tuple[Said, ...]:
+    """``said_out``'s parts, read back."""
+    return tuple(p if isinstance(p, str) else Option(p["option"], p["value"]) for p in sent)
 
 
 def send(fd: int, message: Any) -> None:

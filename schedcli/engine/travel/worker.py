@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...model.errors import Said
 from ...model.records import Record
 from ...model.task import Id, id_key, same_id
 from .session import Session
@@ -54,7 +55,7 @@ class _Worker:
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None:
         pass
 
-    def mark(self, step: int, kind: str, text: str) -> None:
+    def mark(self, step: int, kind: str, *text: Said) -> None:
         pass
 
     def event(self, record: Record, step: int) -> None:

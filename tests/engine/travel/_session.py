@@ -7,8 +7,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from schedcli.app.usage import worded
 from schedcli.engine.run import open_replay
 from schedcli.engine.travel.session import Compare, Session
+from schedcli.model.errors import Said
 from schedcli.model.records import Record
 
 TRACE = str(Path(__file__).resolve().parents[3] / "traces" / "rotation-fairness.jsonl")
@@ -29,8 +31,8 @@ class Heard:
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None:
         self.pairs.append((step, records, other))
 
-    def mark(self, step: int, kind: str, text: str) -> None:
-        self.marks.append((step, kind, text))
+    def mark(self, step: int, kind: str, *text: Said) -> None:
+        self.marks.append((step, kind, worded(text)))  # as the app says it
 
     def event(self, record: Record, step: int) -> None:
         self.events.append((record, step))

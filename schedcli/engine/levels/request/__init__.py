@@ -39,6 +39,7 @@ class RequestLevel:
     policy_level: Final = "request"
     preempts = True  # a step may preempt what runs
     reasons_replayable = False  # kept as a difference is found, or not derived
+    batch_key = "sid"  # an entry's tid is a slice (RID@POSITION); its sid, the request
 
     @contextmanager
     def open(
@@ -54,8 +55,12 @@ class RequestLevel:
     ) -> Iterator[OpenReplay]:
         if follow:
             raise UsageError(
-                f"{name}: --follow reads task-level traces as they grow; a request-level "
-                "trace is replayed once it is written (drop --follow)"
+                f"{name}: ",
+                Option("follow"),
+                " reads task-level traces as they grow; a request-level trace is replayed "
+                "once it is written (drop ",
+                Option("follow"),
+                ")",
             )
         from .opened import OpenRequestTrace
 

@@ -12,7 +12,7 @@ from ....catalog.choice import RecordedPolicy, policy_for_trace
 from ....formats.requests import RequestReader
 from ....formats.requests.schema import Abort, Arrive
 from ....formats.trace import TraceReader, incomplete_trace
-from ....model.errors import InputError, UsageError
+from ....model.errors import InputError, Option, UsageError
 from ....model.records import Left, Record
 from ....model.requests import RequestScheduler
 from ....model.task import DECODE, PREFILL, Id, Task, id_key
@@ -114,7 +114,9 @@ class OpenRequestTrace:
 
     def lives(self, *, tid: Id | None, sid: Id | None) -> list[Life]:
         if sid is None:
-            raise UsageError("a request-level trace holds requests: explain --session RID")
+            raise UsageError(
+                "a request-level trace holds requests: explain ", Option("session", "RID")
+            )
         return request_lives(self, sid)
 
     def inputs(self) -> Iterator[tuple[int, Any]]:

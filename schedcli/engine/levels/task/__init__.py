@@ -39,6 +39,7 @@ class TaskLevel:
     policy_level: Final = "task"
     preempts = False  # a task-level policy never preempts
     reasons_replayable = True  # a built-in works its reasons out where asked
+    batch_key = "tid"  # a batch entry is a task
 
     @contextmanager
     def open(
