@@ -265,7 +265,7 @@ class Detectors:
         waiting = [i for i in facts.queue if id(i) not in ran_ids and not i.running]
         firsts = _firsts(facts.queue)
         self._inversions(facts, waiting, firsts)
-        self._starvation(facts, waiting)
+        self._starvation(facts, waiting, firsts)
         self._hol(facts, waiting, firsts)
         self._thrash(facts)
         self._skipped(facts, ran_ids)
@@ -325,9 +325,11 @@ class Detectors:
             w.flags[PRIORITY_INVERSION] = (finding, facts.step)
             self.found.append(finding)
 
-    def _starvation(self, facts: StepFacts, waiting: list[Item]) -> None:
+    def _starvation(self, facts: StepFacts, waiting: list[Item], firsts: set[int]) -> None:
         orders = sorted(item.order for item, _ in facts.ran)
         for w in waiting:
+            if id(w) not in firsts:
+                continue  # behind its own session's work: its wait is its session's
             w.passes += 1
             if w.passes <= self.t.starve_after or STARVATION in w.flags:
                 continue
