@@ -213,6 +213,7 @@ def test_int_valued_float_parameters_read_the_same_in_both_cores(tmp_path: Path)
         ["stats", str(trace), "-f", "json"],
         ["simulate", str(w), *fair, "--metrics", "-", "-o", str(tmp_path / "sim.jsonl")],
         ["explain", str(trace), "--step", "1", "-f", "json"],
+        ["findings", str(trace), *fair, "--starve-after", "1", "--gap-after", "1", "-f", "json"],
     ]
     fast = run_everything(commands, pure=False, cwd=tmp_path)
     slow = run_everything(commands, pure=True, cwd=tmp_path)

@@ -48,6 +48,7 @@ COMMANDS = (
     "convert",
     "simulate",
     "explain",
+    "findings",
     "debug",
     "shrink",
     "sweep",

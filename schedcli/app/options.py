@@ -128,7 +128,7 @@ OUTPUT_PATHS = {
 NOT_PATHS = frozenset(
     {"fmt", "policy", "param", "a_policy", "b_policy", "a_param", "b_param", "steps", "session"}
     | {"task", "until", "grid", "backend", "address", "cache", "golden_dir", "shell"}
-    | {"against", "against_param", "parts"}
+    | {"against", "against_param", "parts", "fail_on"}
 )
 
 

@@ -162,6 +162,11 @@ OPTIONS: dict[str, Bound] = {
     "jobs": Bound(1, 1024, integer=True),
     "checkpoint_every": Bound(1, 10**6, integer=True),
     "stall_steps": Bound(1, 10**9, integer=True),
+    # findings' thresholds (docs/findings.md)
+    "starve_after": Bound(0, INT_MAX, integer=True),
+    "hol_unused": Bound(0, 100, low_open=True),
+    "thrash_after": Bound(1, INT_MAX, integer=True),
+    "gap_after": Bound(1, INT_MAX, integer=True),
 }
 """Every numeric command-line option, and the sweep settings named like them (a spec's
 ``jobs``, ``[cost] a``, ``[capacity] slo_ttft``, a grid's ``time_scale``), by the

@@ -22,7 +22,7 @@ from ...formats.trace import Event, Header, TraceReader
 from ...model.errors import InputError, StepMismatch
 from ...model.records import Left, Record
 from ...model.scheduler import Policy
-from ...model.task import Id
+from ...model.task import Id, Task
 from ..origins import Queues
 from ..replay import Emit, Observer, Totals
 
@@ -192,7 +192,12 @@ class OpenReplay(Protocol):
         on_left: Callable[[int, Left], None] | None = None,
         dump: StepLines | None = None,
         measure_preemption: bool = False,
-    ) -> Driver: ...
+        on_accepted: Callable[[list[Task], int], None] | None = None,
+    ) -> Driver:
+        """``on_accepted``: told of what the policy accepted, with the step it is queued
+        for: tasks, or a request as one task (its rid as tid and sid, its prompt's tokens
+        as size, its priority)."""
+        ...
 
     @property
     def full_params(self) -> dict[str, object]: ...

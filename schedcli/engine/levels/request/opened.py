@@ -63,6 +63,7 @@ class OpenRequestTrace:
         on_left: Callable[[int, Left], None] | None = None,
         dump: Any = None,
         measure_preemption: bool = False,
+        on_accepted: Callable[[list[Task], int], None] | None = None,
     ) -> RequestReplayer:
         """``dump`` (the task level's fast path for batch lines) is not taken: every
         record goes to ``emit``, the dump's writer among them. ``measure_preemption``:
@@ -78,6 +79,7 @@ class OpenRequestTrace:
             on_step=on_step,
             observer=observer,
             measure_preemption=measure_preemption,
+            on_arrived=None if on_accepted is None else _told(on_accepted),
             inputs=lambda: self.events,
             before_close=self.check_complete,
         )
@@ -135,6 +137,17 @@ class OpenRequestTrace:
     def queues(self, observer: Queues, drain: bool) -> bool:
         """Shrink's windows are the task level's (a request-level trace has none)."""
         return False
+
+
+def _told(on_accepted: Callable[[list[Task], int], None]) -> Callable[[Arrive, int, int], None]:
+    """An accepted arrival as one task: its rid as tid and sid, its prompt as size."""
+
+    def arrived(event: Arrive, line: int, step: int) -> None:
+        prompt = len(event.tokens) if event.tokens is not None else event.prompt_tokens or 0
+        task = Task(event.rid, event.rid, PREFILL, prompt, priority=event.priority)
+        on_accepted([task], step)
+
+    return arrived
 
 
 def refuse_partial(events: Any, allow_incomplete: bool) -> None:

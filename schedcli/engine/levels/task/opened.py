@@ -117,7 +117,10 @@ class OpenTrace:
         on_left: Callable[[int, Left], None] | None = None,
         dump: StepLines | None = None,
         measure_preemption: bool = False,  # a task-level policy never preempts
+        on_accepted: Callable[[list[Task], int], None] | None = None,
     ) -> Replayer:
+        if on_accepted is not None:
+            observer = _Accepted(observer, on_accepted)
         return Replayer(
             self.policy,
             emit,
@@ -280,3 +283,29 @@ class _Watcher:
             life = self.lives.get(id(t))
             if life is not None:
                 life.passed_over.append((step, code, detail))
+
+
+class _Accepted:
+    """An observer that also tells ``on_accepted`` of each accepted group."""
+
+    def __init__(
+        self, inner: Observer | None, on_accepted: Callable[[list[Task], int], None]
+    ) -> None:
+        self.inner, self.on_accepted = inner, on_accepted
+
+    def accepted(self, tasks: list[Task], step: int) -> None:
+        self.on_accepted(tasks, step)
+        if self.inner is not None:
+            self.inner.accepted(tasks, step)
+
+    def dispatched(self, batch: list[Task], step: int) -> None:
+        if self.inner is not None:
+            self.inner.dispatched(batch, step)
+
+    def dropped(self, tasks: list[Task], step: int) -> None:
+        if self.inner is not None:
+            self.inner.dropped(tasks, step)
+
+    def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
+        if self.inner is not None:
+            self.inner.rejected(tasks, step, reason)

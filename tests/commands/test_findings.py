@@ -1,0 +1,49 @@
+"""``schedcli findings``: the shipped examples' goldens, --fail-on's exit codes, and the
+same bytes from the compiled core and pure Python."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Cli
+from tests.helpers import ROOT, UPDATE_GOLDENS, run_process
+
+EXAMPLES = ROOT / "docs" / "examples" / "findings"
+KINDS_SHOWN = ["priority_inversion", "hol_blocking", "starvation", "decode_gap"]
+
+
+@pytest.mark.parametrize("kind", KINDS_SHOWN)
+def test_each_shipped_example_shows_its_kind_as_its_golden_says(cli: Cli, kind: str) -> None:
+    trace, golden = EXAMPLES / f"{kind}.jsonl", EXAMPLES / f"{kind}.findings.jsonl"
+    r = cli("findings", trace, "-f", "json")
+    assert r.code == 0, r.stderr
+    if UPDATE_GOLDENS:
+        golden.write_bytes(r.stdout)
+    assert r.stdout == golden.read_bytes()
+    assert {line.split(b'"')[3].decode() for line in r.lines} == {kind}
+
+
+def test_fail_on_exits_1_only_for_a_kind_that_was_found(cli: Cli) -> None:
+    trace = EXAMPLES / "hol_blocking.jsonl"
+    assert cli("findings", trace, "--fail-on", "hol_blocking").code == 1
+    assert cli("findings", trace, "--fail-on", "starvation,decode_gap").code == 0
+    r = cli("findings", trace, "--fail-on", "starvation,hol")
+    assert r.code == 2 and "--fail-on" in r.stderr and "'hol'" in r.stderr
+
+
+def test_a_threshold_out_of_bounds_is_usage_naming_the_option(cli: Cli) -> None:
+    r = cli("findings", EXAMPLES / "starvation.jsonl", "--hol-unused", "0")
+    assert r.code == 2 and "--hol-unused" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_table_names_each_finding(cli: Cli) -> None:
+    r = cli("findings", EXAMPLES / "priority_inversion.jsonl")
+    assert r.code == 0 and b"priority_inversion" in r.stdout and b"1 finding" in r.stdout
+
+
+def test_json_is_byte_identical_compiled_and_pure() -> None:
+    args = ["findings", str(EXAMPLES / "starvation.jsonl"), "--starve-after", "2", "-f", "json"]
+    fast = run_process(*args, env={"PYTHONHASHSEED": "1"})
+    pure = run_process(*args, env={"SCHEDCLI_PURE_PYTHON": "1", "PYTHONHASHSEED": "2"})
+    assert fast.returncode == pure.returncode == 0, fast.stderr
+    assert fast.stdout == pure.stdout and fast.stdout
