@@ -201,6 +201,9 @@ def test_the_twin_matches_fcfs_on_the_bench_trace_with_the_header_parameters(
     assert len(a.lines) > 500
 
 
+@pytest.mark.parametrize(
+    "cxx", [b for b in BUILDS if b[1] == "payload"], indirect=True, ids=lambda b: f"{b[0]}-{b[1]}"
+)
 def test_what_the_cpp_scheduler_frees_is_reused_by_its_next_tasks_through_the_shims_own_heap(
     cxx: str,
 ) -> None:

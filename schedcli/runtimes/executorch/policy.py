@@ -265,8 +265,9 @@ def _hint(error: str) -> str:
 # abandon the call instead (shim.cpp).
 EXITS = tuple(f"-Wl,--wrap={name}" for name in ("exit", "_exit", "_Exit", "quick_exit"))
 # Its calls of operator new(size_t) and the sized operator delete go to the shim's own heap
-# (shim.cpp, Heap): this library's calls only, the scheduler's compiled in among them.
-HEAP = ("-Wl,--wrap=_Znwm", "-Wl,--wrap=_ZdlPvm")
+# (shim.cpp, Heap): this library's calls only, the scheduler's compiled in among them. Sized
+# deallocation is on (clang before 19 has it off): a free names its size, so a heap's list.
+HEAP = ("-fsized-deallocation", "-Wl,--wrap=_Znwm", "-Wl,--wrap=_ZdlPvm")
 
 
 @functools.lru_cache(maxsize=64)

@@ -44,7 +44,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -458,31 +457,38 @@ void leave() {
   }
 }
 
-extern "C" void* __real__Znwm(std::size_t n);  // see the wrappers at the end
+// The process's own operator new(size_t) and sized operator delete, as the wrappers at the
+// end of this file reach them (-Wl,--wrap).
+extern "C" void* __real__Znwm(std::size_t n);
+extern "C" void __real__ZdlPvm(void* p, std::size_t n) noexcept;
 
 // --- the extension's own heap ------------------------------------------------------------
 //
-// Everything this library allocates through operator new (the scheduler's code, compiled
-// in, included: ExecuTorch's tasks, map nodes and vectors, the vector its submit takes by
-// value) goes through the definitions at the end of this file, which are hidden: they bind
-// this library's calls only, never another's, and no ExecuTorch source changes. A block is
-// always a plain malloc'd block of at least the size asked, so one freed here or by another
-// library's delete (free) is released correctly whichever operator new made it. Freed
-// blocks of a small size (a multiple of kGrain, up to kLargest) wait on a list of their
-// exact size for the next request of that size, up to kBudget bytes in all: a scheduler
-// frees a batch's tasks at once, more than glibc's per-thread cache keeps, and these come
-// back here without glibc's slower paths or atomics. The lists belong to one thread, the
-// one making calls (set at each call's entry, under the GIL): another thread (a
-// scheduler's own) uses malloc and free directly, so no list is ever touched by two
-// threads at once. A call abandoned half-way through a list operation (a stop's grace ran
-// out) at worst loses a block: each list is one pointer, updated by one store.
+// What this library allocates through operator new (the scheduler's code, compiled in,
+// included: ExecuTorch's tasks, map nodes and deques, the vector its submit takes by value)
+// goes through the wrappers at the end of this file: the build links this library's own
+// references to operator new(size_t) and the sized operator delete to them, so no
+// ExecuTorch source changes and no other library's calls come here. A freed block of a
+// small size (a multiple of kGrain, up to kLargest) waits on a list of its exact size for
+// the next request of that size, up to kBudget bytes in all; any other block goes back to
+// the process's operator delete at once. A scheduler frees a batch's tasks at once, more
+// than glibc's per-thread cache keeps: they come back here, past glibc's slower paths.
+// Invariants:
+// - Every block is one the process's operator new made for exactly the size of its list,
+//   so a block freed here, or one freed by another library's delete, is released as it
+//   would have been without this heap.
+// - The lists belong to one thread, the one making calls (set at each call's entry, under
+//   the GIL); another thread (a scheduler's own) reaches the process's operator new and
+//   delete directly, so no list is touched by two threads at once.
+// - A call abandoned half-way through a list operation (a stop's grace ran out) at worst
+//   loses a block: a list is one pointer, updated by one store.
 class Heap {
  public:
   static constexpr std::size_t kGrain = 8;
   static constexpr std::size_t kLargest = 1024;
   static constexpr std::size_t kBudget = std::size_t{4} << 20;
 
-  void* take(std::size_t n) noexcept {
+  void* take(std::size_t n) {
     if (n % kGrain == 0 && n != 0 && n <= kLargest && mine()) {
       Free*& head = free_[n / kGrain];
       if (Free* b = head) {
@@ -491,12 +497,12 @@ class Heap {
         return b;
       }
     }
-    return std::malloc(n == 0 ? 1 : n);
+    return __real__Znwm(n);  // or the new-handler, then bad_alloc, as the standard says
   }
 
   void give(void* p, std::size_t n) noexcept {
-    if (p == nullptr) return;
-    if (n % kGrain == 0 && n != 0 && n <= kLargest && kept_ + n <= kBudget && mine()) {
+    if (p != nullptr && n % kGrain == 0 && n != 0 && n <= kLargest && kept_ + n <= kBudget &&
+        mine()) {
       auto* b = static_cast<Free*>(p);
       Free*& head = free_[n / kGrain];
       b->next = head;
@@ -504,7 +510,7 @@ class Heap {
       kept_ += n;
       return;
     }
-    std::free(p);
+    __real__ZdlPvm(p, n);
   }
 
   std::size_t kept() const noexcept { return kept_; }  // bytes waiting on the lists
@@ -521,10 +527,6 @@ class Heap {
   std::size_t kept_ = 0;
 };
 Heap g_heap;  // constant-initialized: usable from the first allocation, before any constructor
-
-// operator new's answer when malloc has none: the library's own operator new, which calls
-// the new-handler and then throws bad_alloc (or ends the process) as the standard says.
-[[gnu::noinline]] void* out_of_memory(std::size_t n) { return __real__Znwm(n); }
 
 // --- conversions ----------------------------------------------------------------------------
 
@@ -1333,12 +1335,11 @@ extern "C" {
 [[noreturn]] void __real_quick_exit(int status);
 
 // This library's calls of operator new(size_t) and the sized operator delete (see Heap),
-// linked here with -Wl,--wrap (an undefined reference only: another library's calls, and a
+// linked here with -Wl,--wrap (undefined references only: another library's calls, and a
 // scheduler header's own replacement of them, are untouched). The unsized delete stays the
-// library's own: free.
+// process's.
 [[gnu::visibility("hidden")]] void* __wrap__Znwm(std::size_t n) {
-  void* p = schedcli_shim::g_heap.take(n);
-  return p != nullptr ? p : schedcli_shim::out_of_memory(n);
+  return schedcli_shim::g_heap.take(n);
 }
 [[gnu::visibility("hidden")]] void __wrap__ZdlPvm(void* p, std::size_t n) noexcept {
   schedcli_shim::g_heap.give(p, n);
