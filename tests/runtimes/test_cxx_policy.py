@@ -201,6 +201,40 @@ def test_the_twin_matches_fcfs_on_the_bench_trace_with_the_header_parameters(
     assert len(a.lines) > 500
 
 
+@pytest.mark.parametrize(
+    "cxx", [b for b in BUILDS if b[1] == "payload"], indirect=True, ids=lambda b: f"{b[0]}-{b[1]}"
+)
+def test_what_the_cpp_scheduler_frees_is_reused_by_its_next_tasks_through_the_shims_own_heap(
+    cxx: str,
+) -> None:
+    """The scheduler's allocations, compiled into the extension, go through the shim's heap
+    (docs/cxx.md, "Cost"): the blocks a batch frees wait there for the next submits, not in
+    malloc's free lists. The extension defines no operator new or delete for others to
+    bind to: another library's allocations never come there."""
+    from schedcli.catalog.registry import build_policy
+    from schedcli.model.task import PREFILL, Task
+
+    policy = build_policy(fifo(), {})
+    shim = policy._shim
+    for tid in range(1, 200):
+        assert policy.try_submit([Task(tid, tid, PREFILL, 4)]) is None
+    kept = shim.heap_kept()
+    while policy.has_work():
+        assert policy.get_work()
+    freed = shim.heap_kept()
+    assert freed > kept  # the batches' tasks, freed by the scheduler, wait for reuse
+    for tid in range(200, 300):
+        assert policy.try_submit([Task(tid, tid, PREFILL, 4)]) is None
+    assert shim.heap_kept() < freed  # and the next tasks take them
+    policy.close()
+    nm = shutil.which("nm")
+    if nm is not None:
+        out = subprocess.run(
+            [nm, "-D", "--defined-only", shim.__file__], capture_output=True, text=True, check=True
+        ).stdout
+        assert not re.search(r" _Zn[wa]|_Zd[la]", out), out
+
+
 @pytest.mark.parametrize("cxx", EVERY_SHAPE, indirect=True, ids=[s for _, s in EVERY_SHAPE])
 def test_a_cpp_policy_dropping_the_tasks_it_handed_back_on_a_thread_of_its_own_replays_as_fcfs(
     cxx: str, cli: Cli, tmp_path: Path

@@ -245,7 +245,7 @@ def _library(spec: CxxSpec, compiler: tuple[str, ...]) -> tuple[Path, str]:
         module, (("policy.cpp", _source(spec, module)),), (*spec.include_dirs, include_dir())
     )
     label = f"the C++ policy {spec.name!r}"
-    flags = (*base.flags, *EXITS, *spec.flags)
+    flags = (*base.flags, *EXITS, *HEAP, *spec.flags)
     build = cxx_build.Build(
         base.sources, base.include_dirs, flags, base.output, label, spec.system_dirs
     )
@@ -264,6 +264,10 @@ def _hint(error: str) -> str:
 # The scheduler's calls of the process's exit functions go to the shim's wrappers, which
 # abandon the call instead (shim.cpp).
 EXITS = tuple(f"-Wl,--wrap={name}" for name in ("exit", "_exit", "_Exit", "quick_exit"))
+# Its calls of operator new(size_t) and the sized operator delete go to the shim's own heap
+# (shim.cpp, Heap): this library's calls only, the scheduler's compiled in among them. Sized
+# deallocation is on (clang before 19 has it off): a free names its size, so a heap's list.
+HEAP = ("-fsized-deallocation", "-Wl,--wrap=_Znwm", "-Wl,--wrap=_ZdlPvm")
 
 
 @functools.lru_cache(maxsize=64)

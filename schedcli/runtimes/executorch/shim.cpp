@@ -280,6 +280,7 @@ int g_status = 0;  // the status an exit function was called with
 unsigned char g_no_watch = 0;
 volatile unsigned char* g_watch = &g_no_watch;
 pthread_t g_thread;
+std::atomic<pthread_t> g_heap_owner{};  // the heap's lists' thread (see Heap)
 struct sigaction g_old[NSIG];
 const int kCrash[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 const int kStop[] = {SIGINT, SIGTERM};
@@ -442,6 +443,7 @@ enum Call : unsigned char { FACTORY = 1, SUBMIT, GET_WORK, HAS_WORK, CANCEL, CLE
 
 void enter(unsigned char call) {
   g_thread = pthread_self();
+  g_heap_owner.store(g_thread, std::memory_order_relaxed);
   *g_watch = call;
   g_in_call = 1;
 }
@@ -454,6 +456,77 @@ void leave() {
     g_stop = 0;
   }
 }
+
+// The process's own operator new(size_t) and sized operator delete, as the wrappers at the
+// end of this file reach them (-Wl,--wrap).
+extern "C" void* __real__Znwm(std::size_t n);
+extern "C" void __real__ZdlPvm(void* p, std::size_t n) noexcept;
+
+// --- the extension's own heap ------------------------------------------------------------
+//
+// What this library allocates through operator new (the scheduler's code, compiled in,
+// included: ExecuTorch's tasks, map nodes and deques, the vector its submit takes by value)
+// goes through the wrappers at the end of this file: the build links this library's own
+// references to operator new(size_t) and the sized operator delete to them, so no
+// ExecuTorch source changes and no other library's calls come here. A freed block of a
+// small size (a multiple of kGrain, up to kLargest) waits on a list of its exact size for
+// the next request of that size, up to kBudget bytes in all; any other block goes back to
+// the process's operator delete at once. A scheduler frees a batch's tasks at once, more
+// than glibc's per-thread cache keeps: they come back here, past glibc's slower paths.
+// Invariants:
+// - Every block is one the process's operator new made for exactly the size of its list,
+//   so a block freed here, or one freed by another library's delete, is released as it
+//   would have been without this heap.
+// - The lists belong to one thread, the one making calls (set at each call's entry, under
+//   the GIL); another thread (a scheduler's own) reaches the process's operator new and
+//   delete directly, so no list is touched by two threads at once.
+// - A call abandoned half-way through a list operation (a stop's grace ran out) at worst
+//   loses a block: a list is one pointer, updated by one store.
+class Heap {
+ public:
+  static constexpr std::size_t kGrain = 8;
+  static constexpr std::size_t kLargest = 1024;
+  static constexpr std::size_t kBudget = std::size_t{4} << 20;
+
+  void* take(std::size_t n) {
+    if (n % kGrain == 0 && n != 0 && n <= kLargest && mine()) {
+      Free*& head = free_[n / kGrain];
+      if (Free* b = head) {
+        head = b->next;
+        kept_ -= n;
+        return b;
+      }
+    }
+    return __real__Znwm(n);  // or the new-handler, then bad_alloc, as the standard says
+  }
+
+  void give(void* p, std::size_t n) noexcept {
+    if (p != nullptr && n % kGrain == 0 && n != 0 && n <= kLargest && kept_ + n <= kBudget &&
+        mine()) {
+      auto* b = static_cast<Free*>(p);
+      Free*& head = free_[n / kGrain];
+      b->next = head;
+      head = b;
+      kept_ += n;
+      return;
+    }
+    __real__ZdlPvm(p, n);
+  }
+
+  std::size_t kept() const noexcept { return kept_; }  // bytes waiting on the lists
+
+ private:
+  struct Free {
+    Free* next;
+  };
+  static bool mine() noexcept {
+    return pthread_equal(pthread_self(), g_heap_owner.load(std::memory_order_relaxed)) != 0;
+  }
+
+  Free* free_[kLargest / kGrain + 1] = {};
+  std::size_t kept_ = 0;
+};
+Heap g_heap;  // constant-initialized: usable from the first allocation, before any constructor
 
 // --- conversions ----------------------------------------------------------------------------
 
@@ -1045,6 +1118,36 @@ struct Bound {
   Bind which;
 };
 
+// settle_outputs for the common group, one task of the type the reader knows, done here
+// as it does it (a task alone with produce_output None produces output); false, and
+// nothing done, for any other group, which settle_outputs itself settles.
+bool settled_alone(PyObject* list) {
+  if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != 1) return false;
+  PyObject* obj = PyList_GET_ITEM(list, 0);
+  learn(Py_TYPE(obj));
+  PyObject* d = g_reader.descr[OUTPUT];
+  if (d == nullptr) return false;
+  Ref output(read(obj, OUTPUT));
+  if (output.p == nullptr) {
+    PyErr_Clear();  // settle_outputs raises it again
+    return false;
+  }
+  if (output.p != Py_None) return true;
+  int failed;
+  if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+    PyGetSetDef* def = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset;
+    failed = def->set == nullptr ? -1 : def->set(obj, Py_True, def->closure);
+  } else {
+    failed = PyMember_SetOne(reinterpret_cast<char*>(obj),
+                             reinterpret_cast<PyMemberDescrObject*>(d)->d_member, Py_True);
+  }
+  if (failed != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return true;
+}
+
 PyObject* bound_call(PyObject* self, PyObject* const* args, std::size_t nargsf, PyObject* kwnames) {
   auto* b = reinterpret_cast<Bound*>(self);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -1064,8 +1167,10 @@ PyObject* bound_call(PyObject* self, PyObject* const* args, std::size_t nargsf, 
     // Any iterable, taken as a list; outputs settled; None when queued, else why not.
     group.p = PyList_Check(args[0]) ? Py_NewRef(args[0]) : PySequence_List(args[0]);
     if (group.p == nullptr) return nullptr;
-    Ref settled(PyObject_Vectorcall(g_settle, &group.p, 1, nullptr));
-    if (settled.p == nullptr) return nullptr;
+    if (!settled_alone(group.p)) {
+      Ref settled(PyObject_Vectorcall(g_settle, &group.p, 1, nullptr));
+      if (settled.p == nullptr) return nullptr;
+    }
   }
   if (h->abandoned) {
     PyErr_SetString(g_aborted, "the C++ scheduler was abandoned after it died in a call");
@@ -1178,6 +1283,15 @@ PyObject* watch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// heap_kept(): the bytes the extension's heap keeps for reuse (Heap), for tests.
+PyObject* heap_kept(PyObject*, PyObject* const*, Py_ssize_t nargs) {
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "heap_kept()");
+    return nullptr;
+  }
+  return PyLong_FromSize_t(g_heap.kept());
+}
+
 // A METH_FASTCALL function as the table's type, cast through void(*)() as the compilers
 // allow without a warning (CPython calls it by its real type).
 PyCFunction fast(PyObject* (*f)(PyObject*, PyObject* const*, Py_ssize_t)) {
@@ -1196,6 +1310,7 @@ PyMethodDef kMethods[] = {
      METH_FASTCALL, nullptr},
     {"setup", fast(setup), METH_FASTCALL, nullptr},
     {"bind", fast(bind), METH_FASTCALL, nullptr},
+    {"heap_kept", fast(heap_kept), METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -1218,6 +1333,17 @@ extern "C" {
 [[noreturn]] void __real__exit(int status);
 [[noreturn]] void __real__Exit(int status);
 [[noreturn]] void __real_quick_exit(int status);
+
+// This library's calls of operator new(size_t) and the sized operator delete (see Heap),
+// linked here with -Wl,--wrap (undefined references only: another library's calls, and a
+// scheduler header's own replacement of them, are untouched). The unsized delete stays the
+// process's.
+[[gnu::visibility("hidden")]] void* __wrap__Znwm(std::size_t n) {
+  return schedcli_shim::g_heap.take(n);
+}
+[[gnu::visibility("hidden")]] void __wrap__ZdlPvm(void* p, std::size_t n) noexcept {
+  schedcli_shim::g_heap.give(p, n);
+}
 
 [[noreturn]] void __wrap_exit(int status) {
   if (schedcli_shim::ours()) schedcli_shim::ended(0, status);
