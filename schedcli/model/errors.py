@@ -129,3 +129,23 @@ class PolicyAborted(Exception):
 class UnfitTask(Exception):
     """Raised by a policy handed a task its interface cannot carry (an id wider than a C++
     ``TaskId``): the engine reports bad input (exit 2) at the line of the call."""
+
+
+class SnapshotUnsupported(UsageError):
+    """A policy that cannot hand over its state (``snapshot``) or take one (``restore``):
+    a C++ scheduler, vLLM, a plugin that does not implement them. ``policy`` names it and
+    ``why`` says why; a trace that begins from a state is then bad usage (exit 2)."""
+
+    def __init__(self, policy: str, why: str) -> None:
+        self.policy, self.why = policy, why
+        super().__init__(f"policy {policy} has no snapshots: {why}")
+
+
+class BadSnapshot(SchedcliError):
+    """A policy's state refused by ``restore``: ``field`` is where in the state (``queued[2]
+    [0].size``), ``why`` what is wrong there. The state comes from a trace (untrusted
+    input): whoever read it adds the file and line."""
+
+    def __init__(self, field: str, why: str) -> None:
+        self.field, self.why = field, why
+        super().__init__(f"{field}: {why}" if field else why)

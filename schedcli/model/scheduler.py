@@ -9,11 +9,12 @@ from __future__ import annotations
 import abc
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
+from .errors import SnapshotUnsupported
 from .limits import INT_MAX, INT_MIN
 from .task import DECODE, Id, Task, settle_outputs, show_id
 
@@ -167,6 +168,20 @@ class Policy(ABC):  # noqa: B024 (its seams, Scheduler and RequestScheduler, are
         (docs/plugins.md), with plain values (``model/state.py``)."""
         return None
 
+    def snapshot(self) -> dict[str, object]:
+        """The policy's state as JSON (dicts, lists, str, int, float, bool, None), versioned:
+        what a freshly built instance with the same parameters needs, handed to
+        ``restore``, to go on exactly as this one would (docs/policies.md, "Snapshots").
+        By default the policy cannot: SnapshotUnsupported, which a policy whose state it
+        cannot hand over (outside code, a server) raises too, saying why."""
+        raise SnapshotUnsupported(self.name, "it does not implement snapshot() and restore()")
+
+    def restore(self, state: Mapping[str, object]) -> None:
+        """Take ``state`` (a ``snapshot()``, read from a trace: untrusted) into this freshly
+        built instance; BadSnapshot naming the field where it is wrong. By default
+        SnapshotUnsupported, as ``snapshot``."""
+        raise SnapshotUnsupported(self.name, "it does not implement snapshot() and restore()")
+
     def params(self) -> dict[str, Any]:
         """The values of the declared parameters this instance was built with."""
         return {p.name: getattr(self, p.name) for p in self.PARAMS}
@@ -285,6 +300,10 @@ class QueueScheduler(Scheduler):
     #: Largest prefill chunk admitted, and the parameter that sets it (for the reason).
     _chunk_limit: int | None = None
     _chunk_limit_name: str = ""
+    #: The fields a policy's state holds besides the common ones (``snapshot_queues``),
+    #: and those it may leave out.
+    STATE_FIELDS: ClassVar[tuple[str, ...]] = ()
+    STATE_OPTIONAL: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any) -> None:
         """``params``: the declared parameters' values, checked and kept as attributes.
@@ -311,6 +330,11 @@ class QueueScheduler(Scheduler):
         # ...or, instead, how to work them out: called only if someone asks, before the
         # queue changes again (the next submit, cancel or clear forgets it).
         self._left_later: Callable[[], dict[int, tuple[str, str]]] | None = None
+        # tid -> (its group's number, the task), for a task submitted in a group of two or
+        # more: a snapshot's groups. An entry whose task is no longer the queued one of its
+        # tid is spent; spent entries are dropped once they are most of the dict.
+        self._grouped: dict[Id, tuple[int, Task]] = {}
+        self._groups = 0
 
     def left_behind(self) -> list[tuple[Task, str, str]] | None:
         with self._lock:
@@ -412,7 +436,65 @@ class QueueScheduler(Scheduler):
             t.cancelled = False
             queued[t.tid] = t
             self.enqueue(t)
+        if len(group) > 1:
+            self._groups += 1
+            self._grouped = note_group(self._grouped, self._groups, group, queued)
         return None
+
+    # --- snapshots (docs/policies.md, "Snapshots") ------------------------------------
+
+    def snapshot(self) -> dict[str, object]:
+        """The common fields (``version``, ``policy``, ``queued`` by group in submit order)
+        and the policy's own, from ``snapshot_queues``."""
+        from .snapshot import VERSION, grouped
+
+        with self._lock:
+            own = self.snapshot_queues()
+            state: dict[str, object] = {
+                "version": VERSION,
+                "policy": self.name,
+                "queued": grouped(self._queued.values(), self._grouped),
+            }
+            state.update(own)
+            return state
+
+    def restore(self, state: Mapping[str, object]) -> None:
+        """Admit ``queued``'s groups as submit would (the same refusals, named by group),
+        then hand the policy's own fields to ``restore_queues``."""
+        from .snapshot import read_state, refuse
+
+        with self._lock:
+            if type(self).restore_queues is QueueScheduler.restore_queues:
+                self.restore_queues({}, [])  # refuses: the policy has no snapshots
+            if self._queued:
+                raise refuse("", "a state is restored into a freshly built policy only")
+            groups, fields = read_state(state, self.name, self.STATE_FIELDS, self.STATE_OPTIONAL)
+            queued = self._queued
+            for i, group in enumerate(groups):
+                reason = self._admission_problem(group)
+                if reason is not None:
+                    raise refuse(f"queued[{i}]", reason)
+                for t in group:
+                    queued[t.tid] = t
+                if len(group) > 1:
+                    self._groups += 1
+                    self._grouped = note_group(self._grouped, self._groups, group, queued)
+            self.restore_queues(fields, list(queued.values()))
+
+    def snapshot_queues(self) -> dict[str, object]:
+        """The policy's own fields of its state: what its decisions depend on beyond the
+        queued tasks in submit order (a plugin declares their names in STATE_FIELDS)."""
+        raise SnapshotUnsupported(
+            self.name, "it does not implement snapshot_queues() and restore_queues()"
+        )
+
+    def restore_queues(self, fields: dict[str, object], queued: list[Task]) -> None:
+        """Build the policy's queues from its own ``fields`` (untrusted: check each, and
+        raise ``model.snapshot.refuse(field, why)``) and the ``queued`` tasks, admitted and
+        in submit order."""
+        raise SnapshotUnsupported(
+            self.name, "it does not implement snapshot_queues() and restore_queues()"
+        )
 
     def has_work(self) -> bool:
         if not self._locking:
@@ -452,6 +534,19 @@ class QueueScheduler(Scheduler):
             for t in dropped:
                 t.cancelled = True
             return dropped
+
+
+def note_group(
+    grouped: dict[Id, tuple[int, Task]], number: int, group: list[Task], queued: dict[Id, Task]
+) -> dict[Id, tuple[int, Task]]:
+    """Note ``group`` (two or more tasks, now queued) as group ``number`` in ``grouped``
+    (tid -> (group, task)); returns it, or a new dict without the spent entries (whose task
+    is no longer the one ``queued`` holds for the tid) once they are most of it."""
+    for t in group:
+        grouped[t.tid] = (number, t)
+    if len(grouped) > 2 * len(queued) + 1024:
+        return {tid: e for tid, e in grouped.items() if queued.get(tid) is e[1]}
+    return grouped
 
 
 def own_subclass_cache(*classes: type) -> None:

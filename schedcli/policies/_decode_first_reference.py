@@ -13,13 +13,14 @@ C++ runner replays batch for batch:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
-from ..model.scheduler import Param, Scheduler
-from ..model.task import DECODE, Id, Task, settle_outputs, show_id
+from ..model.scheduler import Param, Scheduler, note_group
+from ..model.task import DECODE, Id, Task, id_key, settle_outputs, show_id
 from ._limits import MAX_BATCH_TOKENS, MAX_DECODE_SEQUENCES, MAX_PREFILL_CHUNK_SIZE
 from ._rotation import Decodes, Rotation
 
@@ -63,6 +64,10 @@ class ReferenceDecodeFirst(Scheduler):
         # cancel empties the session's queue, and its clear every queue.
         self.rotation = Rotation(budget)
         self.chunks = self.rotation.chunks
+        # tid -> (group, task) for a pending task submitted in a group of two or more: a
+        # snapshot's groups (QueueScheduler's, as note_group keeps it).
+        self._grouped: dict[Id, tuple[int, Task]] = {}
+        self._groups = 0
 
     def refusal(self, group: list[Task]) -> str | None:
         for i, t in enumerate(group):
@@ -143,6 +148,9 @@ class ReferenceDecodeFirst(Scheduler):
         if reason is not None:
             return reason
         settle_outputs(group)
+        if len(group) > 1:
+            self._groups += 1
+            self._grouped = note_group(self._grouped, self._groups, group, self.pending)
         for t in group:
             marked = t.cancelled
             t.cancelled = False
@@ -156,6 +164,112 @@ class ReferenceDecodeFirst(Scheduler):
                 self.decodes.settle(t.sid, self.decodes.moved(t.sid))
             self.decodes.push(t)
         return None
+
+    def snapshot(self) -> dict[str, object]:
+        """``queued``: the pending tasks (what has_work, clear and a submit's tid check
+        see), by group in submit order; ``decodes``: the decode deque in order;
+        ``rotation``: the sessions from its head, each with its chunks in order (none: an
+        entry a cancel emptied). In both, a pending task is its tid; an entry that is not
+        pending is written out whole, with ``cancelled``: true for a decode the cancel
+        marked (stale: skipped where a walk meets it), false for a task whose tid another
+        task's release erased from pending (it is still dispatched)."""
+        from ..model.snapshot import VERSION, grouped, task_fields
+
+        with self._lock:
+            pending = self.pending
+
+            def entry(t: Task) -> object:
+                if pending.get(t.tid) is t:
+                    return t.tid
+                whole = task_fields(t)
+                whole["cancelled"] = t.cancelled
+                return whole
+
+            chunks_of = self.chunks
+            return {
+                "version": VERSION,
+                "policy": self.name,
+                "queued": grouped(pending.values(), self._grouped),
+                "decodes": [entry(t) for t in self.decodes.ordered()],
+                "rotation": [
+                    {"sid": sid, "chunks": [entry(t) for t in chunks_of[sid]]}
+                    for sid in self.rotation.order()
+                ],
+            }
+
+    def restore(self, state: Mapping[str, object]) -> None:
+        from ..model.snapshot import (
+            Placed,
+            a_bool,
+            a_dict,
+            a_list,
+            a_task,
+            an_id,
+            read_state,
+            refuse,
+        )
+
+        with self._lock:
+            if self.pending or self.chunks:
+                raise refuse("", "a state is restored into a freshly built policy only")
+            groups, fields = read_state(state, self.name, ("decodes", "rotation"))
+            pending = self.pending
+            for i, group in enumerate(groups):
+                reason = self.refusal(group)
+                if reason is not None:
+                    raise refuse(f"queued[{i}]", reason)
+                for t in group:
+                    pending[t.tid] = t
+                if len(group) > 1:
+                    self._groups += 1
+                    self._grouped = note_group(self._grouped, self._groups, group, pending)
+            placed = Placed(pending.values())
+
+            def entry(v: object, where: str, decode: bool) -> Task:
+                if isinstance(v, dict):
+                    t, whole = a_task(v, where, ("cancelled",))
+                    if "cancelled" not in whole:
+                        raise refuse(where, "has no field 'cancelled' (an entry not pending)")
+                    t.cancelled = a_bool(whole["cancelled"], f"{where}.cancelled")
+                    if t.cancelled and not decode:
+                        raise refuse(f"{where}.cancelled", "a chunk queue holds no cancelled task")
+                    if not decode and t.size > self.chunk_limit:
+                        why = f"a chunk of {t.size} tokens exceeds max_prefill_chunk_size"
+                        raise refuse(f"{where}.size", f"{why} {self.chunk_limit}")
+                else:
+                    t = placed.take(an_id(v, where), where)
+                if (t.kind is DECODE) != decode:
+                    what = "a decode" if decode else "a prefill chunk"
+                    raise refuse(where, f"task {show_id(t.tid)} is not {what}")
+                return t
+
+            decodes = [
+                entry(v, f"decodes[{i}]", True)
+                for i, v in enumerate(a_list(fields["decodes"], "decodes"))
+            ]
+            rotation: list[tuple[Id, deque[Task]]] = []
+            seen: set[tuple[type, Id]] = set()
+            for i, v in enumerate(a_list(fields["rotation"], "rotation")):
+                where = f"rotation[{i}]"
+                fields_of = a_dict(v, where, ("sid", "chunks"))
+                sid = an_id(fields_of["sid"], f"{where}.sid")
+                if id_key(sid) in seen:
+                    raise refuse(f"{where}.sid", f"session {show_id(sid)} is listed twice")
+                seen.add(id_key(sid))
+                chunks: deque[Task] = deque()
+                for j, c in enumerate(a_list(fields_of["chunks"], f"{where}.chunks")):
+                    t = entry(c, f"{where}.chunks[{j}]", False)
+                    if t.sid != sid or type(t.sid) is not type(sid):
+                        why = f"task {show_id(t.tid)} is session {show_id(t.sid)}'s"
+                        raise refuse(f"{where}.chunks[{j}]", why)
+                    chunks.append(t)
+                rotation.append((sid, chunks))
+            for t in placed.left.values():
+                field = "decodes" if t.kind is DECODE else "rotation"
+                raise refuse(field, f"pending task {show_id(t.tid)} is in neither queue")
+            for t in decodes:
+                self.decodes.push(t)
+            self.rotation.restore(rotation)
 
     def _release(self, t: Task) -> bool:
         """Erase ``t``'s tid from pending; whichever task held it, ``t`` is the one marked."""

@@ -100,6 +100,16 @@ class OrderedQueue:
         keyed = sorted([(k, a) for mine in self._of_session.values() for a, k in mine])
         return tuple([(key, task_state(live[arrival])) for key, arrival in keyed])
 
+    def keyed(self) -> list[tuple[int, Task]]:
+        """The queued tasks in the order a pass meets them, each with its key (a session's
+        task's key raised to its earlier one's): a snapshot's order. Pushing them in this
+        order, each with its key, into an empty queue gives the same queue."""
+        live = self._live
+        if self._heap is None:
+            return [(0, t) for t in live.values()]
+        keyed = sorted([(k, a) for mine in self._of_session.values() for a, k in mine])
+        return [(key, live[arrival]) for key, arrival in keyed]
+
     def push(self, task: Task, key: int = 0) -> None:
         arrival = self._arrivals
         self._arrivals += 1

@@ -161,6 +161,13 @@ class Rotation:
             self._key(self._slot[sid], t.size)
         chunks.append(t)
 
+    def restore(self, sessions: list[tuple[Id, deque[Task]]]) -> None:
+        """Into an empty rotation: the sessions in rotation order, each with its chunks (none:
+        an entry a cancel emptied, which holds its place until a walk reaches it)."""
+        for sid, chunks in sessions:
+            self.chunks[sid] = chunks
+            self._append(sid, chunks[0].size if chunks else 0)
+
     def emptied(self, sid: Id) -> None:
         """The session's chunks were all dropped: it holds its place until a walk reaches it."""
         slot = self._slot.get(sid, -1)

@@ -102,6 +102,64 @@ class DecodeFirstScheduler(QueueScheduler):
         decodes = tuple([task_state(t) for t in self._decodes.ordered()])
         return (tuple(self.params().values()), decodes, tuple(rotation))
 
+    STATE_FIELDS = ("decodes", "rotation")
+    STATE_OPTIONAL = ("emptied",)
+
+    def snapshot_queues(self) -> dict[str, object]:
+        """``decodes``: the queued decodes' tids in the order the next batch meets them;
+        ``rotation``: the sessions with prefill chunks, from the rotation's head;
+        ``emptied`` (when any): those of them a cancel emptied, holding their place until a
+        walk reaches them. Each session's chunks are in submit order."""
+        chunks_of = self._chunks
+        order = self._rotation.order()
+        state: dict[str, object] = {
+            "decodes": [t.tid for t in self._decodes.ordered()],
+            "rotation": order,
+        }
+        emptied = [sid for sid in order if not chunks_of[sid]]
+        if emptied:
+            state["emptied"] = emptied
+        return state
+
+    def restore_queues(self, fields: dict[str, object], queued: list[Task]) -> None:
+        from collections import deque
+
+        from ..model.snapshot import Placed, a_list, an_id, refuse, sessions
+
+        placed = Placed(queued)
+        decodes: list[Task] = []
+        for i, v in enumerate(a_list(fields["decodes"], "decodes")):
+            t = placed.take(an_id(v, f"decodes[{i}]"), f"decodes[{i}]")
+            if t.kind is not DECODE:
+                raise refuse(f"decodes[{i}]", f"task {show_id(t.tid)} is not a decode")
+            decodes.append(t)
+        order = sessions(fields["rotation"], "rotation")
+        emptied = sessions(fields.get("emptied", []), "emptied")
+        chunks_of: dict[Id, deque[Task]] = {sid: deque() for sid in order}
+        for t in queued:
+            if t.kind is DECODE:
+                continue
+            placed.take(t.tid, "queued")
+            chunks = chunks_of.get(t.sid)
+            if chunks is None:
+                why = f"session {show_id(t.sid)} has prefill queued (task {show_id(t.tid)})"
+                raise refuse("rotation", why + " but is not in the rotation")
+            chunks.append(t)
+        placed.done("decodes", "not in decodes")
+        for j, sid in enumerate(emptied):
+            if sid not in chunks_of:
+                raise refuse(f"emptied[{j}]", f"session {show_id(sid)} is not in the rotation")
+            if chunks_of[sid]:
+                raise refuse(f"emptied[{j}]", f"session {show_id(sid)} has prefill queued")
+        held = set(emptied)
+        for i, sid in enumerate(order):
+            if not chunks_of[sid] and sid not in held:
+                why = f"session {show_id(sid)} has no prefill queued (and is not in emptied)"
+                raise refuse(f"rotation[{i}]", why)
+        for t in decodes:
+            self._decodes.push(t)
+        self._rotation.restore([(sid, chunks_of[sid]) for sid in order])
+
     def enqueue(self, task: Task) -> None:
         if task.kind is DECODE:
             self._decodes.push(task)

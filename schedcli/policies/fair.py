@@ -81,6 +81,49 @@ class FairScheduler(QueueScheduler):
         ]
         return (tuple(self.params().values()), tuple(backlog))
 
+    STATE_FIELDS = ("backlog", "counters")
+
+    def snapshot_queues(self) -> dict[str, object]:
+        """``backlog``: the sessions with tasks queued, in the order they became backlogged
+        (the tie-break); ``counters``: [session, virtual counter] for every session seen
+        (one coming back starts from its own). Each session's tasks are in submit order."""
+        return {
+            "backlog": list(self._backlog),
+            "counters": [[sid, c] for sid, c in self._counter.items()],
+        }
+
+    def restore_queues(self, fields: dict[str, object], queued: list[Task]) -> None:
+        from ..model.snapshot import a_counter, a_list, an_id, refuse, sessions
+
+        backlog = sessions(fields["backlog"], "backlog")
+        counters: dict[Id, float] = {}
+        for i, v in enumerate(a_list(fields["counters"], "counters")):
+            pair = a_list(v, f"counters[{i}]")
+            if len(pair) != 2:
+                raise refuse(f"counters[{i}]", "must be [session, counter]")
+            sid = an_id(pair[0], f"counters[{i}][0]")
+            if sid in counters:
+                raise refuse(f"counters[{i}]", f"session {show_id(sid)} is listed twice")
+            counters[sid] = a_counter(pair[1], f"counters[{i}][1]")
+        queues: dict[Id, deque[Task]] = {sid: deque() for sid in backlog}
+        for t in queued:
+            queue = queues.get(t.sid)
+            if queue is None:
+                why = f"session {show_id(t.sid)} has tasks queued (task {show_id(t.tid)})"
+                raise refuse("backlog", why + " but is not in the backlog")
+            queue.append(t)
+        for i, sid in enumerate(backlog):
+            if not queues[sid]:
+                raise refuse(f"backlog[{i}]", f"session {show_id(sid)} has no task queued")
+            if sid not in counters:
+                raise refuse(f"backlog[{i}]", f"session {show_id(sid)} has no counter")
+        self._counter.update(counters)
+        for i, sid in enumerate(backlog):
+            self._backlog[sid] = queues[sid]
+            self._joined[sid] = i
+            self._turn(sid)
+        self._joins = len(backlog)
+
     def enqueue(self, task: Task) -> None:
         sid = task.sid
         queue = self._backlog.get(sid)

@@ -56,6 +56,14 @@ class FcfsScheduler(QueueScheduler):
     def enqueue(self, task: Task) -> None:
         self._queue.push(task, self._key(task))
 
+    def snapshot_queues(self) -> dict[str, object]:
+        """Nothing of its own: its queue is the queued tasks in submit order."""
+        return {}
+
+    def restore_queues(self, fields: dict[str, object], queued: list[Task]) -> None:
+        for t in queued:
+            self._queue.push(t)
+
     def take_batch(self) -> list[Task]:
         taken: list[Task] = []
         why: Why | None = {} if self.explaining else None

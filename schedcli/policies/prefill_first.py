@@ -53,6 +53,14 @@ class PrefillFirstScheduler(QueueScheduler):
     def enqueue(self, task: Task) -> None:
         (self._decodes if task.kind is DECODE else self._prefill).push(task)
 
+    def snapshot_queues(self) -> dict[str, object]:
+        """Nothing of its own: each queue is its kind's queued tasks in submit order."""
+        return {}
+
+    def restore_queues(self, fields: dict[str, object], queued: list[Task]) -> None:
+        for t in queued:
+            self.enqueue(t)
+
     def take_batch(self) -> list[Task]:
         taken: list[Task] = []
         prefilling = len(self._prefill) > 0

@@ -67,6 +67,37 @@ class SjfScheduler(QueueScheduler):
         decodes = tuple([task_state(t) for t in self._decodes.ordered()])
         return (tuple(self.params().values()), decodes, tuple(sessions))
 
+    STATE_FIELDS = ("sessions",)
+
+    def snapshot_queues(self) -> dict[str, object]:
+        """``sessions``: the sessions with prefill queued, in the order they arrived (the
+        tie-break). The decodes and each session's chunks are in submit order."""
+        return {"sessions": list(self._chunks)}
+
+    def restore_queues(self, fields: dict[str, object], queued: list[Task]) -> None:
+        from ..model.snapshot import refuse, sessions
+
+        order = sessions(fields["sessions"], "sessions")
+        chunks_of: dict[Id, deque[Task]] = {sid: deque() for sid in order}
+        for t in queued:
+            if t.kind is DECODE:
+                self._decodes.push(t)
+                continue
+            chunks = chunks_of.get(t.sid)
+            if chunks is None:
+                why = f"session {show_id(t.sid)} has prefill queued (task {show_id(t.tid)})"
+                raise refuse("sessions", why + " but is not listed")
+            chunks.append(t)
+        for i, sid in enumerate(order):
+            chunks = chunks_of[sid]
+            if not chunks:
+                raise refuse(f"sessions[{i}]", f"session {show_id(sid)} has no prefill queued")
+            self._chunks[sid] = chunks
+            self._remaining[sid] = sum([t.size for t in chunks])
+            self._joined[sid] = i
+            self._turn(sid)
+        self._joins = len(order)
+
     def enqueue(self, task: Task) -> None:
         sid = task.sid
         if task.kind is DECODE:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
-from ...model.errors import PolicyAborted, UnfitTask, UsageError
+from ...model.errors import PolicyAborted, SnapshotUnsupported, UnfitTask, UsageError
 from ...model.limits import INT_MAX
 from ...model.scheduler import Param, Scheduler
 from ...model.task import DECODE, Id, Task, settle_outputs
@@ -28,6 +28,9 @@ from .. import supervisor
 from . import build as cxx_build
 from . import include_dir
 from .spec import PREFIX, CxxSpec, resolve, worker_env
+
+# Its state is the C++ scheduler's own objects, which hand none of it over.
+_NO_SNAPSHOTS = "a C++ scheduler's state lives in its C++ objects, which hand none of it over"
 
 
 class CxxScheduler(Scheduler):
@@ -58,6 +61,12 @@ class CxxScheduler(Scheduler):
 
     def params(self) -> dict[str, Any]:
         return dict(self._values)
+
+    def snapshot(self) -> dict[str, object]:
+        raise SnapshotUnsupported(self.name, _NO_SNAPSHOTS)
+
+    def restore(self, state: Mapping[str, object]) -> None:
+        raise SnapshotUnsupported(self.name, _NO_SNAPSHOTS)
 
     @classmethod
     def settle(cls, **params: Any) -> dict[str, Any]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 from collections import deque
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ...model.errors import SnapshotUnsupported
 from ...model.limits import INT_MAX, MAX_BLOCK_SIZE, MAX_KV_BLOCKS, MAX_MODEL_LEN, MAX_RUNNING_SEQS
 from ...model.records import Left
 from ...model.requests import (
@@ -31,6 +33,8 @@ from ...model.task import PREFILL, Id, Task
 from .build import ON_OFF, available, flag
 from .vllm_build import NOT_KNOBS, RELEASE_KNOBS, UNSET
 from .worker import core_for, describe_here, interpreter, worker
+
+_NO_SNAPSHOTS = "its state is vLLM's own scheduler (and KV cache), which hands none of it over"
 
 
 class VllmScheduler(RequestScheduler):
@@ -115,6 +119,12 @@ class VllmScheduler(RequestScheduler):
     @classmethod
     def create(cls, **params: Any) -> VllmScheduler:
         return cls(**params)
+
+    def snapshot(self) -> dict[str, object]:
+        raise SnapshotUnsupported(self.name, _NO_SNAPSHOTS)
+
+    def restore(self, state: Mapping[str, object]) -> None:
+        raise SnapshotUnsupported(self.name, _NO_SNAPSHOTS)
 
     @classmethod
     def available(cls) -> str | None:
