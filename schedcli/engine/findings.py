@@ -96,7 +96,9 @@ class Item:
         self.sid: Id = task.sid
         self.priority = task.priority
         self.arrived = step  # the step it was first queued for
-        self.since = step  # the step its present wait began (a request: again when preempted)
+        # The step its present wait began: its first step left out as first of its session
+        # (a request's again when preempted).
+        self.since = step
         self.order = order  # arrival order: a larger one is newer work
         self.need = need  # the least a step can run of it: a task whole, a request one token
         self.known = task.size  # a request's tokens known (prompt, then outputs)
@@ -330,7 +332,9 @@ class Detectors:
         for w in waiting:
             if id(w) not in firsts:
                 continue  # behind its own session's work: its wait is its session's
-            w.passes += 1
+            if w.passes == 0:
+                w.since = facts.step  # its own wait begins: first of its session, left out
+            w.passes += 1  # every step from since on, so waited == step - since + 1
             if w.passes <= self.t.starve_after or STARVATION in w.flags:
                 continue
             if not orders or orders[-1] <= w.order:
@@ -353,16 +357,24 @@ class Detectors:
         if unused * 100 < self.t.hol_unused * budget:
             return
         codes = facts.left
-        head = waiting[0]
-        head_code = None if codes is None else codes.get(id(head))
-        if not (head.need > unused or head_code in RESOURCE_CODES):
+        # The head is the oldest waiting item first of its session: one behind its own
+        # session's work waits for that work, whatever the policy says of it.
+        candidates = [w for w in waiting if id(w) in firsts]
+        if not candidates:
             return
+        head = candidates[0]
+        head_code = None if codes is None else codes.get(id(head))
+        # It did not fit the budget: the policy's reason says so (a cap such as seq_cap or
+        # decode_cap, or any other reason, is not a misfit); with no reason, its need does.
+        if not (head_code in RESOURCE_CODES if head_code is not None else head.need > unused):
+            return
+        # Blocked: would have fit, and left for its place behind the head (an order reason,
+        # or none given), not for a cap, its session or a rule of its own.
         blocked = [
             w
-            for w in waiting[1:]
+            for w in candidates[1:]
             if w.need <= unused
-            and id(w) in firsts
-            and (codes is None or codes.get(id(w)) not in RESOURCE_CODES)
+            and (codes is None or codes.get(id(w)) in ORDER_CODES or id(w) not in codes)
         ]
         if not blocked:
             return
@@ -419,12 +431,17 @@ class Detectors:
             key = id_key(item.sid)
             last = self.last_token.get(key)
             self.last_token[key] = facts.step
-            if last is None:
-                continue
-            gap = facts.step - max(last, item.arrived - 1)
+            if last is None or last >= facts.step:
+                continue  # a first token, or two at one step (a plugin's batch)
+            # Counted from the first step the token could have come at: the one after the
+            # earlier token, or the later task's own submission step (explain's "submitted
+            # at step"), when later: a client's pause is not a gap. Tokens at steps in a
+            # row are no gap (0).
+            start = max(last + 1, item.arrived)
+            gap = facts.step - start
             best = self.gaps.get(key)
             if best is None or gap > best[0]:
-                self.gaps[key] = (gap, facts.step - gap, facts.step, item.who)
+                self.gaps[key] = (gap, start, facts.step, item.who)
 
 
 def _firsts(queue: Iterable[Item]) -> set[int]:
@@ -459,14 +476,17 @@ def find(
 
 def kinds_of(text: str) -> list[str]:
     """The kinds named in ``text`` (comma-separated); bad usage naming the option for one
-    that is not a kind."""
+    that is not a kind, or for no kind at all (empty, or only commas)."""
     named = [k.strip() for k in text.split(",") if k.strip()]
+    if not named:
+        raise UsageError(Option("fail_on", ""), ": no kind given; kinds: ", ", ".join(KINDS))
     unknown = [k for k in named if k not in KINDS]
-    if unknown or not named:
-        said = ", ".join(repr(k) for k in unknown) or "nothing"
+    if unknown:
+        said = ", ".join(repr(k) for k in unknown)
+        verb = "is not a kind" if len(unknown) == 1 else "are not kinds"
         raise UsageError(
             Option("fail_on", text),
-            f": {said} is not a kind of finding (kinds: ",
+            f": {said} {verb} of finding (kinds: ",
             ", ".join(KINDS),
             ")",
         )

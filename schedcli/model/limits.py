@@ -122,7 +122,7 @@ class Bound(NamedTuple):
             raise _refused(name, f"must be {self.describe()}, not {value!r}")
         below = value <= self.low if self.low_open else value < self.low
         if below or value > self.high:
-            raise _refused(name, f"must be {self.describe()}, not {value!r}")
+            raise _refused(name, f"must be {self.describe()}, not {_given(value)}")
         return value
 
     def parse(self, name: str, text: str) -> Any:
@@ -134,7 +134,19 @@ class Bound(NamedTuple):
 
 
 def _show(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+    """A bound as the messages write it: an integer exactly (9223372036854775807, not
+    9.22337e+18), a float whole and short as one (100), else short (1e-06)."""
+    if isinstance(x, int):
+        return str(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+def _given(x: float) -> str:
+    """A finite value refused, as it was likely written: a whole float as an integer, its
+    sign kept (``-0``, ``101``; a command line's ``-0`` reaches us as -0.0), else exactly."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
+        return ("-" if math.copysign(1.0, x) < 0 else "") + str(abs(int(x)))
+    return repr(x)
 
 
 _POSITIVE_SECONDS = Bound(0, MAX_SECONDS, low_open=True)
@@ -162,11 +174,12 @@ OPTIONS: dict[str, Bound] = {
     "jobs": Bound(1, 1024, integer=True),
     "checkpoint_every": Bound(1, 10**6, integer=True),
     "stall_steps": Bound(1, 10**9, integer=True),
-    # findings' thresholds (docs/findings.md)
+    # findings' thresholds (docs/findings.md): the two "more than N steps" from 0, the
+    # "at least" ones from the least that is a finding (one preemption, over 0%).
     "starve_after": Bound(0, INT_MAX, integer=True),
     "hol_unused": Bound(0, 100, low_open=True),
     "thrash_after": Bound(1, INT_MAX, integer=True),
-    "gap_after": Bound(1, INT_MAX, integer=True),
+    "gap_after": Bound(0, INT_MAX, integer=True),
 }
 """Every numeric command-line option, and the sweep settings named like them (a spec's
 ``jobs``, ``[cost] a``, ``[capacity] slo_ttft``, a grid's ``time_scale``), by the

@@ -29,6 +29,11 @@ def decode_cap_text(cap: int) -> str:
     return f"{cap} decode was already taken" if cap == 1 else f"{cap} decodes were already taken"
 
 
+def seq_cap_text(cap: int) -> str:
+    """seq_cap's detail: the cap of tasks in a batch reached."""
+    return f"{cap} task was already taken" if cap == 1 else f"{cap} tasks were already taken"
+
+
 def task_state(t: Task) -> tuple[object, ...]:
     """What a built-in decides from in a queued task (for its fingerprint): its ids, kind,
     size and whether it produces output."""
@@ -316,7 +321,8 @@ def take_in_order(
         queue.put_back(waiting)  # ends the pass, however it ends
     if why is not None:
         if stop is None:
-            stop = (cap_code, f"{cap} were already taken")
+            said = decode_cap_text(cap) if cap_code == "decode_cap" else seq_cap_text(cap)
+            stop = (cap_code, said)
         for t in queue.tasks():
             if id(t) not in why:
                 own = t.sid in blocked

@@ -12,7 +12,7 @@ from mypy_extensions import mypyc_attr
 from ..model.scheduler import Param, QueueScheduler
 from ..model.task import DECODE, Id, Task, show_id
 from ._limits import MAX_BATCH_TOKENS, MAX_NUM_SEQS, MAX_PREFILL_CHUNK_SIZE, chunk_fits_budget
-from ._queues import BatchSessions, FitIndex, task_state
+from ._queues import BatchSessions, FitIndex, seq_cap_text, task_state
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -235,7 +235,7 @@ class FairScheduler(QueueScheduler):
     ) -> dict[int, tuple[str, str]]:
         """Why each task still queued was left out (docs/policies.md, fair's codes)."""
         if capped:
-            stop = ("seq_cap", f"{self.max_num_seqs} tasks were already taken")
+            stop = ("seq_cap", seq_cap_text(self.max_num_seqs))
         else:
             stop = ("budget_spent", f"{spent} of {self.max_batch_tokens} tokens were spent")
         for sid, queue in self._backlog.items():

@@ -47,3 +47,51 @@ def test_json_is_byte_identical_compiled_and_pure() -> None:
     pure = run_process(*args, env={"SCHEDCLI_PURE_PYTHON": "1", "PYTHONHASHSEED": "2"})
     assert fast.returncode == pure.returncode == 0, fast.stderr
     assert fast.stdout == pure.stdout and fast.stdout
+
+
+@pytest.mark.parametrize("given", ["", ",", " , "])
+def test_fail_on_with_no_kind_says_none_was_given_and_lists_the_kinds(cli: Cli, given: str) -> None:
+    r = cli("findings", EXAMPLES / "hol_blocking.jsonl", "--fail-on", given)
+    assert r.code == 2 and r.stdout == b""
+    assert r.stderr.strip() == (
+        "schedcli: --fail-on: no kind given; kinds: priority_inversion, starvation, "
+        "hol_blocking, preemption_thrash, skipped_running, decode_gap"
+    )
+
+
+def test_a_threshold_error_writes_its_bounds_in_full_and_the_value_as_given(cli: Cli) -> None:
+    trace = EXAMPLES / "starvation.jsonl"
+    r = cli("findings", trace, "--starve-after", "-1")
+    assert r.code == 2
+    assert r.stderr.strip() == (
+        "schedcli: --starve-after must be an integer from 0 to 9223372036854775807, not -1"
+    )
+    r = cli("findings", trace, "--hol-unused", "-0")
+    assert r.code == 2
+    assert r.stderr.strip() == "schedcli: --hol-unused must be a number > 0 and <= 100, not -0"
+
+
+def test_a_threshold_error_has_the_prefix_of_replays_option_errors(cli: Cli) -> None:
+    replay = cli("replay", EXAMPLES / "starvation.jsonl", "--max-line-bytes", "0")
+    findings = cli("findings", EXAMPLES / "starvation.jsonl", "--thrash-after", "0")
+    assert replay.code == findings.code == 2
+    assert replay.stderr.startswith("schedcli: --max-line-bytes must be ")
+    assert findings.stderr.startswith("schedcli: --thrash-after must be ")
+
+
+def test_gap_after_0_is_taken_like_starve_after_0(cli: Cli) -> None:
+    """Both bound a "more than N steps": 0 is the strictest, never bad usage."""
+    trace = EXAMPLES / "decode_gap.jsonl"
+    for option in ("--gap-after", "--starve-after"):
+        r = cli("findings", trace, option, "0", "-f", "json")
+        assert r.code == 0, r.stderr
+    assert b'"bound":0' in cli("findings", trace, "--gap-after", "0", "-f", "json").stdout
+
+
+def test_allow_incomplete_help_says_what_findings_reads(cli: Cli) -> None:
+    """findings reads traces only: its help speaks of a partial trace, not of a dump."""
+    r = cli("findings", "--help")
+    assert r.code == 0
+    text = " ".join(r.stdout.decode().split())
+    assert "--allow-incomplete Read a trace marked partial anyway" in text
+    assert "dump" not in text

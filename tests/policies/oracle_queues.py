@@ -29,7 +29,7 @@ from schedcli.policies._limits import (
     decodes_fit_budget,
     decodes_leave_room,
 )
-from schedcli.policies._queues import decode_cap_text
+from schedcli.policies._queues import decode_cap_text, seq_cap_text
 
 _ARRIVAL_BITS: Final = 64
 _ARRIVAL_MASK: Final = (1 << _ARRIVAL_BITS) - 1
@@ -266,7 +266,8 @@ def take_in_order(
         queue.put_back(waiting)  # ends the pass, however it ends
     if why is not None:
         if stop is None:
-            stop = (cap_code, f"{cap} were already taken")
+            said = decode_cap_text(cap) if cap_code == "decode_cap" else seq_cap_text(cap)
+            stop = (cap_code, said)
         for t in queue.tasks():
             if id(t) not in why:
                 own = t.sid in blocked
@@ -786,7 +787,7 @@ class OracleFair(QueueScheduler):
     ) -> dict[int, tuple[str, str]]:
         """Why each task still queued was left out (docs/policies.md, fair's codes)."""
         if capped:
-            stop = ("seq_cap", f"{self.max_num_seqs} tasks were already taken")
+            stop = ("seq_cap", seq_cap_text(self.max_num_seqs))
         else:
             stop = ("budget_spent", f"{spent} of {self.max_batch_tokens} tokens were spent")
         for sid, queue in self._backlog.items():

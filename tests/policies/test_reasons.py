@@ -101,6 +101,28 @@ class TestFcfsFamily:
         assert reasons[3] == "no_room" and reasons[4] == "head_of_line"
 
 
+def details(policy: Scheduler, code: str, *groups: list[Task]) -> set[str]:
+    """Submit the groups, take one batch, and return the details given with ``code``."""
+    policy.explaining = True
+    for group in groups:
+        assert policy.submit(group), group
+    policy.get_work()
+    return {detail for _, c, detail in policy.left_behind() or [] if c == code}
+
+
+@pytest.mark.parametrize("name", ["fcfs", "priority", "fair"])
+def test_seq_cap_detail_counts_the_cap_in_words(name: str) -> None:
+    for cap, said in ((1, "1 task was already taken"), (2, "2 tasks were already taken")):
+        p = build_policy(name, {**FCFS, "max_num_seqs": cap})
+        assert details(p, "seq_cap", [dc(1, 10)], [dc(2, 20)], [dc(3, 30)]) == {said}
+
+
+def test_prefill_first_decode_cap_detail_counts_the_cap_in_words() -> None:
+    for cap, said in ((1, "1 decode was already taken"), (2, "2 decodes were already taken")):
+        p = build_policy("prefill-first", {**PF, "max_decode_sequences": cap})
+        assert details(p, "decode_cap", [dc(1, 10)], [dc(2, 20)], [dc(3, 30)]) == {said}
+
+
 PF = {"max_batch_tokens": 8, "max_decode_sequences": 1, "max_prefill_chunk_size": 4}
 
 

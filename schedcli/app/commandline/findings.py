@@ -44,12 +44,22 @@ ThrashAfterOption = Annotated[
     ),
 ]
 
+# findings reads a trace only (a dump is refused as one), so of the shared option's two
+# cases only the partial trace is said.
+AllowPartialOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-incomplete",
+        help="Read a trace marked partial anyway: the findings of the steps it holds.",
+    ),
+]
+
 GapAfterOption = Annotated[
     int,
     typer.Option(
         "--gap-after",
         metavar="STEPS",
-        help="decode_gap: more than STEPS steps between two tokens.",
+        help="decode_gap: more than STEPS steps without a token between two tokens.",
     ),
 ]
 
@@ -63,7 +73,7 @@ def findings(
     hol_unused: HolUnusedOption = 25.0,
     thrash_after: ThrashAfterOption = 3,
     gap_after: GapAfterOption = 8,
-    allow_incomplete: o.AllowIncompleteOption = False,
+    allow_incomplete: AllowPartialOption = False,
     fmt: o.ViewFormatOption = o.ViewFormat.table,
 ) -> None:
     """Anomalies of a replay, each at the step that shows it: priority inversion,
