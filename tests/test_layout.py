@@ -250,8 +250,6 @@ def test_the_history_check_sees_the_names_it_forbids() -> None:
 # branch), the stall message the drivers write into a dump's partial record, and the
 # debugger's names for its sides.
 NAMES_FLAGS = {
-    "engine/replay.py",
-    "engine/requests/replay.py",
     "engine/levels/request/__init__.py",  # --follow
     "engine/levels/request/opened.py",  # explain --session RID
     "engine/stall.py",  # --stall-steps, in opaque_text

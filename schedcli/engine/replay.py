@@ -17,7 +17,9 @@ from ..formats.trace import Event, Line, Run, as_event
 from ..model.errors import (
     InputError,
     InvariantError,
+    Option,
     PolicyAborted,
+    Said,
     SchedcliError,
     UnfitTask,
     UsageError,
@@ -89,10 +91,10 @@ class _Located:
             f"({self._where()}): {type(e).__name__}: {e}"
         )
 
-    def _broken(self, message: str) -> InvariantError:
+    def _broken(self, message: str, *more: Said) -> InvariantError:
+        where = f"at step {self._next_step} ({self._where()})"
         return InvariantError(
-            f"policy {self.policy_name!r} broke the Scheduler contract at step "
-            f"{self._next_step} ({self._where()}): {message}"
+            f"policy {self.policy_name!r} broke the Scheduler contract {where}: {message}", *more
         )
 
     def _two_outputs(self, message: str) -> None:
@@ -171,7 +173,7 @@ class Replayer(_Located):
         self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
         self.two_output_batches = 0
         # Empty batches in a row with work queued after which a policy is stopped, where
-        # nothing proves it stuck (--stall-steps).
+        # nothing proves it stuck (the stall_steps option).
         self.stall_steps = stall_steps()
 
     # --- the rest of the driver protocol (engine/run.py, Driver) ----------------------
@@ -184,12 +186,8 @@ class Replayer(_Located):
     def nothing_checked(self) -> bool:
         return self.checked == 0 and self.outcomes_checked == 0
 
-    def nothing_to_check(self) -> str:
-        return "no get_work in this trace records an expect (record one, or drop --check)"
-
-    def unchecked_text(self) -> str:
-        total = self.get_work_events
-        return f"{total - self.checked} of {total} batches record no expect (--require-all)"
+    expect_call = "get_work"  # an expect's call, for the app's words (levels.Driver)
+    check_unit = "batches"
 
     def checked_text(self) -> str:
         said = f"checked {self.checked} of {self.get_work_events} batches"
@@ -368,7 +366,9 @@ class Replayer(_Located):
                     raise self._broken(
                         f"no batch for {empty_run} steps with work queued "
                         f"({len(self.ledger)} tasks: {_some(self.ledger.queued)}), before "
-                        f"the trace's next step {until} (--stall-steps sets how long to wait)"
+                        f"the trace's next step {until} (",
+                        Option("stall_steps"),
+                        " sets how long to wait)",
                     )
             yield step
             step += 1

@@ -311,12 +311,8 @@ class RequestReplayer:
     def nothing_checked(self) -> bool:
         return self.checked == 0
 
-    def nothing_to_check(self) -> str:
-        return "no step in this trace records an expect (record one, or drop --check)"
-
-    def unchecked_text(self) -> str:
-        total = self.check_total
-        return f"{total - self.checked} of {total} recorded calls record no expect (--require-all)"
+    expect_call = "step"  # an expect's call, for the app's words (levels.Driver)
+    check_unit = "recorded calls"
 
     def queued_count(self) -> int:
         """Requests waiting after the last step (the batch record's ``queued``)."""
