@@ -618,7 +618,7 @@ def test_the_entry_point_and_the_watch_name_the_same_variable() -> None:
 def test_the_engine_names_the_stall_bound_as_an_option_the_app_words() -> None:
     """Between a stepped trace's steps the stop names its bound as a fact
     (``Option("stall_steps")``), not as a flag; the plain words stay the same."""
-    from schedcli.engine.replay import Replayer
+    from schedcli.engine.levels.task.replay import Replayer
     from schedcli.formats.trace import Event
     from schedcli.model.errors import InvariantError, Option
     from schedcli.model.records import discard

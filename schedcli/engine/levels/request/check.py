@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ....model.task import id_key, show_id
-from ...requests.replay import RequestMismatch
 from ..facts import Difference, Failure, Row
+from .replay import RequestMismatch
 
 
 def _entries(side: dict[str, Any]) -> list[str]:

@@ -18,8 +18,8 @@ from ....model.requests import RequestScheduler
 from ....model.task import DECODE, PREFILL, Id, Task, id_key
 from ...origins import Queues
 from ...replay import Observer
-from ...requests.replay import RequestReplayer
 from .. import Level, Side, Sink, stderr_note
+from .replay import RequestReplayer
 
 if TYPE_CHECKING:
     from ...metrics import StepMetrics

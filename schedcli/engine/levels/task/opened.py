@@ -18,8 +18,9 @@ from ....model.scheduler import Scheduler
 from ....model.task import Id, Task, id_key, same_id
 from ...lockstep import twin
 from ...origins import Origins, Queues, Reached
-from ...replay import Emit, Observer, Replayer
+from ...replay import Emit, Observer
 from .. import CheckEvent, Level, Side, Sink, choose_policy
+from .replay import Replayer
 
 if TYPE_CHECKING:
     from ...metrics import StepMetrics
