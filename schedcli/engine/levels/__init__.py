@@ -120,8 +120,9 @@ class Side(Protocol):
 
 
 class Driver(Protocol):
-    """What commands ask of a replay engine at either level (``replay.Replayer``,
-    ``requests.replay.RequestReplayer``)."""
+    """What commands ask of a replay engine at either level: the one driver
+    (``engine/replay.py``'s ``ReplayDriver``) with its level's stepper (``task.replay.
+    Replayer``, ``request.replay.RequestReplayer``)."""
 
     totals: Totals
     checked: int  # recorded calls compared with their expect so far

@@ -1,5 +1,5 @@
 """The request level: a trace of arrivals, aborts and steps, replayed through a
-``RequestScheduler`` (vLLM's) by ``engine/requests/replay.py``'s ``RequestReplayer``
+``RequestScheduler`` (vLLM's) by its stepper ``replay.RequestReplayer``
 (``opened.OpenRequestTrace``). Its modules load when a request-level trace is opened."""
 
 from __future__ import annotations

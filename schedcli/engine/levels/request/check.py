@@ -1,4 +1,4 @@
-"""A request-level ``--check`` difference (``requests.replay.RequestMismatch``: the first
+"""A request-level ``--check`` difference (``replay.RequestMismatch``: the first
 step whose plan differs from its ``expect``): the facts its view draws, and its signature
 for shrink."""
 

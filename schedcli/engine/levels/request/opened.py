@@ -1,5 +1,5 @@
 """A request-level trace opened for replay (``OpenRequestTrace``): its reader, its policy,
-its engine (``engine/requests/replay.py``'s ``RequestReplayer``), and what explain asks of
+its engine (its stepper ``replay.RequestReplayer``), and what explain asks of
 its replay: a step's view and a request's life, from the engine's records and reasons."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The task level: a trace of submits, cancels, clears and get_works, replayed through a
-``Scheduler`` by ``engine/replay.py``'s ``Replayer`` (``opened.OpenTrace``)."""
+``Scheduler`` by its stepper ``replay.Replayer`` (``opened.OpenTrace``)."""
 
 from __future__ import annotations
 

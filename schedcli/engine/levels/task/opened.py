@@ -1,5 +1,5 @@
 """A task-level trace opened for replay (``OpenTrace``): its reader, its policy, its engine
-(``engine/replay.py``'s ``Replayer``), and what explain asks of its replay: a step's
+(its stepper ``replay.Replayer``), and what explain asks of its replay: a step's
 view and a task's lives, from the engine's observer."""
 
 from __future__ import annotations
