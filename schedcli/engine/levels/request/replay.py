@@ -42,6 +42,7 @@ class RequestMismatch:
 
 class RequestExpectMismatch(StepMismatch):
     level = "request"
+    mismatch: RequestMismatch
 
     def __init__(self, mismatch: RequestMismatch, trace: str) -> None:
         self.mismatch = mismatch
