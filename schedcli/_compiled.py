@@ -46,6 +46,8 @@ COMPILED_MODULES = (
     "schedcli.engine.ledger",
     "schedcli.engine.recorded",
     "schedcli.engine.replay",
+    "schedcli.engine.levels.task.replay",
+    "schedcli.engine.levels.request.replay",
     "schedcli.engine.lockstep",
     "schedcli.engine.metrics",
     "schedcli.engine.flight",

@@ -245,14 +245,9 @@ def test_the_history_check_sees_the_names_it_forbids() -> None:
         assert not _named_by_history(Path(f"tests/{stem}.py")), stem
 
 
-# Strings in engine/ and model/ that still name a flag, each for a later pass: the two
-# replay drivers (being merged into one on another branch), the level's words (its
-# branch), the stall message the drivers write into a dump's partial record, and the
-# debugger's names for its sides.
-NAMES_FLAGS = {
-    "engine/replay.py",
-    "engine/requests/replay.py",
-}
+# Strings in engine/ and model/ that may name a flag: none (the engine names an option as
+# a fact, model.errors.Option, and the app words it).
+NAMES_FLAGS: set[str] = set()
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[pP]\b)")
 
 

@@ -20,9 +20,11 @@ from schedcli.catalog import REQUEST_POLICIES
 from schedcli.engine.ledger import Totals
 from schedcli.engine.levels import table
 from schedcli.engine.levels.task import TaskLevel
+from schedcli.engine.replay import ReplayDriver
+from schedcli.engine.run import open_replay
 from schedcli.formats import schema
 from schedcli.kit import MAX_BATCH_TOKENS
-from schedcli.model.records import Record
+from schedcli.model.records import Record, discard
 from schedcli.policies import BUILTIN_POLICIES
 from tests.helpers import TRACES, run_cli
 
@@ -202,6 +204,9 @@ def test_a_level_is_one_package_and_one_line_in_levels(
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout == run_cli("replay", str(task), "-f", "jsonl").stdout
     assert table.level_of_file(str(toy)).name == "toy"
+    with open_replay(str(toy)) as opened:  # its engine is the one driver, with a stepper
+        assert opened.level.name == "toy"
+        assert isinstance(opened.replayer(discard), ReplayDriver)
     listed = run_cli("validate", str(toy))
     assert listed.returncode == 0, listed.stderr
 

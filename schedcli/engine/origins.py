@@ -6,8 +6,12 @@ of a replay that may run two million steps to reach the one asked about.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..model.task import Task
-from .replay import Replayer
+
+if TYPE_CHECKING:
+    from .levels.task.replay import Replayer
 
 
 class Reached(Exception):

@@ -79,6 +79,7 @@ class Mismatch:
 
 class ExpectMismatch(StepMismatch):
     level: ClassVar[str] = "task"
+    mismatch: Mismatch
 
     def __init__(self, mismatch: Mismatch, trace: str) -> None:
         self.mismatch = mismatch

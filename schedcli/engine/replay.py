@@ -1,44 +1,31 @@
-"""The replay driver: feeds trace events to a policy and emits one record per thing that happened.
+"""The replay driver, one for every level: feeds a trace's inputs to a policy, runs the
+drain after them, holds two replays in lockstep and closes with the end's accounting.
 
-The driver owns the loop; the step clock (clock.py) says when get_work is due, and the
-ledger (ledger.py) checks every answer of the policy, so a policy that loses a task,
-returns one twice or breaks a session rule is caught where it happens (exit 3).
-The records are the dump of docs/trace-format.md.
+A level's stepper (``engine/levels/<level>/replay.py``, a subclass) says only what
+differs: how an input is applied to its policy (``apply``), what one step of a drain is
+(``step_once``), how a stall and its stuck work are worded, and its end record
+(``account``). The loop, the stops (the stall watch after the trace, the bound between a
+stepped trace's steps) and lockstep are written here once. The records are the dump of
+docs/trace-format.md.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
-from ..formats.step_lines import StepLines
-from ..formats.trace import Event, Line, Run, as_event
-from ..model.errors import (
-    InputError,
-    InvariantError,
-    PolicyAborted,
-    SchedcliError,
-    UnfitTask,
-    UsageError,
-)
-from ..model.records import Left, Record, discard
-from ..model.scheduler import Scheduler
-from ..model.task import Id, Task, same_id, show_id
-from .clock import EXPLICIT, PLAIN, STEPPED, StepClock
-from .ledger import Ledger, Totals
-from .lockstep import few_collections, twin
-from .recorded import (
-    ExpectMismatch,
-    Mismatch,
-    OutcomeMismatch,
-    RecordingRaised,
-    raised_in,
-    recorded_rejection,
-)
-from .stall import Repeat, Watch, opaque_text, repeat_text, stall_steps, stuck_text, tasks_stuck
+from ..model.errors import InvariantError, Option, Said, UsageError
+from ..model.records import Left, Record
+from ..model.task import Task
+from .clock import EXPLICIT, PLAIN, STEPPED
+from .ledger import Totals
+from .lockstep import few_collections
+from .recorded import OutcomeMismatch, RecordingRaised
+from .stall import Repeat, Watch, opaque_said, repeat_text, stall_steps
 
 Emit = Callable[[Record], None]
+Runs = Iterable[tuple[int, Iterable[Any]]]  # runs of inputs, each with its first line
 
 # Warnings of one kind shown before the rest are only counted.
 WARNINGS_SHOWN: Final = 10
@@ -61,411 +48,167 @@ class Observer(Protocol):
     def rejected(self, tasks: list[Task], step: int, reason: str) -> None: ...
 
 
-def _stderr_warning(message: str) -> None:
+def stderr_warning(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-class _Located:
-    """Failures and warnings, named for the policy and located at the step and line."""
+class ReplayDriver:
+    """Drives one policy through one trace's inputs: ``apply`` each (``run``), then
+    ``close``. A level's stepper subclasses it and fills in the methods marked as its."""
 
-    policy_name: str
-    clock: StepClock
-    two_output_batches: int
-    _warn: Callable[[str], None]
-    _line: int
-    _next_step: int
-
-    def _where(self) -> str:
-        return f"line {self._line}" if self._line else "the end of the trace"
-
-    def _crash(self, call: str, e: Exception) -> SchedcliError:
-        if isinstance(e, PolicyAborted):
-            return self._broken(f"{call}: {e}")
-        if isinstance(e, UnfitTask):
-            where = self.clock.trace_name
-            return InputError(where, self._line or None, f"{e} (policy {self.policy_name!r})")
-        return PolicyCrashed(
-            f"policy {self.policy_name!r} raised in {call} at step {self._next_step} "
-            f"({self._where()}): {type(e).__name__}: {e}"
-        )
-
-    def _broken(self, message: str) -> InvariantError:
-        return InvariantError(
-            f"policy {self.policy_name!r} broke the Scheduler contract at step "
-            f"{self._next_step} ({self._where()}): {message}"
-        )
-
-    def _two_outputs(self, message: str) -> None:
-        self.two_output_batches += 1
-        if self.two_output_batches <= WARNINGS_SHOWN:
-            self._warn(
-                f"warning: step {self._next_step} ({self._where()}): {message} "
-                f"(policy {self.policy_name!r} keeps the reference's behaviour)"
-            )
-
-
-class Replayer(_Located):
-    """Drives one policy through one trace's events: ``feed`` each, then ``close``."""
+    # What a check compares, for the app's words (levels.Driver): the call an expect is
+    # recorded on, and what the calls compared are counted as.
+    expect_call = ""
+    check_unit = ""
 
     def __init__(
         self,
-        policy: Scheduler,
+        policy_name: str,
         emit: Emit,
+        totals: Totals,
         *,
-        policy_name: str = "",
-        trace_name: str = "<trace>",
-        check: bool = False,
-        drain: bool = False,
-        on_step: Callable[[int], None] | None = None,
-        observer: Observer | None = None,
-        warn: Callable[[str], None] | None = None,
-        on_left: Callable[[int, Left], None] | None = None,
-        recorded_outcomes: bool = False,
-        dump: StepLines | None = None,
-        allow_incomplete: bool = False,
-        inputs: Callable[[], Iterable[Run]] = tuple,
-        before_close: Callable[[], None] | None = None,
+        check: bool,
+        drain: bool,
+        on_step: Callable[[int], None] | None,
+        observer: Observer | None,
+        on_left: Callable[[int, Left], None] | None,
+        inputs: Callable[[], Runs],
+        before_close: Callable[[], None] | None,
     ) -> None:
-        """``inputs``: the lines of the trace it replays (``replay``, ``lockstep``), read
-        when called; ``before_close`` runs after the last of them (and may refuse).
-        ``recorded_outcomes``: the trace is a recording that marks every rejected submit
-        (``meta.rejected``), so under ``check`` an unmarked submit must be accepted. Under
-        ``check``, a call the recorded scheduler raised in (``meta.raised``) fails the
-        check, unless ``allow_incomplete``.
-        ``dump``: the JSONL dump is the only output, and takes each batch's step record
-        from the batch itself (``emit`` gets the other records)."""
-        self.policy = policy
-        self._inputs = inputs
-        self._before_close = before_close
-        self.dump = dump
-        self._listing = dump is None and emit is not discard  # step records are wanted
-        self.recorded_outcomes = recorded_outcomes
-        # Why tasks were left behind, after every batch: asked of the policy only when
-        # someone listens, since collecting reasons costs the policy a pass over its queue.
-        self.on_left = on_left
-        if on_left is not None:
-            policy.explaining = True
-        self.observer = observer
+        """``inputs``: the runs of the trace it replays (``replay``, ``lockstep``), read
+        when called; ``before_close`` runs after the last of them (and may refuse)."""
+        self.policy_name = policy_name
         self.emit = emit
-        self.policy_name = policy_name or type(policy).__name__
+        self.totals = totals
         self.check = check
-        self._check_raised = check and not allow_incomplete
         self.drain = drain
         self.on_step = on_step
-        self._warn = warn or _stderr_warning
-        self.totals = Totals(budget=policy.token_budget)
-        self.clock = StepClock(trace_name)
-        self.ledger = Ledger(
-            self._broken,
-            self._two_outputs,
-            budget=policy.token_budget,
-            two_outputs_fatal=policy.one_output_per_session,
-        )
-        self._line = 0
-        self._next_step = 0
-        # The step of the last get_work while nothing has changed the queue since, so the
-        # policy's left_behind() still speaks of it; -1 once a submit, cancel or clear has.
+        self.observer = observer
+        self.on_left = on_left
+        self._inputs = inputs
+        self._before_close = before_close
+        self.checked = 0  # recorded calls compared with their expect
+        # The step of the last batch while nothing has changed the policy since, so its
+        # left_behind() still speaks of it; -1 once something has.
         self.last_batch_step = -1
-        self.checked = 0  # batches compared with a recorded expect
-        self.get_work_events = 0  # get_work events read (explicit mode)
-        self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
-        self.two_output_batches = 0
         # Empty batches in a row with work queued after which a policy is stopped, where
-        # nothing proves it stuck (--stall-steps).
+        # nothing proves it stuck (the stall_steps option).
         self.stall_steps = stall_steps()
 
-    # --- the rest of the driver protocol (engine/run.py, Driver) ----------------------
+    # --- the level's (its stepper overrides each) ---------------------------------------
 
-    @property
-    def check_total(self) -> int:  # what --check could compare: get_work events
-        return self.get_work_events
+    def apply(self, item: Any, line: int) -> None:
+        """One input, read at ``line``, applied to the policy."""
+        raise NotImplementedError
 
-    @property
-    def nothing_checked(self) -> bool:
-        return self.checked == 0 and self.outcomes_checked == 0
+    def moves_steps(self, item: Any) -> bool:
+        """Whether applying ``item`` may run steps before its call (``applying``)."""
+        return False
 
-    def nothing_to_check(self) -> str:
-        return "no get_work in this trace records an expect (record one, or drop --check)"
+    def applying(self, item: Any, line: int) -> Iterator[int]:
+        """``apply`` of an item that ``moves_steps``, pausing after each step it runs."""
+        self.apply(item, line)
+        yield from ()
 
-    def unchecked_text(self) -> str:
-        total = self.get_work_events
-        return f"{total - self.checked} of {total} batches record no expect (--require-all)"
+    def has_work(self) -> bool:
+        raise NotImplementedError
 
-    def checked_text(self) -> str:
-        said = f"checked {self.checked} of {self.get_work_events} batches"
-        if self.outcomes_checked:
-            said += f" and {self.outcomes_checked} submit outcomes"
-        return said
+    def step_once(self, step: int) -> tuple[bool, bool]:
+        """One step of a drain, numbered ``step``: whether it made progress, and whether
+        its batch was empty."""
+        raise NotImplementedError
 
-    def queued_count(self) -> int:
-        return len(self.ledger.queued)
+    def watch(self) -> Watch:
+        """The stall watch of a drain after the trace."""
+        raise NotImplementedError
 
-    def level_summary(self) -> dict[str, object]:  # the task level adds nothing to metrics
-        return {}
+    def stuck(self) -> str:
+        """The work still queued and why, for a stop."""
+        raise NotImplementedError
 
-    def left_behind(self) -> Left:
-        return self.policy.left_behind()
+    def held_text(self) -> str:
+        """How much work is queued, and the first few of it."""
+        raise NotImplementedError
 
-    @property
-    def queued(self) -> dict[Id, Task]:
-        """Accepted tasks not yet returned, in acceptance order."""
-        return self.ledger.queued
+    def broken(self, message: str, *more: Said) -> InvariantError:
+        """The policy broke the level's contract, where the replay stands."""
+        raise NotImplementedError
 
-    @property
-    def current_line(self) -> int:
-        """The trace line being applied (0 after the last one)."""
-        return self._line
-
-    @property
-    def upcoming_step(self) -> int:
-        """The step number the next get_work will have (events are shown against it)."""
-        return self._next_step
-
-    def _has_work(self) -> bool:
-        try:
-            answer = self.policy.has_work()
-        except Exception as e:
-            raise self._crash("has_work", e) from e
-        if answer != bool(self.ledger.queued):
-            raise self._broken(
-                f"has_work() is {answer} but {len(self.ledger)} accepted tasks are queued"
-                + (f" (tasks: {_some(self.ledger.queued)})" if self.ledger.queued else "")
-            )
-        return answer
-
-    # --- one call each ------------------------------------------------------------------
-
-    def submit(self, event: Event) -> None:
-        self._submit(event.tasks or [], event.line, event.meta)
-
-    def _submit(self, tasks: list[Task], line: int, meta: object = None) -> None:
-        self.last_batch_step = -1
-        try:
-            reason = self.policy.try_submit(tasks)
-        except Exception as e:
-            raise self._crash("submit", e) from e
-        if self.check:
-            self._check_outcome(line, meta, reason)
-        totals = self.totals
-        if reason is None:
-            self.ledger.accept(tasks)
-            totals.accepted += len(tasks)
-            if self.observer is not None:
-                self.observer.accepted(tasks, self._next_step)
-            return
-        totals.rejected += 1
-        totals.rejected_tasks += len(tasks)
-        if self.observer is not None:
-            self.observer.rejected(tasks, self._next_step, str(reason))
-        self.emit(
-            {
-                "line": line,
-                "op": "submit",
-                "accepted": False,
-                "tids": [t.tid for t in tasks],
-                "sids": list(dict.fromkeys(t.sid for t in tasks)),
-                "reason": str(reason),
-            }
+    def waited(self, empty_run: int, until: int) -> InvariantError:
+        """No batch for ``empty_run`` steps with work queued, before step ``until``."""
+        return self.broken(
+            f"no batch for {empty_run} steps with work queued ({self.held_text()}), before "
+            f"the trace's next step {until} (",
+            Option("stall_steps"),
+            " sets how long to wait)",
         )
 
-    def _check_outcome(self, line: int, meta: object, reason: str | None) -> None:
-        recorded = recorded_rejection(meta)
-        if recorded is None and not self.recorded_outcomes:
-            return  # this trace does not say whether the submit was accepted
-        self.outcomes_checked += 1
-        if (recorded is None) != (reason is None):
-            replayed = None if reason is None else str(reason)
-            raise OutcomeMismatch(self.clock.trace_name, line, recorded, replayed)
+    def closing(self) -> Iterator[int]:
+        """The drain the level asks for after the last input, yielding each step."""
+        raise NotImplementedError
 
-    def cancel(self, event: Event) -> None:
-        sid = event.sid
-        assert sid is not None  # the reader never builds a cancel without one
-        self.last_batch_step = -1
-        try:
-            dropped = self.policy.cancel(sid)
-        except Exception as e:
-            raise self._crash("cancel", e) from e
-        self.ledger.cancelled(sid, dropped)
-        self.totals.cancelled += len(dropped)
-        if self.observer is not None:
-            self.observer.dropped(dropped, self._next_step)
-        self.emit(
-            {"line": event.line, "op": "cancel", "sid": sid, "dropped": [t.tid for t in dropped]}
-        )
+    def account(self) -> Record:
+        """The end's accounting (every accepted task dispatched, cancelled or reported
+        still queued, or the contract broken): the end record."""
+        raise NotImplementedError
 
-    def clear(self, event: Event) -> None:
-        self.last_batch_step = -1
-        try:
-            dropped = self.policy.clear()
-        except Exception as e:
-            raise self._crash("clear", e) from e
-        self.ledger.cleared(dropped)
-        self.totals.cancelled += len(dropped)
-        if self.observer is not None:
-            self.observer.dropped(dropped, self._next_step)
-        self.emit({"line": event.line, "op": "clear", "dropped": [t.tid for t in dropped]})
+    # --- the loop, written once ------------------------------------------------------
 
-    def get_work(self, step: int, event: Event | None = None) -> int:
-        """One get_work call recorded as ``step``; returns the batch size."""
-        self._next_step = step
-        try:
-            batch = self.policy.get_work()
-        except Exception as e:
-            raise self._crash("get_work", e) from e
-        tokens, entries = self.ledger.dispatched(batch, self._listing)
-        totals = self.totals
-        totals.steps += 1
-        totals.dispatched += len(batch)
-        totals.tokens += tokens
-        if tokens > totals.peak_tokens:
-            totals.peak_tokens = tokens
-        self._next_step = step + 1
-        self.last_batch_step = step
-        if self.observer is not None:
-            self.observer.dispatched(batch, step)
-        if self.on_left is not None:
-            self.on_left(step, self.policy.left_behind())
-        if event is not None:
-            self.get_work_events += 1
-        if self.check and event is not None and event.expect is not None:
-            self.checked += 1
-            if not _same_ids([t.tid for t in batch], event.expect):
-                queued = dict(self.ledger.queued)
-                left = self.policy.left_behind()  # this batch's reasons, while they hold
-                mismatch = Mismatch(step, event.line, event.expect, batch, queued, left)
-                raise ExpectMismatch(mismatch, self.clock.trace_name)
-        if self._listing:
-            self.emit(
-                {"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)}
-            )
-        elif self.dump is not None:
-            self.dump.write(step, batch, tokens, len(self.ledger))
-        if self.on_step is not None:
-            self.on_step(step)
-        return len(batch)
-
-    # --- the loop -----------------------------------------------------------------------
-
-    def _draining(self, step: int, until: int | None = None) -> Iterator[int]:
-        """Call get_work while work is queued (and step < until), yielding each step. After
-        the trace (``until`` None), a policy that stalls or cycles is found as it shows."""
-        watch = Watch(self.policy, name=self.policy_name) if until is None else None
-        # Between events (``until``): something is still to come, so nothing is proven;
+    def draining(self, step: int, until: int | None = None) -> Iterator[int]:
+        """Steps while work is queued (and step < until), yielding each. After the trace
+        (``until`` None), a policy that stalls or cycles is found as it shows."""
+        watch = self.watch() if until is None else None
+        # Between inputs (``until``): something is still to come, so nothing is proven;
         # what was seen is said, at the bound.
         empty_run = 0
-        while (until is None or step < until) and self._has_work():
-            if self.get_work(step):
+        while (until is None or step < until) and self.has_work():
+            progress, empty = self.step_once(step)
+            if progress:
                 empty_run = 0
                 if watch is not None:
                     watch.busy()
             elif watch is not None:
-                found = watch.quiet(step, True)
+                found = watch.quiet(step, empty)
                 if found is not None or watch.given_up():
-                    raise self._broken(self._stall(found, watch))
+                    raise self.stalled(found, watch)
             else:
                 empty_run += 1
-                if empty_run >= self.stall_steps:
-                    raise self._broken(
-                        f"no batch for {empty_run} steps with work queued "
-                        f"({len(self.ledger)} tasks: {_some(self.ledger.queued)}), before "
-                        f"the trace's next step {until} (--stall-steps sets how long to wait)"
-                    )
+                if until is not None and empty_run >= self.stall_steps:
+                    raise self.waited(empty_run, until)
             yield step
             step += 1
 
-    def _stall(self, found: Repeat | None, watch: Watch) -> str:
-        """Why the drain stops: the finding, and each task still queued with its reason."""
-        stuck = tasks_stuck(self.policy, list(self.ledger.queued))
+    def stalled(self, found: Repeat | None, watch: Watch) -> InvariantError:
+        """Why the drain stops: the finding, and the work still queued with its reasons."""
+        stuck = self.stuck()
         if found is not None:
-            return repeat_text(found, stuck)
-        return opaque_text(watch, stuck)
-
-    def _advancing(self, event: Event) -> Iterator[int]:
-        """Stepped traces: run the steps an event's step number moves past, yielding each."""
-        moved = self.clock.advance(event)
-        if moved is not None:
-            old, new = moved
-            if self._has_work():
-                self.get_work(old)
-                yield old
-            yield from self._draining(old + 1, until=new)
-            self._line = event.line
-        if self.clock.mode is not EXPLICIT:
-            self._next_step = self.clock.final_step
-
-    def feed(self, event: Event) -> None:
-        """Apply one event, calling get_work where the step mode says."""
-        self._line = event.line
-        if self._check_raised and event.meta is not None:
-            raised = raised_in(event.meta)
-            if raised is not None:
-                raise RecordingRaised(self.clock.trace_name, event.line, event.op, raised)
-        if event.op == "get_work":
-            self.get_work(self.clock.get_work_step(event), event)
-            return
-        if event.step is not None or self.clock.current is None:
-            for _ in self._advancing(event):
-                pass
-        self._call(event)
-
-    def _call(self, event: Event) -> None:
-        op = event.op
-        if op == "submit":
-            self.submit(event)
-        elif op == "cancel":
-            self.cancel(event)
-        else:
-            self.clear(event)
-
-    def apply(self, item: Line, line: int) -> None:
-        """One trace line as the reader hands it on: ``feed``, with a submit that has no
-        step taken straight to the policy once the step clock has started (the clock has
-        nothing to do for it)."""
-        self._line = line
-        if isinstance(item, list):
-            if self.clock.current is None:
-                self.feed(as_event(item, line))
-            else:
-                self._submit(item, line)
-        elif (
-            item.op == "submit"
-            and item.step is None
-            and self.clock.current is not None
-            and (item.meta is None or not self._check_raised)
-        ):
-            self._submit(item.tasks or [], line, item.meta)
-        else:
-            self.feed(item)
-
-    def moves_steps(self, item: Line) -> bool:
-        """Whether applying ``item`` may run steps before its call (a stepped event)."""
-        return (
-            isinstance(item, Event)
-            and item.op != "get_work"
-            and (item.step is not None or self.clock.current is None)
-        )
-
-    def applying(self, item: Line, line: int) -> Iterator[int]:
-        """``apply`` of an item that ``moves_steps``, pausing after each batch of the steps
-        it moves past, so that ``diff`` can hold two policies at the same step (their
-        reasons still speak of it)."""
-        assert isinstance(item, Event)
-        self._line = line
-        yield from self._advancing(item)
-        self._call(item)
+            return self.broken(repeat_text(found, stuck))
+        head, *more = opaque_said(watch, stuck)
+        return self.broken(str(head), *more)
 
     def replay(self) -> Totals:
-        """Every line of the trace it is bound to (``inputs``), then close."""
+        """Every input of the trace it is bound to (``inputs``), then close."""
         return self.run(self._inputs(), self._before_close)
 
-    def lockstep(self, other: Replayer, after_each: Callable[[], None]) -> None:
-        """Every line here and a copy to ``other`` (a sibling's), then close both; ``after_each``
-        after each run of lines. Steps a line (or the close) runs are taken in turns, so each
-        batch is compared while both policies still stand at its step."""
+    def run(self, runs: Runs, before_close: Callable[[], None] | None = None) -> Totals:
+        """Apply every input, then (after ``before_close``, which may refuse) close."""
+        with few_collections():
+            for line, items in runs:
+                for item in items:
+                    self.apply(item, line)  # a native call to the task level's (compiled)
+                    line += 1
+        if before_close is not None:
+            before_close()
+        return self.close()
+
+    def lockstep(self, other: ReplayDriver, after_each: Callable[[], None]) -> None:
+        """Every input here and a copy to ``other`` (a sibling's), then close both;
+        ``after_each`` after each run of inputs. Steps an input (or the close) runs are
+        taken in turns, so each batch is compared while both policies stand at its step."""
         with few_collections():
             for line, items in self._inputs():
                 for item in items:
-                    copy = twin(item)
+                    copy = self.twin(item)
                     if self.moves_steps(item) or other.moves_steps(copy):
                         _in_turns(self.applying(item, line), other.applying(copy, line))
                     else:
@@ -479,97 +222,20 @@ class Replayer(_Located):
         self.finish()
         other.finish()
 
-    def run(self, runs: Iterable[Run], before_close: Callable[[], None] | None = None) -> Totals:
-        """Replay every line, then (after ``before_close``, which may refuse) close."""
-        with few_collections():
-            for line, items in runs:
-                for item in items:
-                    self.apply(item, line)
-                    line += 1
-        if before_close is not None:
-            before_close()
-        return self.close()
+    def twin(self, item: Any) -> Any:
+        """``item`` as a second policy is fed it (its own copy where it may change it)."""
+        return item
 
     def close(self) -> Totals:
-        """After the last event: drain as the mode says, then account."""
+        """After the last input: drain as the level says, then account."""
         for _ in self.closing():
             pass
         self.finish()
         return self.totals
 
-    def closing(self) -> Iterator[int]:
-        """The drain the mode asks for after the last event, yielding each step; then
-        ``finish``."""
-        self._line = 0
-        clock = self.clock
-        self.totals.mode = clock.mode
-        if clock.mode is EXPLICIT:
-            if self.drain:
-                yield from self._draining(clock.next_explicit)
-        else:
-            step = clock.final_step
-            if self._has_work():
-                self.get_work(step)
-                yield step
-            yield from self._draining(step + 1)
-
     def finish(self) -> None:
-        """The accounting check: every accepted task dispatched, cancelled or queued."""
-        hidden = self.two_output_batches - WARNINGS_SHOWN
-        if hidden > 0:
-            self._warn(f"warning: and {hidden} more times a batch owed a session two outputs")
-        self._has_work()
-        if self.ledger.queued:
-            self._still_held()
-        self.ledger.account(self.totals)
-        self.emit(self.totals.end_record())
-
-    def _still_held(self) -> None:
-        """Tasks still queued at the end must still be in the policy, not forgotten by it:
-        the policy is asked for batches (shown nowhere) until each has come back. One it
-        never returns, while has_work() says there is none, or while it gives none and
-        its state is unchanged (or --stall-steps empty batches in a row, where nothing
-        proves that), was lost (the contract broken, with or without --drain)."""
-        waiting = dict(self.ledger.queued)
-        self.last_batch_step = -1  # the policy is about to move past its last batch
-        watch = Watch(self.policy, name=self.policy_name)
-        step = self.clock.final_step
-        while waiting:
-            try:
-                more = self.policy.has_work()
-                batch = self.policy.get_work() if more else []
-            except Exception as e:
-                raise self._crash("get_work (after the trace, for the tasks it holds)", e) from e
-            if not more:
-                raise self._broken(
-                    "has_work() is False while tasks it accepted were never returned: asked "
-                    f"for batches after the trace, it lost them (tasks: {_some(waiting)})"
-                )
-            self.ledger.held_back(waiting, batch)
-            if batch:
-                watch.busy()
-                continue
-            step += 1
-            found = watch.quiet(step, True)
-            if found is not None or watch.given_up():
-                why = (
-                    "gives none, its state "
-                    + ("unchanged" if found.stalled else "repeating")
-                    + ": it never will"
-                    if found is not None
-                    else f"gave none in {watch.empty_run} calls in a row, and "
-                    f"{watch.reason()}; whether it ever would is not known"
-                )
-                raise self._broken(
-                    "tasks it accepted are still queued at the end, and asked for batches "
-                    f"after the trace, it {why}. Stuck: {stuck_text(list(waiting), (), 'task')}"
-                )
-
-
-def _some(tasks: dict[Id, Task]) -> str:
-    """The first few tids of ``tasks``, and how many more."""
-    shown = ", ".join(show_id(tid) for tid in list(tasks)[:5])
-    return shown + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+        """The accounting check, and the end record."""
+        self.emit(self.account())
 
 
 def _in_turns(steps_a: Iterator[int], steps_b: Iterator[int]) -> None:
@@ -582,10 +248,6 @@ def _in_turns(steps_a: Iterator[int], steps_b: Iterator[int]) -> None:
             done_b = next(steps_b, None) is None
 
 
-def _same_ids(got: list[Id], expected: list[Id]) -> bool:
-    return len(got) == len(expected) and all(map(same_id, got, expected))
-
-
 __all__ = [
     "EXPLICIT",
     "PLAIN",
@@ -593,8 +255,9 @@ __all__ = [
     "Emit",
     "Observer",
     "OutcomeMismatch",
+    "PolicyCrashed",
     "Record",
     "RecordingRaised",
-    "Replayer",
+    "ReplayDriver",
     "Totals",
 ]

@@ -271,12 +271,6 @@ def opaque_said(watch: Watch, stuck: str) -> tuple[Said, ...]:
     )
 
 
-def opaque_text(watch: Watch, stuck: str) -> str:
-    """``opaque_said`` as one string, the option in its own spelling (``str(Option)``,
-    the app's): for a caller that builds its message as a string."""
-    return "".join(map(str, opaque_said(watch, stuck)))
-
-
 def tasks_stuck(policy: Any, queued: Sequence[Id]) -> str:
     """A task-level policy's stuck tasks, each with the reason it gives when asked again."""
     return stuck_text(queued, explained(policy, policy.get_work), "task")

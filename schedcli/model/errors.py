@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar, Protocol
 
 
 class Option:
@@ -105,12 +105,23 @@ class CheckFailed(SchedcliError):
     located = False  # True where the message starts FILE:LINE (said as it is)
 
 
+class Mismatched(Protocol):
+    """What every level's mismatch says (each level's own class says more, for its
+    views): the step that differs and the trace line that recorded its expect."""
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def line(self) -> int: ...
+
+
 class StepMismatch(CheckFailed):
     """A replay's step differs from the trace's recorded ``expect``, at either level:
-    ``mismatch`` holds what the views draw."""
+    ``mismatch`` holds what the views draw (each level's subclass narrows its type)."""
 
     located = True  # its message starts FILE:LINE
-    mismatch: Any
+    mismatch: Mismatched
     level: ClassVar[str]  # the name of the level whose replay found it (engine/levels/table.py)
 
 

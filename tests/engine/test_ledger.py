@@ -123,7 +123,7 @@ def test_ledger_accepts_every_honest_answer_and_catches_a_kept_task_at_its_cance
 
 
 def test_a_replay_whose_records_nobody_reads_still_counts_and_catches_a_breach() -> None:
-    from schedcli.engine.replay import Replayer
+    from schedcli.engine.levels.task.replay import Replayer
     from schedcli.model.records import discard
     from tests.plugin_policies import DoublesDispatch, OnePerBatch
 

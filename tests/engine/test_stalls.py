@@ -635,3 +635,20 @@ def test_an_opaque_policy_stopped_at_the_bound_is_told_which_option_sets_it(
     )
     r = cli("replay", _trace(tmp_path, 1), "-p", PLUGIN + "OpaqueWaits", "--drain", "-o", "-")
     assert r.code == 3 and f"its fingerprint() is None; {said}task 0" in r.stderr
+
+
+def test_the_engine_names_the_stall_bound_as_an_option_the_app_words() -> None:
+    """Between a stepped trace's steps the stop names its bound as a fact
+    (``Option("stall_steps")``), not as a flag; the plain words stay the same."""
+    from schedcli.engine.levels.task.replay import Replayer
+    from schedcli.formats.trace import Event
+    from schedcli.model.errors import InvariantError, Option
+    from schedcli.model.records import discard
+
+    engine = Replayer(stalls.OddState(resume=0), discard, policy_name="odd")
+    first = Event("submit", line=1, step=0, tasks=[Task(1, 1, DECODE, 1)])
+    later = Event("submit", line=2, step=5000, tasks=[Task(2, 2, DECODE, 1)])
+    with pytest.raises(InvariantError) as stopped:
+        engine.run([(1, [first, later])])
+    assert Option("stall_steps") in stopped.value.parts
+    assert "(--stall-steps sets how long to wait)" in str(stopped.value)

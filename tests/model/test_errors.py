@@ -53,3 +53,22 @@ def test_every_option_the_engine_names_is_a_flag_of_the_command_line() -> None:
     assert (
         sorted(n for n in names if n != "policy" and str(Option(n)) != flag_text(Option(n))) == []
     )
+
+
+def test_a_step_mismatch_says_its_step_and_line_at_every_level_typed() -> None:
+    """``StepMismatch.mismatch`` is typed (``Mismatched``: its step and line), not Any;
+    each level's own mismatch gives both as its views read them."""
+    import typing
+
+    from schedcli.engine.levels.request.replay import RequestExpectMismatch, RequestMismatch
+    from schedcli.engine.recorded import ExpectMismatch, Mismatch
+    from schedcli.model import errors
+
+    hints = typing.get_type_hints(errors.StepMismatch)
+    assert hints["mismatch"] is errors.Mismatched
+    task = ExpectMismatch(Mismatch(4, 9, [1], [], {}), "t.jsonl")
+    request = RequestExpectMismatch(RequestMismatch(5, 11, {}, {}, [], []), "r.jsonl")
+    for error, step, line in ((task, 4, 9), (request, 5, 11)):
+        said: errors.Mismatched = error.mismatch
+        assert (said.step, said.line) == (step, line)
+        assert str(error).startswith(f"{'tr'[step - 4]}.jsonl:{line}: step {step} differs")

@@ -16,6 +16,7 @@ from ...model.errors import (
     CheckFailed,
     InputError,
     InvariantError,
+    Option,
     SchedcliError,
     StepMismatch,
     UsageError,
@@ -307,10 +308,13 @@ def _check_coverage(
     """What ``--check`` compared, said; nothing compared is bad input, and a recorded call
     left unchecked fails ``--require-all``."""
     if engine.nothing_checked:
-        raise InputError(name, None, f"nothing to check: {engine.nothing_to_check()}")
+        nothing = f"no {engine.expect_call} in this trace records an expect (record one, or drop "
+        raise InputError(name, None, ("nothing to check: ", nothing, Option("check"), ")"))
     err().print(f"{name}: {engine.checked_text()}", soft_wrap=True, highlight=False)
     if req.require_all and engine.checked < engine.check_total:
-        raise CheckFailed(f"{name}: {engine.unchecked_text()}")
+        total = engine.check_total
+        unchecked = f"{total - engine.checked} of {total} {engine.check_unit} record no expect ("
+        raise CheckFailed(f"{name}: {unchecked}", Option("require_all"), ")")
 
 
 def _said_checked(

@@ -120,8 +120,9 @@ class Side(Protocol):
 
 
 class Driver(Protocol):
-    """What commands ask of a replay engine at either level (``replay.Replayer``,
-    ``requests.replay.RequestReplayer``)."""
+    """What commands ask of a replay engine at either level: the one driver
+    (``engine/replay.py``'s ``ReplayDriver``) with its level's stepper (``task.replay.
+    Replayer``, ``request.replay.RequestReplayer``)."""
 
     totals: Totals
     checked: int  # recorded calls compared with their expect so far
@@ -139,9 +140,8 @@ class Driver(Protocol):
     @property
     def nothing_checked(self) -> bool: ...
 
-    def nothing_to_check(self) -> str: ...  # why --check had nothing, for its error
-
-    def unchecked_text(self) -> str: ...  # --require-all's failure
+    expect_call: str  # the recorded call an expect is on ("get_work"), for the app's words
+    check_unit: str  # what the calls a check compares are counted as ("batches")
 
     def checked_text(self) -> str: ...  # "checked N of M <unit>", said by replay and check
 

@@ -1,5 +1,5 @@
 """The request level: a trace of arrivals, aborts and steps, replayed through a
-``RequestScheduler`` (vLLM's) by ``engine/requests/replay.py``'s ``RequestReplayer``
+``RequestScheduler`` (vLLM's) by its stepper ``replay.RequestReplayer``
 (``opened.OpenRequestTrace``). Its modules load when a request-level trace is opened."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ...requests.simulate import OnPreempt, OnStep
     from ...results import SimResult
     from ..facts import Difference, Failure, TimedStep
+    from .replay import RequestExpectMismatch
 
 
 class RequestLevel:
@@ -101,12 +102,12 @@ class RequestLevel:
     def difference(self, error: StepMismatch) -> Difference:
         from .check import difference
 
-        return difference(error.mismatch)
+        return difference(cast("RequestExpectMismatch", error).mismatch)
 
     def failure(self, error: StepMismatch) -> Failure | None:
         from .check import failure
 
-        return failure(error.mismatch)
+        return failure(cast("RequestExpectMismatch", error).mismatch)
 
     def timed_steps(self, path: str) -> tuple[list[TimedStep], int]:
         from .fit import timed_steps

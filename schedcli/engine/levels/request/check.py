@@ -1,4 +1,4 @@
-"""A request-level ``--check`` difference (``requests.replay.RequestMismatch``: the first
+"""A request-level ``--check`` difference (``replay.RequestMismatch``: the first
 step whose plan differs from its ``expect``): the facts its view draws, and its signature
 for shrink."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ....model.task import id_key, show_id
-from ...requests.replay import RequestMismatch
 from ..facts import Difference, Failure, Row
+from .replay import RequestMismatch
 
 
 def _entries(side: dict[str, Any]) -> list[str]:

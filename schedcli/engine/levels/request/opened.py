@@ -1,5 +1,5 @@
 """A request-level trace opened for replay (``OpenRequestTrace``): its reader, its policy,
-its engine (``engine/requests/replay.py``'s ``RequestReplayer``), and what explain asks of
+its engine (its stepper ``replay.RequestReplayer``), and what explain asks of
 its replay: a step's view and a request's life, from the engine's records and reasons."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from ....model.requests import RequestScheduler
 from ....model.task import DECODE, PREFILL, Id, Task, id_key
 from ...origins import Queues
 from ...replay import Observer
-from ...requests.replay import RequestReplayer
 from .. import Level, Side, Sink, stderr_note
+from .replay import RequestReplayer
 
 if TYPE_CHECKING:
     from ...metrics import StepMetrics

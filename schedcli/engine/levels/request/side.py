@@ -8,37 +8,11 @@ from typing import Any
 
 from ....formats.requests.schema import Arrive, Schedule, Step
 from ....model.records import Record
-from ....model.requests import StepPlan
 from ....model.task import Id, id_key
-from ...requests.replay import RequestReplayer
 from ...travel.state import shown
 from .. import Entry, Follow, Sink
 from .base import RequestReplay
-
-
-class _Lenient(RequestReplayer):
-    """Under ``--check``, a step that differs from its expect is marked, not fatal; and at
-    the step the side wants, the requests held are kept as the step begins (a step event's
-    or a drain's alike)."""
-
-    side: RequestSide
-
-    def _step(
-        self, stop: frozenset[Id], sampled: dict[Id, int] | None = None, split: bool = False
-    ) -> StepPlan:
-        side = self.side
-        if self.totals.steps == side._want:
-            held = self.policy.held()
-            side.seen = [(r, *side.arrived.get(id_key(r), (0, 0))) for r in held]
-        return super()._step(stop, sampled, split)
-
-    def _compare(self, line: int, got: dict[str, Any], want: dict[str, Any]) -> None:
-        before = self.checked
-        try:
-            super()._compare(line, got, want)
-        except Exception:
-            self.checked = before + 1
-            self.side.sink.diverged(self.side.index, self.totals.steps - 1, want)
+from .replay import RequestReplayer
 
 
 class RequestSide:
@@ -47,7 +21,10 @@ class RequestSide:
         self.index, self.sink = index, sink
         self.name = opened.policy_name
         self.policy = opened.policy
-        engine = _Lenient(
+        # Under ``--check``, a step that differs from its expect is marked, not fatal; and at
+        # the step the side wants, the requests held are kept as the step begins (a step
+        # event's or a drain's alike).
+        engine = RequestReplayer(
             opened.policy,
             self._emit,
             policy_name=opened.policy_name,
@@ -55,7 +32,8 @@ class RequestSide:
             trace_name=opened.name,
             on_arrived=self._arrived,
         )
-        engine.side = self
+        engine.step_starts = self._step_starts
+        engine.diverged = self._diverged
         self.engine = engine
         self.arrived: dict[tuple[type, Id], tuple[int, int]] = {}  # held: (line, step)
         self.unstarted: dict[tuple[type, Id], int] = {}  # never scheduled yet: arrival step
@@ -65,6 +43,14 @@ class RequestSide:
         self.last_step = -1
         self.view: list[Entry] | None = None
         self.follow: Follow | None = None
+
+    def _step_starts(self, step: int) -> None:
+        if step == self._want:
+            held = self.policy.held()
+            self.seen = [(r, *self.arrived.get(id_key(r), (0, 0))) for r in held]
+
+    def _diverged(self, step: int, want: dict[str, Any]) -> None:
+        self.sink.diverged(self.index, step, want)
 
     def want(self, step: int) -> None:
         self._want = step

@@ -1,5 +1,5 @@
 """The task level: a trace of submits, cancels, clears and get_works, replayed through a
-``Scheduler`` by ``engine/replay.py``'s ``Replayer`` (``opened.OpenTrace``)."""
+``Scheduler`` by its stepper ``replay.Replayer`` (``opened.OpenTrace``)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ....formats.requests import RequestTraceWriter
     from ....formats.workload import Request
     from ...cost import CostModel
+    from ...recorded import ExpectMismatch
     from ...requests.preemption import PreemptionTally
     from ...requests.simulate import OnPreempt, OnStep
     from ...results import SimResult
@@ -95,12 +96,12 @@ class TaskLevel:
     def difference(self, error: StepMismatch) -> Difference:
         from .check import difference
 
-        return difference(error.mismatch)
+        return difference(cast("ExpectMismatch", error).mismatch)
 
     def failure(self, error: StepMismatch) -> Failure | None:
         from .check import failure
 
-        return failure(error.mismatch)
+        return failure(cast("ExpectMismatch", error).mismatch)
 
     def timed_steps(self, path: str) -> tuple[list[TimedStep], int]:
         from .fit import timed_steps

@@ -8,7 +8,8 @@ from typing import Any, Protocol
 from ....formats.trace import TraceReader
 from ....model.records import Left
 from ....model.scheduler import Scheduler
-from ...replay import Emit, Observer, Replayer
+from ...replay import Emit, Observer
+from .replay import Replayer
 
 
 class TaskReplay(Protocol):

@@ -1,5 +1,5 @@
 """A task-level trace opened for replay (``OpenTrace``): its reader, its policy, its engine
-(``engine/replay.py``'s ``Replayer``), and what explain asks of its replay: a step's
+(its stepper ``replay.Replayer``), and what explain asks of its replay: a step's
 view and a task's lives, from the engine's observer."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from ....model.scheduler import Scheduler
 from ....model.task import Id, Task, id_key, same_id
 from ...lockstep import twin
 from ...origins import Origins, Queues, Reached
-from ...replay import Emit, Observer, Replayer
+from ...replay import Emit, Observer
 from .. import CheckEvent, Level, Side, Sink, choose_policy
+from .replay import Replayer
 
 if TYPE_CHECKING:
     from ...metrics import StepMetrics

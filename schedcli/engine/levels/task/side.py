@@ -11,10 +11,10 @@ from ....model.records import Record
 from ....model.scheduler import Scheduler
 from ....model.task import Id, Task, same_id
 from ...lockstep import few_collections
-from ...replay import Replayer
 from ...travel.state import policy_state
 from .. import Entry, Follow, Sink
 from .base import TaskReplay
+from .replay import Replayer
 
 _NEVER: Final = 1 << 62
 

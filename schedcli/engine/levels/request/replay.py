@@ -1,4 +1,5 @@
-"""Replaying a request-level trace: arrivals, aborts and steps fed to a RequestScheduler.
+"""The request level's stepper: how the replay driver (``engine/replay.py``) applies a
+request-level trace's arrivals, aborts and steps to a RequestScheduler.
 
 Every step event is one ``step()`` of the policy (a literal call log); a trace without
 step events is drained at its end. Each step becomes a batch record shaped as a task-level
@@ -8,23 +9,23 @@ one (one entry per scheduled request, ``tid`` = ``rid@position``), so views, gol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...formats.dump import batch_tasks
-from ...formats.requests import RequestEvent, arrival, expect_of
-from ...formats.requests.schema import Abort, Arrive, Schedule, Step, Update
-from ...model.errors import InvariantError, StepMismatch
-from ...model.records import Left, Record
-from ...model.requests import RequestScheduler, StepPlan
-from ...model.task import DECODE, PREFILL, Id
-from ..ledger import Totals
-from ..replay import Observer, PolicyCrashed
-from ..stall import Watch, opaque_text, repeat_text, stuck_text
+from ....formats.dump import batch_tasks
+from ....formats.requests import RequestEvent, arrival, expect_of
+from ....formats.requests.schema import Abort, Arrive, Schedule, Step, Update
+from ....model.errors import InvariantError, Said, StepMismatch
+from ....model.records import Left, Record
+from ....model.requests import RequestScheduler, StepPlan
+from ....model.task import DECODE, PREFILL, Id
+from ...ledger import Totals
+from ...replay import Observer, PolicyCrashed, ReplayDriver
+from ...stall import Watch, stuck_text
 
 if TYPE_CHECKING:
-    from .preemption import PreemptionTally
+    from ...requests.preemption import PreemptionTally
 
 
 @dataclass
@@ -41,16 +42,13 @@ class RequestMismatch:
 
 class RequestExpectMismatch(StepMismatch):
     level = "request"
+    mismatch: RequestMismatch
 
     def __init__(self, mismatch: RequestMismatch, trace: str) -> None:
         self.mismatch = mismatch
         super().__init__(
             f"{trace}:{mismatch.line}: step {mismatch.step} differs from the recorded step"
         )
-
-
-def _nothing() -> None:
-    pass
 
 
 def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> Record:
@@ -74,8 +72,12 @@ def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> Recor
     }
 
 
-class RequestReplayer:
-    """Feeds events to ``policy``; ``emit`` receives the dump's records in order."""
+class RequestReplayer(ReplayDriver):
+    """The request level's stepper: each event to ``policy`` (``feed``), each step's plan
+    emitted as a batch record."""
+
+    expect_call = "step"
+    check_unit = "recorded calls"
 
     def __init__(
         self,
@@ -92,27 +94,37 @@ class RequestReplayer:
         on_arrived: Callable[[Arrive, int, int], None] | None = None,
         measure_preemption: bool = False,
         inputs: Callable[[], Iterable[tuple[int, RequestEvent]]] = tuple,
-        before_close: Callable[[], None] = _nothing,
+        before_close: Callable[[], None] | None = None,
     ) -> None:
         """``inputs``: the events of the trace it replays (``replay``, ``lockstep``), read
         when called; ``before_close`` runs after the last of them (and may refuse)."""
-        self.policy, self.emit, self.policy_name = policy, emit, policy_name
-        self._inputs, self._before_close = inputs, before_close
+        super().__init__(
+            policy_name,
+            emit,
+            Totals(mode="request", budget=policy.token_budget),
+            check=check,
+            drain=drain,
+            on_step=on_step,
+            observer=observer,
+            on_left=on_left,
+            inputs=lambda: ((line, (event,)) for line, event in inputs()),
+            before_close=before_close,
+        )
+        self.policy = policy
         # Told (event, line, step) of each arrival the policy accepted, never of a rejected
         # one: a rejected re-arrival of a held id must not touch that request's arrival.
         self.on_arrived = on_arrived
         self.trace_name = trace_name
-        self.check, self.drain, self.on_left = check, drain, on_left
-        self.on_step, self.observer = on_step, observer
-        self.totals = Totals(mode="request", budget=policy.token_budget)
         self.step_events = 0
         self.update_events = 0  # split steps' updates: each compared on its own
-        self.checked = 0
         self.finished = 0
         self.aborted = 0
         self.preemptions = 0
         self.current_line = 0
-        self.last_batch_step = -1
+        # The debugger's side: told as each step begins (its number), and of a step that
+        # differs from its expect (its number, the expect), which then is not fatal.
+        self.step_starts: Callable[[int], None] | None = None
+        self.diverged: Callable[[int, dict[str, Any]], None] | None = None
         self.waiting = 0  # requests waiting after the last step
         self._live: dict[tuple[type, Id], Id] = {}  # under check: requests held, in order
         self._unanswered = 0  # split steps scheduled and not yet updated
@@ -120,7 +132,7 @@ class RequestReplayer:
         # What preemption costs (stats, report): each step's plan, each request's end.
         self.preemption: PreemptionTally | None = None
         if measure_preemption:
-            from .preemption import PreemptionTally
+            from ...requests.preemption import PreemptionTally
 
             self.preemption = PreemptionTally()
 
@@ -129,33 +141,16 @@ class RequestReplayer:
     def upcoming_step(self) -> int:
         return self.totals.steps
 
-    def replay(self) -> Totals:
-        """Every event of the trace it is bound to (``inputs``), then close."""
-        return self.run(self._inputs(), self._before_close)
+    def apply(self, item: RequestEvent, line: int) -> None:
+        self.current_line = line
+        self.feed(line, item)
 
-    def lockstep(self, other: RequestReplayer, after_each: Callable[[], None]) -> None:
-        """Every event to this replay and to ``other`` (a sibling's), step by step, then
-        close both."""
-        for line, event in self._inputs():
-            self.feed(line, event)
-            other.feed(line, event)
-            after_each()
-        self._before_close()
-        for side in (self, other):
-            side.close()
-
-    def run(self, events: Iterable[tuple[int, RequestEvent]], at_end: Callable[[], None]) -> Totals:
-        for line, event in events:
-            self.current_line = line
-            self.feed(line, event)
-        at_end()
-        return self.close()
-
-    def close(self) -> Totals:
-        """After the last event: drained (a trace without steps, or ``drain``), finished."""
+    def closing(self) -> Iterator[int]:
+        """Drained after the last event (a trace without steps, or ``drain``): the outputs
+        of split steps still unanswered first, then steps while the policy has work."""
         if self.drain or self.step_events == 0:
-            self.drain_all()
-        return self.finish()
+            self._answer_all()
+            yield from self.draining(self.totals.steps)
 
     def feed(self, line: int, event: RequestEvent) -> None:
         kind = type(event)
@@ -257,6 +252,8 @@ class RequestReplayer:
     def _step(
         self, stop: frozenset[Id], sampled: dict[Id, int] | None = None, split: bool = False
     ) -> StepPlan:
+        if self.step_starts is not None:
+            self.step_starts(self.totals.steps)
         try:
             plan = self.policy.schedule() if split else self.policy.step(stop, sampled)
             running, waiting = self.policy.counts()
@@ -297,6 +294,9 @@ class RequestReplayer:
         self.checked += 1
         if _same(got, want):
             return
+        if self.diverged is not None:
+            self.diverged(self.totals.steps - 1, want)
+            return
         step = self.totals.steps - 1
         held = list(self._live.values())
         mismatch = RequestMismatch(step, line, want, got, self.last_reasons, held)
@@ -311,12 +311,8 @@ class RequestReplayer:
     def nothing_checked(self) -> bool:
         return self.checked == 0
 
-    def nothing_to_check(self) -> str:
-        return "no step in this trace records an expect (record one, or drop --check)"
-
-    def unchecked_text(self) -> str:
-        total = self.check_total
-        return f"{total - self.checked} of {total} recorded calls record no expect (--require-all)"
+    expect_call = "step"  # an expect's call, for the app's words (levels.Driver)
+    check_unit = "recorded calls"
 
     def queued_count(self) -> int:
         """Requests waiting after the last step (the batch record's ``queued``)."""
@@ -341,9 +337,8 @@ class RequestReplayer:
             return f"checked {self.checked} of {calls} calls (schedule and update)"
         return f"checked {self.checked} of {self.step_events} steps"
 
-    def drain_all(self) -> None:
-        """Steps while the policy has work (a trace with no steps, or ``--drain``), the
-        outputs of split steps still unanswered first."""
+    def _answer_all(self) -> None:
+        """The outputs of split steps still unanswered."""
         while self._unanswered:
             self._unanswered -= 1
             finished = self.policy.update()
@@ -352,20 +347,28 @@ class RequestReplayer:
                 self.preemption.ended(finished)
             if finished:
                 self.emit({"line": None, "op": "update", "finished": finished})
-        watch = Watch(self.policy, forget_on_work=False, name=self.policy_name)
-        while self.policy.has_work():
-            plan = self._step(frozenset())
-            if plan.batch and not plan.preempted:
-                watch.busy()
-                continue
-            found = watch.quiet(self.totals.steps - 1, not plan.batch)
-            if found is None and not watch.given_up():
-                continue
-            stuck = stuck_text(self.policy.held(), self.policy.reasons(), "request")
-            text = repeat_text(found, stuck) if found else opaque_text(watch, stuck)
-            raise self._broken(self.totals.steps, text)
 
-    def finish(self) -> Totals:
+    def has_work(self) -> bool:
+        return self.policy.has_work()
+
+    def step_once(self, step: int) -> tuple[bool, bool]:
+        plan = self._step(frozenset())
+        return bool(plan.batch) and not plan.preempted, not plan.batch
+
+    def watch(self) -> Watch:
+        return Watch(self.policy, forget_on_work=False, name=self.policy_name)
+
+    def stuck(self) -> str:
+        return stuck_text(self.policy.held(), self.policy.reasons(), "request")
+
+    def held_text(self) -> str:
+        return f"{len(self.policy.held())} requests"
+
+    def broken(self, message: str, *more: Said) -> InvariantError:
+        return self._broken(self.totals.steps, message, *more)
+
+    def account(self) -> Record:
+        """Every accepted request finished, aborted or still held: the end record."""
         totals = self.totals
         held = self.policy.held()
         totals.queued = len(held)
@@ -390,13 +393,13 @@ class RequestReplayer:
         }
         if held:
             end["still_queued"] = held
-        self.emit({"end": end})
-        return totals
+        return {"end": end}
 
-    def _broken(self, step: int, message: str) -> InvariantError:
+    def _broken(self, step: int, message: str, *more: Said) -> InvariantError:
         return InvariantError(
             f"policy {self.policy_name!r} broke the request-level contract at step {step}: "
-            f"{message}"
+            f"{message}",
+            *more,
         )
 
     def _crashed(self, call: str, e: Exception) -> PolicyCrashed:
