@@ -47,3 +47,21 @@ def test_json_is_byte_identical_compiled_and_pure() -> None:
     pure = run_process(*args, env={"SCHEDCLI_PURE_PYTHON": "1", "PYTHONHASHSEED": "2"})
     assert fast.returncode == pure.returncode == 0, fast.stderr
     assert fast.stdout == pure.stdout and fast.stdout
+
+
+# Kinds only a preempting, chunking policy shows: their examples run vLLM 0.33 (`-p vllm`),
+# whose other findings (a KV-blocked head, a preempted request's gap) are in the golden too.
+VLLM_KINDS = ["preemption_thrash", "skipped_running"]
+
+
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize("kind", VLLM_KINDS)
+def test_each_vllm_example_shows_its_kind_as_its_golden_says(cli: Cli, kind: str) -> None:
+    trace, golden = EXAMPLES / f"{kind}.jsonl", EXAMPLES / f"{kind}.findings.jsonl"
+    r = cli("findings", trace, "-f", "json")
+    assert r.code == 0, r.stderr
+    if UPDATE_GOLDENS:
+        golden.write_bytes(r.stdout)
+    assert r.stdout == golden.read_bytes()
+    assert kind in {line.split(b'"')[3].decode() for line in r.lines}
+    assert cli("findings", trace, "--fail-on", kind).code == 1
