@@ -95,3 +95,49 @@ def test_allow_incomplete_help_says_what_findings_reads(cli: Cli) -> None:
     text = " ".join(r.stdout.decode().split())
     assert "--allow-incomplete Read a trace marked partial anyway" in text
     assert "dump" not in text
+
+
+# Kinds only a preempting, chunking policy shows: their examples run vLLM 0.33 (`-p vllm`),
+# whose other findings (a KV-blocked head, a preempted request's gap) are in the golden too.
+VLLM_KINDS = ["preemption_thrash", "skipped_running"]
+
+
+@pytest.mark.needs("vllm")
+@pytest.mark.parametrize("kind", VLLM_KINDS)
+def test_each_vllm_example_shows_its_kind_as_its_golden_says(cli: Cli, kind: str) -> None:
+    trace, golden = EXAMPLES / f"{kind}.jsonl", EXAMPLES / f"{kind}.findings.jsonl"
+    r = cli("findings", trace, "-f", "json")
+    assert r.code == 0, r.stderr
+    if UPDATE_GOLDENS:
+        golden.write_bytes(r.stdout)
+    assert r.stdout == golden.read_bytes()
+    assert kind in {line.split(b'"')[3].decode() for line in r.lines}
+    assert cli("findings", trace, "--fail-on", kind).code == 1
+
+
+INVERSION = ROOT / "docs" / "examples" / "vllm-priority-inversion"
+VICTIM = ROOT / "docs" / "examples" / "vllm-49097"
+
+
+@pytest.mark.needs("vllm")
+def test_vllm_priority_policy_keeps_a_first_request_waiting_behind_max_num_seqs(cli: Cli) -> None:
+    """vllm#40004, shrunk: at max_num_seqs a priority-0 request waits while a priority-5
+    one decodes; the finding is the golden's, and the replay is its golden's."""
+    trace, golden = INVERSION / "inversion.jsonl", INVERSION / "golden" / "inversion.findings.jsonl"
+    r = cli("findings", trace, "-f", "json", "--fail-on", "priority_inversion")
+    assert r.code == 1, r.stderr
+    if UPDATE_GOLDENS:
+        golden.write_bytes(r.stdout)
+    assert r.stdout == golden.read_bytes()
+    assert cli("check", INVERSION).code == 0
+
+
+@pytest.mark.needs("vllm")
+def test_vllm_schedules_the_next_request_when_its_victim_sat_before_it(cli: Cli) -> None:
+    """vllm#49097 does not reproduce: the request after the one a preemption made room for
+    still runs in that step (the trace's expects and golden), and nothing is skipped."""
+    trace = VICTIM / "victim-before-cursor.jsonl"
+    assert b'"batch":[["b",1],["c",1]],"preempted":["low"]' in trace.read_bytes()
+    assert cli("check", VICTIM).code == 0
+    r = cli("findings", trace, "-f", "json", "--fail-on", "skipped_running")
+    assert r.code == 0 and r.stdout == b"", r.stdout

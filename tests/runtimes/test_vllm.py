@@ -564,3 +564,39 @@ def test_vllm_s_and_torch_s_errors_still_reach_stderr() -> None:
     assert run.returncode == 0, err
     assert "an vllm.v1.core.sched.scheduler error" in err and "an torch._dynamo error" in err
     assert "warning" not in err
+
+
+def test_a_step_spent_by_max_num_scheduled_tokens_is_the_token_budget_not_blocking(
+    tmp_path: Path, cli: Cli
+) -> None:
+    # vLLM caps a step at max_num_scheduled_tokens (and admission at max_num_active_seqs)
+    # where given: 8 of 8 tokens spent is a full step, whatever max_num_batched_tokens says.
+    # Read against the batched cap, b was said to wait for KV blocks with 8190 free and
+    # findings called the step 87.5% unused, head-of-line blocked.
+    trace = tmp_path / "r.jsonl"
+    params = '{"max_num_batched_tokens": 64, "max_num_seqs": 4, "max_num_scheduled_tokens": 8}'
+    trace.write_text(
+        f'{{"schedcli": 1, "level": "request", "policy": "vllm", "params": {params}}}\n'
+        '{"op": "arrive", "rid": "a", "prompt_tokens": 40, "max_tokens": 2}\n'
+        '{"op": "arrive", "rid": "b", "prompt_tokens": 4, "max_tokens": 2}\n'
+        '{"op": "arrive", "rid": "c", "prompt_tokens": 4, "max_tokens": 2}\n'
+        '{"op": "step", "expect": {"batch": [["a", 8]], "preempted": [], "finished": []}}\n'
+        '{"op": "step", "expect": {"batch": [["a", 8]], "preempted": [], "finished": []}}\n'
+    )
+    explained = cli("explain", trace, "--step", "0")
+    assert explained.code == 0, explained.stderr
+    assert explained.stdout.count(b"8 of 8 tokens scheduled") == 2, explained.stdout
+    assert b"kv_blocks" not in explained.stdout
+    found = cli("findings", trace, "-f", "json", "--fail-on", "hol_blocking")
+    assert found.code == 0, found.stdout
+
+    capped = tmp_path / "seqs.jsonl"
+    capped.write_text(
+        trace.read_text()
+        .replace('"max_num_scheduled_tokens": 8', '"max_num_active_seqs": 1')
+        .replace('[["a", 8]]', '[["a", 40]]', 1)
+        .replace('[["a", 8]]', '[["a", 1]]')
+    )
+    explained = cli("explain", capped, "--step", "1")
+    assert explained.code == 0, explained.stderr
+    assert explained.stdout.count(b"max_num_active_seqs is 1") == 2, explained.stdout

@@ -100,8 +100,13 @@ class VllmScheduler(RequestScheduler):
         values = {p.name: p.default for p in self.PARAMS}
         values.update(params)
         self._params = values
-        self._budget = int(values["max_num_batched_tokens"])
-        self._max_seqs = int(values["max_num_seqs"])
+        # A step's tokens and the requests admitted to run are capped by
+        # max_num_scheduled_tokens and max_num_active_seqs where given (knobs of 0.33 on),
+        # else by max_num_batched_tokens and max_num_seqs: vLLM's Scheduler reads them so.
+        self._budget, self._budget_knob = _cap(
+            values, "max_num_scheduled_tokens", "max_num_batched_tokens"
+        )
+        self._max_seqs, self._max_seqs_knob = _cap(values, "max_num_active_seqs", "max_num_seqs")
         self._max_len = int(values["max_model_len"])
         self._blocks = int(values["num_gpu_blocks"])
         self._block_size = int(values["block_size"])
@@ -307,7 +312,7 @@ class VllmScheduler(RequestScheduler):
                 found.append((rid, KV_BLOCKS, "a step that preempts admits no waiting request"))
             elif running >= self._max_seqs:
                 found.append(
-                    (rid, MAX_SEQS, f"{running} running: max_num_seqs is {self._max_seqs}")
+                    (rid, MAX_SEQS, f"{running} running: {self._max_seqs_knob} is {self._max_seqs}")
                 )
             elif budget_left <= 0:
                 found.append((rid, TOKEN_BUDGET, f"{left} of {self._budget} tokens scheduled"))
@@ -502,3 +507,12 @@ def __getattr__(attr: str) -> Any:
     if attr == "VLLM":
         return policy_class(PREFIX)
     raise AttributeError(attr)
+
+
+def _cap(values: dict[str, Any], narrower: str, cap: str) -> tuple[int, str]:
+    """``cap``'s value, or ``narrower``'s where it is given and smaller; and its name."""
+    limit = int(values[cap])
+    given = values.get(narrower, UNSET)
+    if given is None or int(given) == UNSET or int(given) >= limit:
+        return limit, cap
+    return int(given), narrower
