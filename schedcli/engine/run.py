@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from ..formats.trace import open_trace
 from ..model.records import discard
 from ..streams.source import DEFAULT_MAX_LINE_BYTES, display_name
 from .levels import Driver, OpenReplay, stderr_note
 from .levels.table import level_of
+
+if TYPE_CHECKING:
+    from .findings import Thresholds
 
 __all__ = ["Driver", "OpenReplay", "Progress", "open_replay", "replay_metrics"]
 
@@ -70,12 +73,14 @@ def replay_metrics(
     progress: Progress | None = None,
     measure_preemption: bool = False,
     stream: BinaryIO | None = None,
+    findings: Thresholds | None = None,
 ) -> tuple[dict[str, Any], str]:
     """A trace replayed at its level and its steps measured (``stats``, a sweep's trace
     point); and a title: the trace and the policy it ran under. A request-level replay's
     metrics see dispatches only (a request's waits are not a task's), and with
     ``measure_preemption`` what preemption cost (``requests.preemption``; ``stats``).
-    ``stream``: the trace opened already (``path`` names it)."""
+    ``stream``: the trace opened already (``path`` names it). ``findings``: the same
+    replay's findings counted by kind, as ``findings`` (``engine/findings.py``; ``stats``)."""
     with open_replay(
         path, policy=policy, params=params, allow_incomplete=allow_incomplete, stream=stream
     ) as opened:
@@ -84,16 +89,36 @@ def replay_metrics(
         if progress is not None:
             progress.position = opened.reader.position
             on_step = progress.on_step
-        engine = opened.replayer(
-            discard,
-            drain=drain,
-            observer=metrics,
-            on_step=on_step,
-            measure_preemption=measure_preemption,
-        )
+        detectors = None
+        if findings is None:
+            engine = opened.replayer(
+                discard,
+                drain=drain,
+                observer=metrics,
+                on_step=on_step,
+                measure_preemption=measure_preemption,
+            )
+        else:
+            from .findings import Detectors, step_hooks
+
+            detectors = Detectors(findings)
+            hooks = step_hooks(opened, detectors.step, also=metrics)
+            engine = opened.replayer(
+                hooks.emit,
+                drain=drain,
+                observer=hooks.observer,
+                on_step=on_step,
+                measure_preemption=measure_preemption,
+                on_left=hooks.on_left,
+                on_accepted=hooks.on_accepted,
+            )
         totals = engine.replay()
         summary = metrics.summary()
         summary["rejected"] = totals.rejected
         summary["queued"] = totals.queued
         summary.update(engine.level_summary())
+        if detectors is not None:
+            from .findings import counts
+
+            summary["findings"] = counts(detectors.finish())
         return summary, f"{opened.name} under {opened.policy_name}"

@@ -11,13 +11,16 @@ from hypothesis import strategies as st
 
 from schedcli.engine.explain import explain_step
 from schedcli.engine.findings import (
+    DEFAULTS,
     KINDS,
     Detectors,
     Item,
     StepFacts,
     Thresholds,
+    counts,
     find,
 )
+from schedcli.engine.run import replay_metrics
 from schedcli.model.task import PREFILL, Task, id_key
 from tests.helpers import REQUEST_HEADER, ROOT, write_lines
 
@@ -163,3 +166,20 @@ def test_every_finding_agrees_with_explain_step(tmp_path: Path, data: st.DataObj
                 assert id_key(who) in queued and id_key(who) not in batch, (name, f)
             for who in f.ran:
                 assert id_key(who) in batch, (name, f)
+
+
+@SETTINGS
+@given(st.data())
+def test_findings_counted_alongside_the_metrics_are_those_of_their_own_replay(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """``stats`` counts findings in the replay that measures it (``replay_metrics``); the
+    count is the one ``find`` gives replaying for findings alone, and the metrics are
+    those of a replay without findings, at both levels."""
+    for name, strategy in (("t.jsonl", task_traces(False)), ("r.jsonl", request_traces(False))):
+        path = _write(tmp_path, data.draw(strategy), name)
+        found, _ = find(str(path))
+        summary, _ = replay_metrics(str(path), None, {}, measure_preemption=True, findings=DEFAULTS)
+        alone, _ = replay_metrics(str(path), None, {}, measure_preemption=True)
+        assert summary.pop("findings") == counts(found), name
+        assert summary == alone, name
