@@ -14,7 +14,9 @@ from .levels import Driver, OpenReplay, stderr_note
 from .levels.table import level_of
 
 if TYPE_CHECKING:
+    from ..model.task import Task
     from .findings import Thresholds
+    from .replay import Observer
 
 __all__ = ["Driver", "OpenReplay", "Progress", "open_replay", "replay_metrics"]
 
@@ -74,17 +76,20 @@ def replay_metrics(
     measure_preemption: bool = False,
     stream: BinaryIO | None = None,
     findings: Thresholds | None = None,
+    also: Observer | None = None,
 ) -> tuple[dict[str, Any], str]:
     """A trace replayed at its level and its steps measured (``stats``, a sweep's trace
     point); and a title: the trace and the policy it ran under. A request-level replay's
     metrics see dispatches only (a request's waits are not a task's), and with
     ``measure_preemption`` what preemption cost (``requests.preemption``; ``stats``).
     ``stream``: the trace opened already (``path`` names it). ``findings``: the same
-    replay's findings counted by kind, as ``findings`` (``engine/findings.py``; ``stats``)."""
+    replay's findings counted by kind, as ``findings`` (``engine/findings.py``; ``stats``).
+    ``also``: hears what the metrics hear, after them (a sweep's schedule digest)."""
     with open_replay(
         path, policy=policy, params=params, allow_incomplete=allow_incomplete, stream=stream
     ) as opened:
         metrics = opened.step_metrics()
+        observer: Observer = metrics if also is None else _Both(metrics, also)
         on_step = None
         if progress is not None:
             progress.position = opened.reader.position
@@ -94,7 +99,7 @@ def replay_metrics(
             engine = opened.replayer(
                 discard,
                 drain=drain,
-                observer=metrics,
+                observer=observer,
                 on_step=on_step,
                 measure_preemption=measure_preemption,
             )
@@ -102,7 +107,7 @@ def replay_metrics(
             from .findings import Detectors, step_hooks
 
             detectors = Detectors(findings)
-            hooks = step_hooks(opened, detectors.step, also=metrics)
+            hooks = step_hooks(opened, detectors.step, also=observer)
             engine = opened.replayer(
                 hooks.emit,
                 drain=drain,
@@ -122,3 +127,26 @@ def replay_metrics(
 
             summary["findings"] = counts(detectors.finish())
         return summary, f"{opened.name} under {opened.policy_name}"
+
+
+class _Both:
+    """Two observers told alike, in order."""
+
+    def __init__(self, first: Observer, second: Observer) -> None:
+        self.first, self.second = first, second
+
+    def accepted(self, tasks: list[Task], step: int) -> None:
+        self.first.accepted(tasks, step)
+        self.second.accepted(tasks, step)
+
+    def dispatched(self, batch: list[Task], step: int) -> None:
+        self.first.dispatched(batch, step)
+        self.second.dispatched(batch, step)
+
+    def dropped(self, tasks: list[Task], step: int) -> None:
+        self.first.dropped(tasks, step)
+        self.second.dropped(tasks, step)
+
+    def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
+        self.first.rejected(tasks, step, reason)
+        self.second.rejected(tasks, step, reason)
