@@ -11,18 +11,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...engine.findings import KINDS, Finding
 from ...engine.travel import Travel
 from ...model.errors import UsageError
+from ...model.task import show_id
 from ..usage import worded
 
 # The conditions the index answers alone, and those a worker replays to check.
 INDEXED = ("div", "preempt", "break", "under", "reject", "cancel")
 REPLAYED = ("wait", "session", "reason")
+# Answered from the findings, which the app finds beside the index (``Navigator.found``).
+FOUND = ("finding",)
 
 BREAKPOINT_SYNTAX = (
     "wait>K (a task waits more than K steps) · session=SID (dispatched) · reason=CODE · "
     "under=X% (a batch under X% of the budget while work waits) · preempt · break · div · "
-    "reject · cancel"
+    "reject · cancel · finding=KIND (a finding of KIND at the step: docs/findings.md)"
 )
 
 
@@ -37,7 +41,7 @@ class Breakpoint:
             return f"wait>{self.value}"
         if self.kind == "under":
             return f"under={self.value:g}%"
-        if self.kind in ("session", "reason"):
+        if self.kind in ("session", "reason", "finding"):
             return f"{self.kind}={self.value}"
         return self.kind
 
@@ -51,7 +55,8 @@ class Breakpoint:
 
 
 def parse_breakpoint(text: str) -> Breakpoint:
-    """``wait>K``, ``session=SID``, ``reason=CODE``, ``under=X%`` or a mark's name."""
+    """``wait>K``, ``session=SID``, ``reason=CODE``, ``under=X%``, ``finding=KIND`` or a
+    mark's name."""
     text = text.strip()
     if text.startswith("wait>"):
         k = _int(text[5:], "wait>K")
@@ -61,6 +66,12 @@ def parse_breakpoint(text: str) -> Breakpoint:
         return Breakpoint("session", parse_id(value))
     if eq and name == "reason" and value:
         return Breakpoint("reason", value)
+    if eq and name == "finding":
+        if value not in KINDS:
+            raise UsageError(
+                f"finding=KIND: {value!r} is not a kind of finding; one of: {', '.join(KINDS)}"
+            )
+        return Breakpoint("finding", value)
     if eq and name == "under":
         pct = value.rstrip("%")
         try:
@@ -102,6 +113,38 @@ class Navigator:
 
     def __init__(self, travel: Travel) -> None:
         self.travel = travel
+        # The replay's findings, once found beside the index (``found``): set then, with
+        # why they are not known if they could not be found (the replay refused, say).
+        self.findings: list[Finding] = []
+        self.findings_unknown: str | None = None
+        self.findings_known = threading.Event()
+
+    def found(self, findings: list[Finding], unknown: str | None = None) -> None:
+        self.findings, self.findings_unknown = findings, unknown
+        self.findings_known.set()
+
+    def findings_at(self, step: int) -> list[Finding]:
+        return [f for f in self.findings if f.step == step]
+
+    def _found_hit(
+        self, bp: Breakpoint, step: int, forward: bool, stop: threading.Event | None
+    ) -> tuple[int, str] | None:
+        """The nearest step past ``step`` with a finding of ``bp``'s kind, once the
+        findings are known (waited for, as a replayed search is)."""
+        while not self.findings_known.wait(0.05):
+            if stop is not None and stop.is_set():
+                return None
+        steps = sorted({f.step for f in self.findings if f.kind == bp.value})
+        if forward:
+            i = bisect_right(steps, step)
+            at = steps[i] if i < len(steps) else None
+        else:
+            i = bisect_left(steps, step)
+            at = steps[i - 1] if i > 0 else None
+        if at is None:
+            return None
+        said = "; ".join(finding_said(f) for f in self.findings_at(at) if f.kind == bp.value)
+        return at, f"{bp.text}: {said}"
 
     def mark_steps(self, kind: str) -> list[int]:
         return sorted({step for step, k, _ in self.travel.marks if k == kind})
@@ -169,6 +212,10 @@ class Navigator:
                 at = self._indexed_hit(bp, step, forward)
                 if at is not None and (best is None or (at < best[0]) == forward):
                     best = (at, bp.text)
+            elif bp.kind in FOUND:
+                hit = self._found_hit(bp, step, forward, stop)
+                if hit is not None and (best is None or (hit[0] < best[0]) == forward):
+                    best = hit
         replayed = [bp for bp in breakpoints if bp.kind in REPLAYED]
         if replayed:
             found = self._replayed_hit(replayed, step, forward, best[0] if best else None, stop)
@@ -206,6 +253,16 @@ class Navigator:
         return None if found is None else int(found["step"])
 
 
+def finding_said(f: Finding) -> str:
+    """A finding in the status line's words: its kind, who waited, who ran."""
+    parts = [f.kind]
+    if f.waiting:
+        parts.append("waiting " + ", ".join(show_id(i) for i in f.waiting))
+    if f.ran:
+        parts.append("ran " + ", ".join(show_id(i) for i in f.ran))
+    return " ".join(parts)
+
+
 def reproduce(trace: str, step: int, policy: str | None, params: Mapping[str, object]) -> str:
     """The command that shows this step outside the debugger: ``explain --step``."""
     words = ["schedcli", "explain", trace, "--step", str(step)]
@@ -226,6 +283,7 @@ __all__ = [
     "BREAKPOINT_SYNTAX",
     "Breakpoint",
     "Navigator",
+    "finding_said",
     "parse_breakpoint",
     "parse_id",
     "reproduce",
