@@ -9,7 +9,6 @@ They are read from a replay's facts only, so they hold at either level and under
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -485,29 +484,16 @@ def find(
     thresholds: Thresholds = DEFAULTS,
     *,
     allow_incomplete: bool = False,
-    stop: threading.Event | None = None,
 ) -> tuple[list[Finding], str]:
     """The findings of the trace at ``path`` (either level) replayed under ``policy``, in
-    step order; and a title: the trace and the policy it ran under. ``stop``: once set,
-    the replay ends at its next step, raising ``Cancelled`` (the debugger's, on quitting)."""
+    step order; and a title: the trace and the policy it ran under."""
     with open_replay(
         path, policy=policy, params=params or {}, allow_incomplete=allow_incomplete
     ) as opened:
         detectors = Detectors(thresholds)
-        on_step = detectors.step
-        if stop is not None:
-
-            def on_step(facts: StepFacts) -> None:
-                if stop.is_set():
-                    raise Cancelled
-                detectors.step(facts)
-
-        replay_steps(opened, on_step)
+        replay_steps(opened, detectors.step)
         return detectors.finish(), f"{opened.name} under {opened.policy_name}"
 
-
-class Cancelled(Exception):
-    """A search for findings stopped before its end (``find``'s ``stop``)."""
 
 
 def kinds_of(text: str) -> list[str]:

@@ -422,7 +422,9 @@ async def test_a_view_whose_workers_were_killed_says_so_and_r_asks_again(
     no view loaded again. Both workers killed (the server asks twice), the status says so;
     r asks again, and the view comes."""
     monkeypatch.setenv("SCHEDCLI_TEST_DIES", str(tmp_path / "pids"))
-    monkeypatch.setenv("SCHEDCLI_TEST_DEATHS", "2")
+    # Three die: the two workers asked for step 0's view, and the process the app finds
+    # the findings in (it asks the policy for its reasons too), in whatever order.
+    monkeypatch.setenv("SCHEDCLI_TEST_DEATHS", "3")
     submit = {"op": "submit", "kind": "prefill", "size": 4}
     tasks = [{**submit, "tid": t, "sid": t} for t in (1, 2, 3)]
     trace = write_lines(tmp_path / "t.jsonl", [*tasks, *[{"op": "get_work"}] * 3])
@@ -437,6 +439,11 @@ async def test_a_view_whose_workers_were_killed_says_so_and_r_asks_again(
                 "(SIGKILL) · r asks again"
             )
             assert app.shown is None and not app.loading
+            # A policy that kills its process kills only the findings' own.
+            await asyncio.to_thread(app.nav.findings_known.wait, 120)
+            assert app.nav.findings_unknown == (
+                "findings not known: their replay was killed (SIGKILL)"
+            )
             await keys(pilot, "r")
             assert app.shown == 0 and app.status_text.startswith("step 0: 3 queued")
     finally:

@@ -5,11 +5,16 @@ divergences and marks found in the index, the command that reproduces a view. Th
 from __future__ import annotations
 
 import shlex
+import signal
+import subprocess
+import sys
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from ...engine.findings import KINDS, Finding
 from ...engine.travel import Travel
@@ -253,6 +258,52 @@ class Navigator:
         return None if found is None else int(found["step"])
 
 
+def find_apart(
+    trace: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    *,
+    allow_incomplete: bool,
+    stop: threading.Event,
+) -> tuple[list[Finding], str | None]:
+    """The replay's findings, found by ``schedcli findings`` in a process of its own (the
+    policy runs apart from the screen, as the index's server runs it: a policy that ends
+    its process ends only that one); or none and why they are not known. ``stop``: the
+    process is killed once it is set."""
+    words = [sys.executable, "-m", "schedcli", "findings", trace, "-f", "json"]
+    if policy is not None:
+        words += ["-p", policy]
+    for k, v in params.items():
+        words += ["-P", f"{k}={_param(v)}"]
+    if allow_incomplete:
+        words.append("--allow-incomplete")
+    with subprocess.Popen(
+        words, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        while True:
+            try:
+                out, err = process.communicate(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if stop.is_set():
+                    process.kill()
+                    process.communicate()
+                    return [], "findings not known: stopped"
+    if process.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        why = lines[-1] if lines else f"their replay ended with exit {process.returncode}"
+        if process.returncode < 0:
+            why = f"their replay was killed ({signal.Signals(-process.returncode).name})"
+        return [], f"findings not known: {why.removeprefix('schedcli: ')}"
+    found = []
+    for line in out.splitlines():
+        record = orjson.loads(line)
+        kind, step = record.pop("kind"), record.pop("step")
+        waiting, ran = tuple(record.pop("waiting")), tuple(record.pop("ran"))
+        found.append(Finding(kind, step, waiting, ran, record))
+    return found, None
+
+
 def finding_said(f: Finding) -> str:
     """A finding in the status line's words: its kind, who waited, who ran."""
     parts = [f.kind]
@@ -283,6 +334,7 @@ __all__ = [
     "BREAKPOINT_SYNTAX",
     "Breakpoint",
     "Navigator",
+    "find_apart",
     "finding_said",
     "parse_breakpoint",
     "parse_id",

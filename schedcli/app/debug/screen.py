@@ -18,15 +18,15 @@ from textual.widgets import DataTable, Footer, Static
 
 from ...engine.levels.table import DEFAULT, level_named
 from ...engine.travel import ServerGone, Travel, Unanswered
-from ...model.errors import SchedcliError, UsageError
+from ...model.errors import UsageError
 from ...model.task import show_id
-from .. import usage
 from . import panes
 from .dialogs import HelpScreen, LifeScreen, Prompt
 from .navigation import (
     BREAKPOINT_SYNTAX,
     Breakpoint,
     Navigator,
+    find_apart,
     finding_said,
     parse_breakpoint,
     parse_id,
@@ -138,31 +138,23 @@ class DebugApp(App[None]):
         self.find_findings()
 
     def find_findings(self) -> None:
-        """The replay's findings (``engine.findings``), found beside the index on a thread
-        of their own (not a worker: nothing waits for them but a ``finding=`` search):
-        marked on the timeline and answering ``finding=KIND`` once known."""
+        """The replay's findings, found beside the index by a process of their own
+        (``find_apart``), waited for on a thread (not a worker: nothing waits for them but
+        a ``finding=`` search): marked on the timeline and answering ``finding=KIND``."""
         threading.Thread(target=self._find_findings, daemon=True).start()
 
     def _find_findings(self) -> None:
-        from ...engine.findings import Cancelled, find
-
         try:
-            found, _ = find(
+            found, unknown = find_apart(
                 self.path,
                 self.policy,
                 self.params,
                 allow_incomplete=self.allow_incomplete,
                 stop=self.closing,
             )
-            self.nav.found(found)
-        except Cancelled:
-            return
-        except SchedcliError as e:  # the index says why the replay stops; this says no more
-            self.nav.found([], f"findings not known: {usage.said(e)}")
-            return
-        finally:  # a search waiting for them never waits on a replay that died
-            if not self.nav.findings_known.is_set():
-                self.nav.found([], "findings not known: their replay failed")
+        except OSError as e:  # no process to find them in
+            found, unknown = [], f"findings not known: {e}"
+        self.nav.found(found, unknown)
         if not self.closing.is_set():
             with contextlib.suppress(RuntimeError):  # the app ended meanwhile
                 self.call_from_thread(self.findings_arrived)
@@ -171,10 +163,13 @@ class DebugApp(App[None]):
         self.closing.set()  # the findings' replay stops at its next step
 
     def findings_arrived(self) -> None:
-        """The timeline marks them; the step on screen says its own."""
+        """The timeline marks them; the step on screen adds its own to what the status
+        line says (which a key may have said: kept)."""
         self.refresh_index()
-        if self.shown is not None and self.shown == self.step and self.shown in self.views:
-            self.show_view(self.views[self.shown])
+        if self.shown is not None and self.shown == self.step:
+            here = [f"finding: {finding_said(f)}" for f in self.nav.findings_at(self.shown)]
+            if here:
+                self.say(" · ".join([self.status_text, *here]))
 
     def tick(self) -> None:
         """While indexing: the title's progress, the timeline, and the first view once
