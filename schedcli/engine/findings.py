@@ -495,7 +495,6 @@ def find(
         return detectors.finish(), f"{opened.name} under {opened.policy_name}"
 
 
-
 def kinds_of(text: str) -> list[str]:
     """The kinds named in ``text`` (comma-separated); bad usage naming the option for one
     that is not a kind."""
@@ -510,6 +509,20 @@ def kinds_of(text: str) -> list[str]:
             ")",
         )
     return named
+
+
+class CountingFindings:
+    """``replay_metrics``' watch: the findings of the replay it measures, counted by kind
+    (``stats``: the trace read once)."""
+
+    def __init__(self, thresholds: Thresholds = DEFAULTS) -> None:
+        self.detectors = Detectors(thresholds)
+
+    def hooks(self, opened: OpenReplay, also: Observer) -> StepHooks:
+        return step_hooks(opened, self.detectors.step, also=also)
+
+    def summary(self) -> dict[str, Any]:
+        return {"findings": counts(self.detectors.finish())}
 
 
 def counts(found: Iterable[Finding]) -> dict[str, int]:

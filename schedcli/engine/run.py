@@ -14,9 +14,9 @@ from .levels import Driver, OpenReplay, stderr_note
 from .levels.table import level_of
 
 if TYPE_CHECKING:
+    from ..model.records import Left
     from ..model.task import Task
-    from .findings import Thresholds
-    from .replay import Observer
+    from .replay import Emit, Observer
 
 __all__ = ["Driver", "OpenReplay", "Progress", "open_replay", "replay_metrics"]
 
@@ -75,15 +75,16 @@ def replay_metrics(
     progress: Progress | None = None,
     measure_preemption: bool = False,
     stream: BinaryIO | None = None,
-    findings: Thresholds | None = None,
+    watch: Watch | None = None,
     also: Observer | None = None,
 ) -> tuple[dict[str, Any], str]:
     """A trace replayed at its level and its steps measured (``stats``, a sweep's trace
     point); and a title: the trace and the policy it ran under. A request-level replay's
     metrics see dispatches only (a request's waits are not a task's), and with
     ``measure_preemption`` what preemption cost (``requests.preemption``; ``stats``).
-    ``stream``: the trace opened already (``path`` names it). ``findings``: the same
-    replay's findings counted by kind, as ``findings`` (``engine/findings.py``; ``stats``).
+    ``stream``: the trace opened already (``path`` names it). ``watch``: hears the same
+    replay through hooks of its own, and adds to the summary (``stats``: the findings
+    counted, ``engine.findings.CountingFindings``).
     ``also``: hears what the metrics hear, after them (a sweep's schedule digest)."""
     with open_replay(
         path, policy=policy, params=params, allow_incomplete=allow_incomplete, stream=stream
@@ -94,8 +95,7 @@ def replay_metrics(
         if progress is not None:
             progress.position = opened.reader.position
             on_step = progress.on_step
-        detectors = None
-        if findings is None:
+        if watch is None:
             engine = opened.replayer(
                 discard,
                 drain=drain,
@@ -104,10 +104,7 @@ def replay_metrics(
                 measure_preemption=measure_preemption,
             )
         else:
-            from .findings import Detectors, step_hooks
-
-            detectors = Detectors(findings)
-            hooks = step_hooks(opened, detectors.step, also=observer)
+            hooks = watch.hooks(opened, observer)
             engine = opened.replayer(
                 hooks.emit,
                 drain=drain,
@@ -122,10 +119,8 @@ def replay_metrics(
         summary["rejected"] = totals.rejected
         summary["queued"] = totals.queued
         summary.update(engine.level_summary())
-        if detectors is not None:
-            from .findings import counts
-
-            summary["findings"] = counts(detectors.finish())
+        if watch is not None:
+            summary.update(watch.summary())
         return summary, f"{opened.name} under {opened.policy_name}"
 
 
@@ -150,3 +145,29 @@ class _Both:
     def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
         self.first.rejected(tasks, step, reason)
         self.second.rejected(tasks, step, reason)
+
+
+class Hooks(Protocol):
+    """What a replayer is given by a watch (``engine.findings.StepHooks``)."""
+
+    @property
+    def emit(self) -> Emit: ...
+
+    @property
+    def observer(self) -> Observer: ...
+
+    @property
+    def on_left(self) -> Callable[[int, Left], None]: ...
+
+    @property
+    def on_accepted(self) -> Callable[[list[Task], int], None]: ...
+
+
+class Watch(Protocol):
+    """Hears a measuring replay beside its metrics (``replay_metrics``' ``watch``)."""
+
+    def hooks(self, opened: OpenReplay, also: Observer) -> Hooks:
+        """The replayer's hooks for ``opened``; ``also`` hears what its observer hears."""
+        ...
+
+    def summary(self) -> dict[str, Any]: ...  # added to the metrics, once replayed

@@ -539,7 +539,8 @@ def test_a_knob_whose_every_value_gave_one_schedule_is_said_to_have_changed_noth
 def test_a_knob_given_one_value_or_a_trace_point_without_digest_is_never_said_idle(
     tmp_path: Path, workload: Path
 ) -> None:
-    from schedcli.engine.sweep import Outcome, Point, changed_nothing
+    from schedcli.engine.schedules import changed_nothing
+    from schedcli.engine.sweep import Outcome, Point
 
     records = sweep(tmp_path, str(workload), "-p", "fcfs", "--grid", "max_num_seqs=8", "-j", "1")
     assert [x["changed_nothing"] for x in records] == [[]]

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from schedcli.engine.explain import explain_step
 from schedcli.engine.findings import (
-    DEFAULTS,
     KINDS,
+    CountingFindings,
     Detectors,
     Item,
     StepFacts,
@@ -179,7 +179,9 @@ def test_findings_counted_alongside_the_metrics_are_those_of_their_own_replay(
     for name, strategy in (("t.jsonl", task_traces(False)), ("r.jsonl", request_traces(False))):
         path = _write(tmp_path, data.draw(strategy), name)
         found, _ = find(str(path))
-        summary, _ = replay_metrics(str(path), None, {}, measure_preemption=True, findings=DEFAULTS)
+        summary, _ = replay_metrics(
+            str(path), None, {}, measure_preemption=True, watch=CountingFindings()
+        )
         alone, _ = replay_metrics(str(path), None, {}, measure_preemption=True)
         assert summary.pop("findings") == counts(found), name
         assert summary == alone, name

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
-from ...engine.findings import DEFAULTS
+from ...engine.findings import CountingFindings
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
 from ...engine.run import replay_metrics
@@ -71,7 +71,7 @@ def stats_of(
             progress=progress,
             measure_preemption=True,
             stream=stream,
-            findings=DEFAULTS,
+            watch=CountingFindings(),
         )
 
 

@@ -16,13 +16,13 @@ from rich.text import Text
 
 from ... import __version__
 from ...engine.cost import CostModel
+from ...engine.schedules import changed_nothing
 from ...engine.sweep import (
     Cache,
     Capacity,
     GridKeyDropped,
     Outcome,
     Plan,
-    changed_nothing,
     points,
     run_points,
 )

@@ -434,22 +434,14 @@ def stats_table(summary: Mapping[str, Any], title: str) -> Table | Group:
             f"{longest['waited_steps']} steps, dispatched at step {longest['dispatched_at_step']}",
         )
     if "findings" in summary:
-        table.add_row("findings", findings_said(summary["findings"]))
+        from .findings import findings_counted
+
+        table.add_row("findings", findings_counted(summary["findings"]))
     if "recomputed_tokens" not in summary:  # a task level's: nothing is preempted
         return table
     for what, value in preemption_rows(summary):
         table.add_row(what, value)
     return Group(table, *preemption_tables(summary))
-
-
-def findings_said(tally: Mapping[str, int] | None) -> str:
-    """A replay's findings by kind, in words (stats): ``None`` is a dump's, not known."""
-    if tally is None:
-        return "not known: findings need a trace (a dump has no queue or reasons)"
-    found = {kind: n for kind, n in tally.items() if n}
-    if not found:
-        return "0 (none of any kind)"
-    return f"{sum(found.values())} (" + ", ".join(f"{k} {n}" for k, n in found.items()) + ")"
 
 
 SHOWN = 20  # rows of a preemption table on a terminal (-f json lists them all)
