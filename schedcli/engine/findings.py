@@ -14,9 +14,10 @@ from typing import Any, Final, NamedTuple
 
 from ..formats.dump import slice_position
 from ..model.errors import Option, UsageError
-from ..model.records import Left, Record
+from ..model.records import Left, Record, discard
 from ..model.task import Id, Task, id_key
 from .levels import OpenReplay
+from .replay import Emit, Observer
 from .run import open_replay
 
 PRIORITY_INVERSION: Final = "priority_inversion"
@@ -127,8 +128,36 @@ class StepFacts(NamedTuple):
 _Building = tuple[list[Item], list[tuple[Item, int]], list[Item], list[Item], list[Any]]
 
 
+class StepHooks(NamedTuple):
+    """What a replayer is given to hand its steps to the adapter (``step_hooks``)."""
+
+    emit: Emit
+    observer: Observer
+    on_left: Callable[[int, Left], None]
+    on_accepted: Callable[[list[Task], int], None]
+
+
 def replay_steps(opened: OpenReplay, on_step: Callable[[StepFacts], None]) -> None:
-    """The adapter: ``opened`` replayed, each step handed to ``on_step`` as facts.
+    """The adapter: ``opened`` replayed, each step handed to ``on_step`` as facts."""
+    hooks = step_hooks(opened, on_step)
+    opened.replayer(
+        hooks.emit,
+        observer=hooks.observer,
+        on_left=hooks.on_left,
+        on_accepted=hooks.on_accepted,
+    ).replay()
+
+
+def step_hooks(
+    opened: OpenReplay,
+    on_step: Callable[[StepFacts], None],
+    *,
+    also: Observer | None = None,
+    emit_also: Emit | None = None,
+) -> StepHooks:
+    """The adapter's hooks for a replayer of ``opened``, each step handed to ``on_step``
+    as facts. ``also`` hears what the observer hears and ``emit_also`` every record, so a
+    command that replays for its own ends (stats, report) finds in the same replay.
 
     A level whose steps preempt (requests) holds its items until they finish or are
     aborted, reading each step's record (its slices, preemptions and finishes); the task
@@ -223,18 +252,13 @@ def replay_steps(opened: OpenReplay, on_step: Callable[[StepFacts], None]) -> No
         for rid in done:
             queued.pop(id_key(rid), None)
 
-    observer = _Observer(dispatched, dropped)
-    engine = opened.replayer(
-        emit if held else _discard,
-        observer=observer,
-        on_left=left,
-        on_accepted=accepted,
-    )
-    engine.replay()
+    def emitted(record: Record) -> None:
+        emit(record)
+        emit_also(record)  # type: ignore[misc]
 
-
-def _discard(record: Record) -> None:
-    pass
+    # A task level's records are not read: none are built unless another reads them.
+    chosen = emitted if held and emit_also is not None else emit if held else emit_also
+    return StepHooks(chosen or discard, _Observer(dispatched, dropped, also), left, accepted)
 
 
 class _Observer:
@@ -242,14 +266,28 @@ class _Observer:
         self,
         dispatched: Callable[[list[Task], int], None],
         dropped: Callable[[list[Task], int], None],
+        also: Observer | None,
     ) -> None:
-        self.dispatched, self.dropped = dispatched, dropped
+        self._dispatched, self._dropped, self.also = dispatched, dropped, also
 
+    # The other observer hears first: it is told as it would be alone.
     def accepted(self, tasks: list[Task], step: int) -> None:
-        pass  # told through on_accepted, at both levels
+        if self.also is not None:  # the adapter is told through on_accepted, at both levels
+            self.also.accepted(tasks, step)
+
+    def dispatched(self, batch: list[Task], step: int) -> None:
+        if self.also is not None:
+            self.also.dispatched(batch, step)
+        self._dispatched(batch, step)
+
+    def dropped(self, tasks: list[Task], step: int) -> None:
+        if self.also is not None:
+            self.also.dropped(tasks, step)
+        self._dropped(tasks, step)
 
     def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
-        pass
+        if self.also is not None:
+            self.also.rejected(tasks, step, reason)
 
 
 class Detectors:
@@ -491,6 +529,20 @@ def kinds_of(text: str) -> list[str]:
             ")",
         )
     return named
+
+
+class CountingFindings:
+    """``replay_metrics``' watch: the findings of the replay it measures, counted by kind
+    (``stats``: the trace read once)."""
+
+    def __init__(self, thresholds: Thresholds = DEFAULTS) -> None:
+        self.detectors = Detectors(thresholds)
+
+    def hooks(self, opened: OpenReplay, also: Observer) -> StepHooks:
+        return step_hooks(opened, self.detectors.step, also=also)
+
+    def summary(self) -> dict[str, Any]:
+        return {"findings": counts(self.detectors.finish())}
 
 
 def counts(found: Iterable[Finding]) -> dict[str, int]:

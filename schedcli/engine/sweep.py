@@ -33,6 +33,7 @@ from .cost import CostModel
 from .levels.table import level_of_policy
 from .pool import Pool, Processes, RayCluster, Vanished
 from .run import replay_metrics
+from .schedules import ScheduleDigest
 from .stall import STALL_STEPS_ENV
 
 # Grid keys that are not policy parameters.
@@ -245,25 +246,34 @@ def run_point(point: Point, data: bytes | None = None) -> dict[str, Any]:
     }
     if point.time_scale != 1.0:
         record["time_scale"] = point.time_scale
+    schedule = ScheduleDigest()
     if point.kind == "trace":
-        record["metrics"] = _replay_metrics(point)
+        record["metrics"] = _replay_metrics(point, schedule)
+        record["schedule_sha256"] = schedule.hexdigest()
         return record
-    record["metrics"] = _simulate(point, point.time_scale)
+    record["metrics"] = _simulate(point, point.time_scale, schedule=schedule)
+    record["schedule_sha256"] = schedule.hexdigest()
     if point.capacity is not None:
         record["capacity"] = _capacity(point, point.capacity)
     return record
 
 
-def _replay_metrics(point: Point) -> dict[str, Any]:
+def _replay_metrics(point: Point, schedule: ScheduleDigest) -> dict[str, Any]:
     """A trace's point: the replay's step metrics (what ``schedcli stats`` shows)."""
-    return replay_metrics(point.workload, point.policy, point.params)[0]
+    return replay_metrics(point.workload, point.policy, point.params, also=schedule)[0]
 
 
 def _at(point: Point, path: str) -> Point:
     return dataclasses.replace(point, workload=path)
 
 
-def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> dict[str, Any]:
+def _simulate(
+    point: Point,
+    scale: float,
+    capacity: Capacity | None = None,
+    *,
+    schedule: ScheduleDigest | None = None,
+) -> dict[str, Any]:
     requests: Iterator[Request] = read_workload(point.workload)
     if scale != 1.0:
         requests = (_scaled(r, scale) for r in requests)
@@ -280,6 +290,7 @@ def _simulate(point: Point, scale: float, capacity: Capacity | None = None) -> d
             cost=CostModel(**point.cost),
             slo_ttft=slo.slo_ttft if slo is not None else None,
             slo_tpot=slo.slo_tpot if slo is not None else None,
+            on_batch=None if schedule is None else schedule.on_batch,
         )
         .summary()
     )

@@ -72,6 +72,8 @@ class SweepRecord(Struct):
     cost_model: dict[str, float] | None = None
     time_scale: float | None = None
     capacity: CapacityResult | None = None
+    schedule_sha256: str | None = None  # the batches it dispatched, digested
+    changed_nothing: list[str] | None = None  # grid keys whose every value gave one schedule
 
 
 _AT = re.compile(r" - at `\$((?:\.[A-Za-z0-9_]+|\[[^\]]*\])*)`$")

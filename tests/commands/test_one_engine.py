@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from schedcli.engine.findings import CountingFindings
 from schedcli.engine.levels.table import LEVELS
 from schedcli.engine.levels.task import OpenTrace
 from schedcli.engine.run import open_replay
@@ -53,7 +54,9 @@ def test_stats_and_a_sweep_of_a_trace_measure_alike_at_both_levels(
 
     r = cli("stats", level_trace, "-f", "json")
     assert r.code == 0, r.stderr
-    summary, _ = replay_metrics(str(level_trace), None, {}, measure_preemption=True)
+    summary, _ = replay_metrics(
+        str(level_trace), None, {}, measure_preemption=True, watch=CountingFindings()
+    )
     assert orjson.loads(r.stdout) == orjson.loads(orjson.dumps(summary))
 
 

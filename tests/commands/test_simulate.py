@@ -390,3 +390,35 @@ def test_patience_of_requests_already_finished_is_not_kept() -> None:
     run(reqs, runner, CostModel())
     assert result.finished == 3000 and result.cancelled == 0
     assert len(runner.deadlines) <= 2 * len(runner.live) + 64
+
+
+FINDINGS = ROOT / "docs" / "examples" / "findings"
+
+
+def test_stats_counts_a_trace_s_findings_by_kind_as_findings_lists_them() -> None:
+    for example in sorted(FINDINGS.glob("*.findings.jsonl")):
+        trace = example.with_name(example.name.replace(".findings", ""))
+        r = run_cli("stats", str(trace), "-f", "json")
+        assert r.returncode == 0, r.stderr.decode()
+        listed = [orjson.loads(line)["kind"] for line in example.read_bytes().splitlines()]
+        got = orjson.loads(r.stdout)["findings"]
+        assert got == {kind: listed.count(kind) for kind in got}, trace.name
+        assert set(got) >= set(listed) and sum(got.values()) == len(listed) > 0
+    table = run_cli("stats", str(FINDINGS / "hol_blocking.jsonl")).stdout.decode()
+    assert "findings" in table and "1 (hol_blocking 1)" in table
+
+
+def test_stats_of_a_dump_says_its_findings_are_not_known_rather_than_none() -> None:
+    dump = ROOT / "traces" / "golden" / "cancel-and-rejoin.dump.jsonl"
+    r = run_cli("stats", str(dump), "-f", "json")
+    assert r.returncode == 0 and orjson.loads(r.stdout)["findings"] is None
+    table = run_cli("stats", str(dump)).stdout.decode()
+    assert "findings need a trace" in table
+
+
+def test_stats_with_findings_is_byte_identical_compiled_and_pure() -> None:
+    args = ["stats", str(FINDINGS / "starvation.jsonl"), "-f", "json"]
+    fast = run_process(*args, env={"PYTHONHASHSEED": "1"})
+    pure = run_process(*args, env={"SCHEDCLI_PURE_PYTHON": "1", "PYTHONHASHSEED": "2"})
+    assert fast.returncode == pure.returncode == 0, fast.stderr
+    assert fast.stdout == pure.stdout and b'"findings"' in fast.stdout

@@ -188,6 +188,7 @@ def test_a_trace_is_swept_by_replaying_it(tmp_path: Path) -> None:
             "stats", str(TRACES / "long-prompts-and-chat.jsonl"), "-p", "fcfs", "-f", "json"
         ).stdout
     )
+    stats.pop("findings")  # stats counts its findings too; a sweep's point does not
     assert record["metrics"] == stats
 
 
@@ -509,3 +510,49 @@ def test_editing_a_helper_the_plugin_imports_invalidates_the_sweep_cache(tmp_pat
     again = sweep("c.jsonl")
     assert b"0 from the cache" in again.stderr and b"helper.py changed" in again.stderr
     assert (tmp_path / "a.jsonl").read_bytes() != (tmp_path / "c.jsonl").read_bytes()
+
+
+def test_a_knob_whose_every_value_gave_one_schedule_is_said_to_have_changed_nothing(
+    tmp_path: Path, workload: Path
+) -> None:
+    # 30 requests never make 32 decodes: max_decode_sequences 32 or 64 is one schedule.
+    out = tmp_path / "res.jsonl"
+    args = ["-p", "decode-first", "-p", "fcfs", "--grid", "max_batch_tokens=400,544"]
+    r = run_cli("sweep", str(workload), *args, "--grid", "max_decode_sequences=32,64",
+                "-j", "1", "-o", str(out), "--cache", str(tmp_path / "cache"),
+                env={"COLUMNS": "250"})  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    said = {(x["policy"], tuple(x["changed_nothing"])) for x in records}
+    assert said == {("decode-first", ("max_decode_sequences",)), ("fcfs", ())}
+    digests = {x["params"]["max_batch_tokens"]: set() for x in records}
+    for x in records:
+        digests[x["params"]["max_batch_tokens"]].add(x["schedule_sha256"])
+    assert len(digests[400] & digests[544]) == 0  # the budget changed the schedule
+    err = r.stderr.decode()
+    assert "--grid max_decode_sequences changed nothing for decode-first on w.jsonl" in err
+    table = r.stdout.decode()
+    assert table.count("(changed nothing)") == 4, table  # decode-first's four rows
+    assert "max_batch_tokens changed nothing" not in err
+
+
+def test_a_knob_given_one_value_or_a_trace_point_without_digest_is_never_said_idle(
+    tmp_path: Path, workload: Path
+) -> None:
+    from schedcli.engine.schedules import changed_nothing
+    from schedcli.engine.sweep import Outcome, Point
+
+    records = sweep(tmp_path, str(workload), "-p", "fcfs", "--grid", "max_num_seqs=8", "-j", "1")
+    assert [x["changed_nothing"] for x in records] == [[]]
+
+    def outcome(seqs: int, tokens: int, digest: str | None) -> Outcome:
+        params = {"max_num_seqs": seqs, "max_batch_tokens": tokens}
+        point = Point("w", "x", "workload", "fcfs", params, {})
+        return Outcome(point, {"schedule_sha256": digest} if digest else {})
+
+    full = [outcome(8, 64, "a"), outcome(16, 64, "a"), outcome(8, 128, "b"), outcome(16, 128, "b")]
+    keys = ["max_num_seqs", "max_batch_tokens"]
+    assert changed_nothing(full, keys) == {("w", "fcfs"): ["max_num_seqs"]}
+    # A value not tried with the other fixed, a point without its digest: not said.
+    assert changed_nothing(full[:3], keys) == {("w", "fcfs"): []}
+    assert changed_nothing([*full[:3], outcome(16, 128, None)], keys) == {}

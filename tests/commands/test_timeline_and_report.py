@@ -342,3 +342,37 @@ def test_a_report_with_nothing_to_plot_says_no_library_warning(tmp_path: Path) -
     assert r.returncode == 0, r.stderr
     assert b"Warning" not in r.stderr
     assert "no point has both a throughput and a TTFT p99" in (tmp_path / "r.html").read_text()
+
+
+FINDINGS = ROOT / "docs" / "examples" / "findings"
+
+
+@pytest.mark.parametrize("kind", ["starvation", "hol_blocking", "decode_gap"])
+def test_a_report_marks_each_finding_on_the_timeline_with_a_legend_and_lists_it(
+    tmp_path: Path, kind: str
+) -> None:
+    trace = FINDINGS / f"{kind}.jsonl"
+    listed = [json.loads(x) for x in (FINDINGS / f"{kind}.findings.jsonl").read_text().splitlines()]
+    page = _make_report(tmp_path, str(trace)).read_text()
+    tokens = page[page.index('id="tokens"') : page.index('id="queue"')]
+    group = re.search(rf'<g id="findings-{kind}">(.*?)\n   </g>', tokens, re.S)
+    assert group is not None, "no marks of the kind on the tokens chart"
+    assert group[1].count("<use ") == len(listed)  # one mark a finding
+    assert f"{kind} ({len(listed)})" in tokens  # the legend names the kind, counted
+    assert tokens.count('<g id="findings-') == 1  # no other kind marked
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([a-z_]+)</td>", page.split("<h2>Findings")[1])
+    assert rows == [(str(f["step"]), f["kind"]) for f in listed]
+
+
+def test_a_reports_findings_are_those_findings_gives_at_both_levels(level_trace: Path) -> None:
+    from schedcli.app.report.runs import from_trace as _from_trace
+    from schedcli.engine.findings import find
+
+    [run] = _from_trace(str(level_trace), [])
+    assert run.findings == find(str(level_trace))[0]
+
+
+def test_a_report_on_a_dump_says_findings_need_a_trace(tmp_path: Path) -> None:
+    page = _make_report(tmp_path, str(TRACES / "golden" / "rotation-fairness.dump.jsonl"))
+    text = page.read_text()
+    assert "Findings need a trace" in text and '<g id="findings-' not in text

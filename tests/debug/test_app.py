@@ -49,6 +49,7 @@ def app_for(
         str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name),
         policy,
         {},
+        path=str(path),
     )
 
 
@@ -421,7 +422,9 @@ async def test_a_view_whose_workers_were_killed_says_so_and_r_asks_again(
     no view loaded again. Both workers killed (the server asks twice), the status says so;
     r asks again, and the view comes."""
     monkeypatch.setenv("SCHEDCLI_TEST_DIES", str(tmp_path / "pids"))
-    monkeypatch.setenv("SCHEDCLI_TEST_DEATHS", "2")
+    # Three die: the two workers asked for step 0's view, and the process the app finds
+    # the findings in (it asks the policy for its reasons too), in whatever order.
+    monkeypatch.setenv("SCHEDCLI_TEST_DEATHS", "3")
     submit = {"op": "submit", "kind": "prefill", "size": 4}
     tasks = [{**submit, "tid": t, "sid": t} for t in (1, 2, 3)]
     trace = write_lines(tmp_path / "t.jsonl", [*tasks, *[{"op": "get_work"}] * 3])
@@ -436,6 +439,11 @@ async def test_a_view_whose_workers_were_killed_says_so_and_r_asks_again(
                 "(SIGKILL) · r asks again"
             )
             assert app.shown is None and not app.loading
+            # A policy that kills its process kills only the findings' own.
+            await asyncio.to_thread(app.nav.findings_known.wait, 120)
+            assert app.nav.findings_unknown == (
+                "findings not known: their replay was killed (SIGKILL)"
+            )
             await keys(pilot, "r")
             assert app.shown == 0 and app.status_text.startswith("step 0: 3 queued")
     finally:
@@ -655,3 +663,79 @@ def test_a_batch_pane_title_counts_one_decode_and_one_chunk_in_the_singular() ->
     assert _title(one, 8, "now") == "step 4: 1 decode, 1 chunk, 5/8 tokens"
     two = {"step": 5, "tokens": 2, "batch": [{"kind": "decode"}, {"kind": "decode"}]}
     assert _title(two, None, "now") == "step 5: 2 decodes, 0 chunks, 2 tokens"
+
+
+# --- findings: a breakpoint finding=KIND and their marks ---------------------------------
+
+FINDINGS = ROOT / "docs" / "examples" / "findings"
+
+
+async def findings_known(pilot: Pilot[Any]) -> None:
+    """Until the app's findings are known and drawn (they are found on a thread of their
+    own, which ``settle`` does not wait for)."""
+    app = pilot.app
+    assert isinstance(app, DebugApp)
+    await asyncio.to_thread(app.nav.findings_known.wait, 120)
+    await pilot.pause(0.1)
+    await settle(pilot)
+
+
+def _marks_line(app: DebugApp) -> str:
+    timeline = str(app.query_one("#timeline").render())
+    return next(line for line in timeline.splitlines() if line.startswith("marks"))
+
+
+@in_loop
+async def test_a_finding_breakpoint_stops_where_findings_finds_one_forward_and_back(
+    cli: Cli,
+) -> None:
+    trace = FINDINGS / "starvation.jsonl"
+    [found] = [json.loads(x) for x in cli("findings", trace, "-f", "json").lines]
+    async with driving(app_for(trace)) as pilot:
+        app = pilot.app
+        await typed(pilot, "b", "finding=starvation")
+        assert app.breakpoints[-1].text == "finding=starvation"
+        await keys(pilot, "home", "c")
+        assert app.step == found["step"], app.status_text
+        assert 'finding=starvation: starvation waiting "L0" ran "s16a", "s16b"' in app.status_text
+        await keys(pilot, "c")
+        assert app.step == found["step"] and "no breakpoint holds" in app.status_text
+        await keys(pilot, "end", "C")
+        assert app.step == found["step"], app.status_text
+
+
+@in_loop
+async def test_the_timeline_marks_each_finding_by_its_kind_and_its_step_says_it() -> None:
+    trace = FINDINGS / "hol_blocking.jsonl"
+    async with driving(app_for(trace)) as pilot:
+        app = pilot.app
+        await findings_known(pilot)
+        assert app.nav.findings_unknown is None
+        marks = _marks_line(app)
+        assert marks.count("h") == 1, marks  # one hol_blocking, at step 0
+        assert "finding: hol_blocking waiting" in app.status_text
+    async with driving(app_for(ROTATION)) as pilot:  # a calm trace: no finding marked
+        await findings_known(pilot)
+        assert set(_marks_line(pilot.app)[len("marks") :].strip()) <= set("!xprcC")
+
+
+@in_loop
+async def test_a_finding_breakpoint_at_the_request_level_stops_at_the_thrash(
+    tmp_path: Path,
+) -> None:
+    app = app_for(thrashing_trace(tmp_path), policy=THRASHES)
+    async with driving(app) as pilot:
+        await typed(pilot, "b", "finding=preemption_thrash")
+        await keys(pilot, "home", "c")
+        assert app.step == 5 and 'preemption_thrash waiting "a"' in app.status_text
+
+
+@in_loop
+async def test_a_finding_breakpoint_of_an_unknown_kind_is_refused_with_the_kinds() -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        await typed(pilot, "b", "finding=hol")
+        said = pilot.app.status_text
+        assert "'hol' is not a kind of finding" in said and "hol_blocking, " in said
+        await typed(pilot, "b", "finding=")
+        assert "not a kind of finding" in pilot.app.status_text
+        assert pilot.app.breakpoints == []

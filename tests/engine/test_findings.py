@@ -17,14 +17,16 @@ from schedcli.engine.findings import (
     ORDER_CODES,
     RESOURCE_CODES,
     STARVATION,
+    CountingFindings,
     Detectors,
     Finding,
     Item,
     StepFacts,
     Thresholds,
+    counts,
     find,
 )
-from schedcli.engine.run import open_replay
+from schedcli.engine.run import open_replay, replay_metrics
 from schedcli.model.task import PREFILL, Task, id_key
 from tests.helpers import REQUEST_HEADER, ROOT, write_lines
 
@@ -304,3 +306,22 @@ def _hol_agrees(view: StepView, f: Finding) -> None:
     assert f.waiting[0] == firsts[0], f
     assert codes[id_key(f.waiting[0])] in RESOURCE_CODES, f
     assert all(codes[id_key(w)] in ORDER_CODES for w in f.waiting[1:]), f
+
+
+@SETTINGS
+@given(st.data())
+def test_findings_counted_alongside_the_metrics_are_those_of_their_own_replay(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """``stats`` counts findings in the replay that measures it (``replay_metrics``); the
+    count is the one ``find`` gives replaying for findings alone, and the metrics are
+    those of a replay without findings, at both levels."""
+    for name, strategy in (("t.jsonl", task_traces(False)), ("r.jsonl", request_traces(False))):
+        path = _write(tmp_path, data.draw(strategy), name)
+        found, _ = find(str(path))
+        summary, _ = replay_metrics(
+            str(path), None, {}, measure_preemption=True, watch=CountingFindings()
+        )
+        alone, _ = replay_metrics(str(path), None, {}, measure_preemption=True)
+        assert summary.pop("findings") == counts(found), name
+        assert summary == alone, name

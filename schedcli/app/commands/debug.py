@@ -98,7 +98,9 @@ def debug_command(req: DebugRequest) -> int:
                 "schedcli debug draws with Textual, an extra: pip install 'schedcli[debug]'"
             ) from None
 
-        app = DebugApp(travel, req.trace, req.policy, req.params)
+        app = DebugApp(
+            travel, req.trace, req.policy, req.params, allow_incomplete=req.allow_incomplete
+        )
         stopped = _run_until_stopped(app)
         if stopped is not None:
             raise Stopped(stopped)

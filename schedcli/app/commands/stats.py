@@ -1,10 +1,12 @@
-"""``schedcli stats``: the step-based metrics a recorded trace, or a dump, allows."""
+"""``schedcli stats``: the step-based metrics a recorded trace, or a dump, allows; a
+trace's findings counted by kind, from the same replay (a dump's are not known)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
+from ...engine.findings import CountingFindings
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
 from ...engine.run import replay_metrics
@@ -34,6 +36,7 @@ def _dump_stats(path: str, stream: BinaryIO, allow_incomplete: bool) -> dict[str
     summary = metrics.summary()
     summary["rejected"] = rejected
     summary["queued"] = queued
+    summary["findings"] = None  # a dump has no queue and no reasons: findings need a trace
     if preemption.request_level:
         summary.update(preemption.summary())
     return summary
@@ -68,6 +71,7 @@ def stats_of(
             progress=progress,
             measure_preemption=True,
             stream=stream,
+            watch=CountingFindings(),
         )
 
 

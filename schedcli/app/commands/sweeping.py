@@ -16,7 +16,16 @@ from rich.text import Text
 
 from ... import __version__
 from ...engine.cost import CostModel
-from ...engine.sweep import Cache, Capacity, GridKeyDropped, Outcome, Plan, points, run_points
+from ...engine.schedules import changed_nothing
+from ...engine.sweep import (
+    Cache,
+    Capacity,
+    GridKeyDropped,
+    Outcome,
+    Plan,
+    points,
+    run_points,
+)
 from ...formats.sweep_schema import SweepSpec, refusal
 from ...model.errors import InvariantError, UsageError
 from ...model.limits import OPTIONS, BoundError
@@ -165,12 +174,22 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> list[Outcome]:
         )
     finally:
         bar.stop()
+    inert = changed_nothing(outcomes, list(plan.grid))
     with atomic_output(req.output) as f:
-        _write(f, outcomes)
+        _write(f, outcomes, inert)
     view = err if req.output == "-" else out
-    view.print(sweep_table(outcomes, list(plan.grid)))
+    view.print(sweep_table(outcomes, list(plan.grid), inert))
     for line in rejection_notes(outcomes):
         err.print(line, soft_wrap=True, highlight=False, markup=False)
+    for (workload, policy), keys in inert.items():
+        for key in keys:
+            err.print(
+                f"note: --grid {key} changed nothing for {policy} on {Path(workload).name}: "
+                "every value gave the same schedule",
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
+            )
     cached = sum(o.cached for o in outcomes)
     failed = sum(o.error is not None for o in outcomes)
     if cache.stale:
@@ -184,10 +203,11 @@ def run_sweep(req: SweepRequest, out: Console, err: Console) -> list[Outcome]:
     return [o for o in outcomes if o.error is not None]
 
 
-def _write(f: IO[bytes], outcomes: list[Outcome]) -> None:
+def _write(f: IO[bytes], outcomes: list[Outcome], inert: Inert) -> None:
     for o in outcomes:
         if o.record is not None:
-            f.write(orjson.dumps(o.record) + b"\n")
+            keys = inert.get((o.point.workload, o.point.policy), [])
+            f.write(orjson.dumps({**o.record, "changed_nothing": keys}) + b"\n")
 
 
 def _label(o: Outcome) -> str:
@@ -201,11 +221,15 @@ def _run_keys(o: Outcome) -> dict[str, Any]:
     return keys
 
 
-def sweep_table(outcomes: list[Outcome], grid: list[str]) -> Table:
+Inert = dict[tuple[str, str], list[str]]  # (workload, policy) -> grid keys that changed nothing
+
+
+def sweep_table(outcomes: list[Outcome], grid: list[str], inert: Inert | None = None) -> Table:
     """A row per point: what the grid varied, how many requests finished and were
     rejected, throughput, tail latencies (of the finished, said when some were rejected)
     and capacity. A point that rejected requests is marked: its latencies look better for
-    the requests it never served."""
+    the requests it never served. A grid key that changed nothing for the point's workload
+    and policy (``inert``) is marked in its params: "KEY=V (changed nothing)"."""
     table = Table(title="sweep", box=box.ROUNDED, title_justify="left")
     for column in ("workload", "policy", "params", "finished", "rejected", "tok/s"):
         table.add_column(column, overflow="fold")
@@ -216,7 +240,12 @@ def sweep_table(outcomes: list[Outcome], grid: list[str]) -> Table:
         m = (o.record or {}).get("metrics") or {}
         cap = (o.record or {}).get("capacity") or {}
         varied = {**o.point.params, **_run_keys(o)}
-        changed = " ".join(f"{k}={v}" for k, v in varied.items() if k in grid)
+        idle = (inert or {}).get((o.point.workload, o.point.policy), [])
+        changed = " ".join(
+            f"{k}={v}" + (" (changed nothing)" if k in idle else "")
+            for k, v in varied.items()
+            if k in grid
+        )
         rejected = m.get("rejected") or 0
         of = f" (of {m.get('finished')})" if rejected and m.get("finished") is not None else ""
         table.add_row(

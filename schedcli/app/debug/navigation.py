@@ -5,24 +5,33 @@ divergences and marks found in the index, the command that reproduces a view. Th
 from __future__ import annotations
 
 import shlex
+import signal
+import subprocess
+import sys
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from ...engine.findings import KINDS, Finding
 from ...engine.travel import Travel
 from ...model.errors import UsageError
+from ...model.task import show_id
 from ..usage import worded
 
 # The conditions the index answers alone, and those a worker replays to check.
 INDEXED = ("div", "preempt", "break", "under", "reject", "cancel")
 REPLAYED = ("wait", "session", "reason")
+# Answered from the findings, which the app finds beside the index (``Navigator.found``).
+FOUND = ("finding",)
 
 BREAKPOINT_SYNTAX = (
     "wait>K (a task waits more than K steps) · session=SID (dispatched) · reason=CODE · "
     "under=X% (a batch under X% of the budget while work waits) · preempt · break · div · "
-    "reject · cancel"
+    "reject · cancel · finding=KIND (a finding of KIND at the step: docs/findings.md)"
 )
 
 
@@ -37,7 +46,7 @@ class Breakpoint:
             return f"wait>{self.value}"
         if self.kind == "under":
             return f"under={self.value:g}%"
-        if self.kind in ("session", "reason"):
+        if self.kind in ("session", "reason", "finding"):
             return f"{self.kind}={self.value}"
         return self.kind
 
@@ -51,7 +60,8 @@ class Breakpoint:
 
 
 def parse_breakpoint(text: str) -> Breakpoint:
-    """``wait>K``, ``session=SID``, ``reason=CODE``, ``under=X%`` or a mark's name."""
+    """``wait>K``, ``session=SID``, ``reason=CODE``, ``under=X%``, ``finding=KIND`` or a
+    mark's name."""
     text = text.strip()
     if text.startswith("wait>"):
         k = _int(text[5:], "wait>K")
@@ -61,6 +71,12 @@ def parse_breakpoint(text: str) -> Breakpoint:
         return Breakpoint("session", parse_id(value))
     if eq and name == "reason" and value:
         return Breakpoint("reason", value)
+    if eq and name == "finding":
+        if value not in KINDS:
+            raise UsageError(
+                f"finding=KIND: {value!r} is not a kind of finding; one of: {', '.join(KINDS)}"
+            )
+        return Breakpoint("finding", value)
     if eq and name == "under":
         pct = value.rstrip("%")
         try:
@@ -102,6 +118,38 @@ class Navigator:
 
     def __init__(self, travel: Travel) -> None:
         self.travel = travel
+        # The replay's findings, once found beside the index (``found``): set then, with
+        # why they are not known if they could not be found (the replay refused, say).
+        self.findings: list[Finding] = []
+        self.findings_unknown: str | None = None
+        self.findings_known = threading.Event()
+
+    def found(self, findings: list[Finding], unknown: str | None = None) -> None:
+        self.findings, self.findings_unknown = findings, unknown
+        self.findings_known.set()
+
+    def findings_at(self, step: int) -> list[Finding]:
+        return [f for f in self.findings if f.step == step]
+
+    def _found_hit(
+        self, bp: Breakpoint, step: int, forward: bool, stop: threading.Event | None
+    ) -> tuple[int, str] | None:
+        """The nearest step past ``step`` with a finding of ``bp``'s kind, once the
+        findings are known (waited for, as a replayed search is)."""
+        while not self.findings_known.wait(0.05):
+            if stop is not None and stop.is_set():
+                return None
+        steps = sorted({f.step for f in self.findings if f.kind == bp.value})
+        if forward:
+            i = bisect_right(steps, step)
+            at = steps[i] if i < len(steps) else None
+        else:
+            i = bisect_left(steps, step)
+            at = steps[i - 1] if i > 0 else None
+        if at is None:
+            return None
+        said = "; ".join(finding_said(f) for f in self.findings_at(at) if f.kind == bp.value)
+        return at, f"{bp.text}: {said}"
 
     def mark_steps(self, kind: str) -> list[int]:
         return sorted({step for step, k, _ in self.travel.marks if k == kind})
@@ -169,6 +217,10 @@ class Navigator:
                 at = self._indexed_hit(bp, step, forward)
                 if at is not None and (best is None or (at < best[0]) == forward):
                     best = (at, bp.text)
+            elif bp.kind in FOUND:
+                hit = self._found_hit(bp, step, forward, stop)
+                if hit is not None and (best is None or (hit[0] < best[0]) == forward):
+                    best = hit
         replayed = [bp for bp in breakpoints if bp.kind in REPLAYED]
         if replayed:
             found = self._replayed_hit(replayed, step, forward, best[0] if best else None, stop)
@@ -206,6 +258,62 @@ class Navigator:
         return None if found is None else int(found["step"])
 
 
+def find_apart(
+    trace: str,
+    policy: str | None,
+    params: Mapping[str, object],
+    *,
+    allow_incomplete: bool,
+    stop: threading.Event,
+) -> tuple[list[Finding], str | None]:
+    """The replay's findings, found by ``schedcli findings`` in a process of its own (the
+    policy runs apart from the screen, as the index's server runs it: a policy that ends
+    its process ends only that one); or none and why they are not known. ``stop``: the
+    process is killed once it is set."""
+    words = [sys.executable, "-m", "schedcli", "findings", trace, "-f", "json"]
+    if policy is not None:
+        words += ["-p", policy]
+    for k, v in params.items():
+        words += ["-P", f"{k}={_param(v)}"]
+    if allow_incomplete:
+        words.append("--allow-incomplete")
+    with subprocess.Popen(
+        words, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        while True:
+            try:
+                out, err = process.communicate(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if stop.is_set():
+                    process.kill()
+                    process.communicate()
+                    return [], "findings not known: stopped"
+    if process.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        why = lines[-1] if lines else f"their replay ended with exit {process.returncode}"
+        if process.returncode < 0:
+            why = f"their replay was killed ({signal.Signals(-process.returncode).name})"
+        return [], f"findings not known: {why.removeprefix('schedcli: ')}"
+    found = []
+    for line in out.splitlines():
+        record = orjson.loads(line)
+        kind, step = record.pop("kind"), record.pop("step")
+        waiting, ran = tuple(record.pop("waiting")), tuple(record.pop("ran"))
+        found.append(Finding(kind, step, waiting, ran, record))
+    return found, None
+
+
+def finding_said(f: Finding) -> str:
+    """A finding in the status line's words: its kind, who waited, who ran."""
+    parts = [f.kind]
+    if f.waiting:
+        parts.append("waiting " + ", ".join(show_id(i) for i in f.waiting))
+    if f.ran:
+        parts.append("ran " + ", ".join(show_id(i) for i in f.ran))
+    return " ".join(parts)
+
+
 def reproduce(trace: str, step: int, policy: str | None, params: Mapping[str, object]) -> str:
     """The command that shows this step outside the debugger: ``explain --step``."""
     words = ["schedcli", "explain", trace, "--step", str(step)]
@@ -226,6 +334,8 @@ __all__ = [
     "BREAKPOINT_SYNTAX",
     "Breakpoint",
     "Navigator",
+    "find_apart",
+    "finding_said",
     "parse_breakpoint",
     "parse_id",
     "reproduce",

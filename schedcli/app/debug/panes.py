@@ -4,6 +4,7 @@ life. No widget state here: ``screen.py`` places them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
@@ -18,11 +19,23 @@ BARS = " ▁▂▃▄▅▆▇█"
 # without colour.
 MARK_CHARS = {"break": "!", "div": "x", "preempt": "p", "reject": "r", "cancel": "c", "clear": "C"}
 MARK_STYLES = {"break": "bold red", "div": "bold magenta", "preempt": "yellow"}
+# A finding's mark, by kind (docs/findings.md), weaker than the replay's own marks.
+FINDING_CHARS = {
+    "priority_inversion": "i",
+    "starvation": "s",
+    "hol_blocking": "h",
+    "preemption_thrash": "t",
+    "skipped_running": "k",
+    "decode_gap": "g",
+}
 
 
-def timeline(travel: Travel, row: int, width: int) -> Text:
-    """Four lines over every step indexed: tokens against the budget, queued depth, marks,
-    and where the cursor stands."""
+def timeline(
+    travel: Travel, row: int, width: int, findings: Sequence[tuple[int, str]] = ()
+) -> Text:
+    """Four lines over every step indexed: tokens against the budget, queued depth, marks
+    (the replay's, then each finding's, ``findings``: its step and kind), and where the
+    cursor stands."""
     width = max(width - 9, 10)
     n = travel.steps
     text = Text()
@@ -41,16 +54,18 @@ def timeline(travel: Travel, row: int, width: int) -> Text:
     text.append("".join(_bar(v, deepest) for v in queued), style="cyan")
     text.append("\nmarks    ", style="dim")
     marks = [" "] * cols
-    rank = list(MARK_CHARS)
+    chars = {**MARK_CHARS, **FINDING_CHARS}
+    rank = list(chars)
     strongest: list[int] = [len(rank)] * cols
-    for step, kind, _ in travel.marks:
+    for step, kind in [*((m[0], m[1]) for m in travel.marks), *findings]:
         col = min(travel.row_of(step) // per, cols - 1)
         r = rank.index(kind) if kind in rank else len(rank)
         if r < strongest[col]:
-            strongest[col], marks[col] = r, MARK_CHARS[kind]
+            strongest[col], marks[col] = r, chars[kind]
     for col, ch in enumerate(marks):
         kind = rank[strongest[col]] if strongest[col] < len(rank) else ""
-        text.append(ch, style=MARK_STYLES.get(kind, "bold"))
+        style = "cyan" if kind in FINDING_CHARS else MARK_STYLES.get(kind, "bold")
+        text.append(ch, style=style)
     text.append("\nstep     ", style="dim")
     at = min(row // per, cols - 1)
     text.append(" " * at + "^", style="bold")

@@ -4,6 +4,7 @@ comes from the time machine's server (``engine/travel``) on a worker thread."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -25,6 +26,8 @@ from .navigation import (
     BREAKPOINT_SYNTAX,
     Breakpoint,
     Navigator,
+    find_apart,
+    finding_said,
     parse_breakpoint,
     parse_id,
     reproduce,
@@ -88,9 +91,16 @@ class DebugApp(App[None]):
         trace: str,
         policy: str | None,
         params: Mapping[str, object],
+        *,
+        path: str | None = None,
+        allow_incomplete: bool = False,
     ) -> None:
+        """``trace``: the trace as the title names it; ``path``: where it is read from for
+        the findings (``trace`` if not given)."""
         super().__init__()
         self.travel, self.trace, self.policy, self.params = travel, trace, policy, params
+        self.path, self.allow_incomplete = path or trace, allow_incomplete
+        self.closing = threading.Event()  # set as the app ends
         self.nav = Navigator(travel)
         self.row = 0
         self.views: OrderedDict[int, dict[str, Any]] = OrderedDict()
@@ -125,6 +135,41 @@ class DebugApp(App[None]):
         self.refresh_index()
         self.ticking = self.set_interval(0.25, self.tick) if self.travel.indexed is None else None
         self.load_view()
+        self.find_findings()
+
+    def find_findings(self) -> None:
+        """The replay's findings, found beside the index by a process of their own
+        (``find_apart``), waited for on a thread (not a worker: nothing waits for them but
+        a ``finding=`` search): marked on the timeline and answering ``finding=KIND``."""
+        threading.Thread(target=self._find_findings, daemon=True).start()
+
+    def _find_findings(self) -> None:
+        try:
+            found, unknown = find_apart(
+                self.path,
+                self.policy,
+                self.params,
+                allow_incomplete=self.allow_incomplete,
+                stop=self.closing,
+            )
+        except OSError as e:  # no process to find them in
+            found, unknown = [], f"findings not known: {e}"
+        self.nav.found(found, unknown)
+        if not self.closing.is_set():
+            with contextlib.suppress(RuntimeError):  # the app ended meanwhile
+                self.call_from_thread(self.findings_arrived)
+
+    def on_unmount(self) -> None:
+        self.closing.set()  # the findings' replay stops at its next step
+
+    def findings_arrived(self) -> None:
+        """The timeline marks them; the step on screen adds its own to what the status
+        line says (which a key may have said: kept)."""
+        self.refresh_index()
+        if self.shown is not None and self.shown == self.step:
+            here = [f"finding: {finding_said(f)}" for f in self.nav.findings_at(self.shown)]
+            if here:
+                self.say(" · ".join([self.status_text, *here]))
 
     def tick(self) -> None:
         """While indexing: the title's progress, the timeline, and the first view once
@@ -161,7 +206,8 @@ class DebugApp(App[None]):
         name = self.trace.rsplit("/", 1)[-1]
         self.query_one("#title", Static).update(f"{name} · {policies[0]}{versus} · {state}{bps}")
         width = self.size.width or 80
-        self.query_one("#timeline", Static).update(panes.timeline(t, self.row, width))
+        findings = [(f.step, f.kind) for f in self.nav.findings]
+        self.query_one("#timeline", Static).update(panes.timeline(t, self.row, width, findings))
 
     def _versus(self) -> str | None:
         """What the other side is called on screen: the expect, the golden, a policy."""
@@ -263,6 +309,7 @@ class DebugApp(App[None]):
         whose = f" ({self._versus()}'s queue)" if side else ""
         said = [f"step {view['step']}: {len(view['queues'][side] or [])} queued{whose}"]
         said += [f"{kind}: {text}" for kind, text in marks]
+        said += [f"finding: {finding_said(f)}" for f in self.nav.findings_at(view["step"])]
         if self.note:
             said.insert(0, self.note)
             self.note = ""
@@ -373,6 +420,9 @@ class DebugApp(App[None]):
 
     def _hit(self, hit: tuple[int, str] | None, none: str) -> None:
         if hit is None:
+            unknown = self.nav.findings_unknown
+            if unknown and any(b.kind == "finding" for b in self.breakpoints):
+                none = f"{none or 'no breakpoint holds that way'} · {unknown}"
             self.say(none or "no breakpoint holds that way")
             return
         step, why = hit

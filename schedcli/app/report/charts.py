@@ -66,11 +66,35 @@ def tokens_chart(plt: Any, runs: Sequence[Run], x_label: str) -> str:
             ax.axhline(run.budget, color="#444", linestyle="--", linewidth=1, label="budget")
             top = max(top, run.budget)
         ax.set_ylim(0, max(top, 1) * 1.3)
+        _finding_marks(ax, run, max(top, 1) * 1.18)
         ax.set_title(run.label, loc="left", fontsize=9)
         ax.set_ylabel("tokens per step")
         ax.legend(loc="upper right", fontsize=8, frameon=False, ncols=3)
     axes[-1, 0].set_xlabel(x_label)
     return svg(plt, fig)
+
+
+# A marker and a colour per kind of finding (engine.findings.KINDS' order).
+FINDING_MARKS = {
+    "priority_inversion": ("v", "#b8475a"),
+    "starvation": ("s", "#7b5ea7"),
+    "hol_blocking": ("D", "#8c7a3c"),
+    "preemption_thrash": ("X", "#d62728"),
+    "skipped_running": ("o", "#17becf"),
+    "decode_gap": ("|", "#444444"),
+}
+
+
+def _finding_marks(ax: Any, run: Run, y: float) -> None:
+    """One mark per finding at its step, above the tokens, a marker per kind; the legend
+    names each kind shown with its count. Each kind's marks are one SVG group whose id is
+    ``findings-KIND`` (a mark a ``<use>`` in it)."""
+    found = run.findings or []
+    for kind, (marker, color) in FINDING_MARKS.items():
+        steps = [f.step for f in found if f.kind == kind]
+        if steps:
+            ax.scatter(steps, [y] * len(steps), marker=marker, color=color, s=22, zorder=3,
+                       label=f"{kind} ({len(steps)})", gid=f"findings-{kind}")  # fmt: skip
 
 
 _LINES = ("-", "--", ":", "-.")
@@ -192,6 +216,30 @@ def summary_html(runs: Sequence[Run], workload: bool) -> str:
     )
 
 
+def findings_html(runs: Sequence[Run], trace: str) -> str:
+    """Each traced run's findings, one row each (the first ``LISTED``): step, kind, who
+    waited, who ran; a run without any says so."""
+    parts = []
+    for r in runs:
+        if r.findings is None:
+            continue
+        label = html.escape(r.label)
+        if not r.findings:
+            parts.append(f'<p class="findings">{label}: no findings.</p>')
+            continue
+        rows = [
+            [f.step, f.kind, ", ".join(show_id(i) for i in f.waiting) or "-",
+             ", ".join(show_id(i) for i in f.ran) or "-"]
+            for f in r.findings
+        ]  # fmt: skip
+        more = f"schedcli findings {trace} lists every one, with its numbers."
+        parts.append(
+            f"<h3>{label}: {len(rows)} finding{'' if len(rows) == 1 else 's'}</h3>"
+            + _table("findings", ["step", "kind", "waiting", "ran"], rows, more)
+        )
+    return "".join(parts)
+
+
 LISTED = 50  # rows of a preemption table in a report (stats -f json lists them all)
 
 
@@ -247,7 +295,12 @@ def preemption_html(runs: Sequence[Run]) -> str:
     return "".join(parts)
 
 
-def _table(kind: str, head: list[str], rows: list[list[Any]]) -> str:
+def _table(
+    kind: str,
+    head: list[str],
+    rows: list[list[Any]],
+    every: str = "schedcli stats -f json lists every one.",
+) -> str:
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
@@ -255,10 +308,7 @@ def _table(kind: str, head: list[str], rows: list[list[Any]]) -> str:
     )
     more = ""
     if len(rows) > LISTED:
-        more = (
-            f'<p class="note">and {len(rows) - LISTED} more: schedcli stats -f json lists '
-            "every one.</p>"
-        )
+        more = f'<p class="note">and {len(rows) - LISTED} more: {html.escape(every)}</p>'
     opening = f'<table class="{kind}"><thead><tr>{cells}</tr></thead>'
     return f"{opening}<tbody>{body}</tbody></table>{more}"
 

@@ -20,6 +20,7 @@ from .charts import (
     CSS,
     cdf_chart,
     figure,
+    findings_html,
     preemption_html,
     pyplot,
     queue_chart,
@@ -79,7 +80,13 @@ def build_report(
             figure(
                 "tokens",
                 "Tokens per step, decode and prefill, against the token budget "
-                "(averaged over bins of steps on long runs).",
+                "(averaged over bins of steps on long runs)"
+                + (
+                    "; above them, a mark per finding at its step, a marker per kind "
+                    "(docs/findings.md)."
+                    if kind == "trace"
+                    else "."
+                ),
                 tokens_chart(plt, runs, x_label),
             ),
             figure("queue", "Tasks queued after each step.", queue_chart(plt, runs, x_label)),
@@ -119,6 +126,16 @@ def build_report(
         notes = (
             '<p class="note">Waits per session need submit times, which a dump does not hold: '
             "report on the trace to see them.</p>"
+        )
+    if kind == "trace":
+        notes += (
+            "<h2>Findings</h2><p>Each anomaly at the step that shows it (docs/findings.md), "
+            "at its default bounds: who waited, who ran.</p>" + findings_html(runs, name)
+        )
+    else:
+        notes += (
+            '<p class="note">Findings need a trace: a dump or a workload holds no queue and no '
+            "policy's reasons to read them from.</p>"
         )
     policies = ", ".join(html.escape(r.label) for r in runs)
     preempted = preemption_html(runs)  # request-level runs only

@@ -9,6 +9,7 @@ from typing import Any
 
 from ...catalog.registry import build_policy, config_label
 from ...engine.cost import CostModel
+from ...engine.findings import DEFAULTS, Detectors, Finding, step_hooks
 from ...engine.levels.table import level_named, level_of_policy
 from ...engine.metrics import StepMetrics
 from ...engine.requests.preemption import PreemptionTally
@@ -16,7 +17,7 @@ from ...engine.run import open_replay
 from ...formats.dump import batch_tasks, read_dump
 from ...formats.workload import read_workload
 from ...model.errors import UsageError
-from ...model.records import Record, discard
+from ...model.records import Record
 from ...model.task import DECODE, Task
 from ...streams.source import display_name
 from ..views.progress import TraceProgress
@@ -100,6 +101,7 @@ class Run:
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] | None = None  # a trace's (None: a dump's or a workload's)
 
 
 def parse_config(text: str) -> tuple[str, dict[str, str]]:
@@ -122,7 +124,8 @@ def from_trace(
     progress: TraceProgress | None = None,
     allow_incomplete: bool = False,
 ) -> list[Run]:
-    """A trace (either level) replayed under each configuration, binned by step."""
+    """A trace (either level) replayed under each configuration, binned by step, with
+    its findings (at ``findings``' default bounds)."""
     runs = []
     chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
     for spec, params in chosen:
@@ -136,12 +139,21 @@ def from_trace(
                 progress.position = opened.reader.position
                 on_step = progress.on_step
             binning = _Binning(run, metrics)
-            # The bins come from the observer: the engine then builds no step records.
+            # The bins come from the observer, the findings from the adapter (which reads
+            # a request level's step records; a task level then builds none).
+            detectors = Detectors(DEFAULTS)
+            hooks = step_hooks(opened, detectors.step, also=binning)
             engine = opened.replayer(
-                discard, observer=binning, on_step=on_step, measure_preemption=True
+                hooks.emit,
+                observer=hooks.observer,
+                on_step=on_step,
+                measure_preemption=True,
+                on_left=hooks.on_left,
+                on_accepted=hooks.on_accepted,
             )
             binning.queued = engine.queued_count
             engine.replay()
+            run.findings = detectors.finish()
             run.summary = metrics.summary() | engine.level_summary()
             if metrics.waits_known:  # a request's waits are not known from its steps
                 run.waits = sorted(metrics.session_mean_waits(), reverse=True)

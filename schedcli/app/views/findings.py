@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -38,3 +38,13 @@ def findings_table(found: Sequence[Finding], title: str) -> Table:
 def findings_lines(found: Sequence[Finding]) -> bytes:
     """One JSON record a finding, a line each (byte-identical for the same replay)."""
     return b"".join(orjson.dumps(f.to_json()) + b"\n" for f in found)
+
+
+def findings_counted(tally: Mapping[str, int] | None) -> str:
+    """A replay's findings by kind, in words (stats): ``None`` is a dump's, not known."""
+    if tally is None:
+        return "not known: findings need a trace (a dump has no queue or reasons)"
+    found = {kind: n for kind, n in tally.items() if n}
+    if not found:
+        return "0 (none of any kind)"
+    return f"{sum(found.values())} (" + ", ".join(f"{k} {n}" for k, n in found.items()) + ")"

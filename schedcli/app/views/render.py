@@ -433,6 +433,10 @@ def stats_table(summary: Mapping[str, Any], title: str) -> Table | Group:
             f"task {show_id(longest['tid'])} of session {show_id(longest['sid'])}, "
             f"{longest['waited_steps']} steps, dispatched at step {longest['dispatched_at_step']}",
         )
+    if "findings" in summary:
+        from .findings import findings_counted
+
+        table.add_row("findings", findings_counted(summary["findings"]))
     if "recomputed_tokens" not in summary:  # a task level's: nothing is preempted
         return table
     for what, value in preemption_rows(summary):
