@@ -52,12 +52,13 @@ def test_stats_and_a_sweep_of_a_trace_measure_alike_at_both_levels(
     adds what preemption costs, with its lists (a sweep's points do not)."""
     from schedcli.engine.run import replay_metrics
 
-    r = cli("stats", level_trace, "-f", "json")
-    assert r.code == 0, r.stderr
-    summary, _ = replay_metrics(
-        str(level_trace), None, {}, measure_preemption=True, watch=CountingFindings()
-    )
-    assert orjson.loads(r.stdout) == orjson.loads(orjson.dumps(summary))
+    for asked, watch in (([], None), (["--findings"], CountingFindings())):
+        r = cli("stats", level_trace, *asked, "-f", "json")
+        assert r.code == 0, r.stderr
+        summary, _ = replay_metrics(
+            str(level_trace), None, {}, measure_preemption=True, watch=watch
+        )
+        assert orjson.loads(r.stdout) == orjson.loads(orjson.dumps(summary))
 
 
 def test_header_params_apply_to_another_request_policy_as_at_task_level(

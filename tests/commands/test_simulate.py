@@ -398,26 +398,36 @@ FINDINGS = ROOT / "docs" / "examples" / "findings"
 def test_stats_counts_a_trace_s_findings_by_kind_as_findings_lists_them() -> None:
     for example in sorted(FINDINGS.glob("*.findings.jsonl")):
         trace = example.with_name(example.name.replace(".findings", ""))
-        r = run_cli("stats", str(trace), "-f", "json")
+        r = run_cli("stats", str(trace), "--findings", "-f", "json")
         assert r.returncode == 0, r.stderr.decode()
         listed = [orjson.loads(line)["kind"] for line in example.read_bytes().splitlines()]
         got = orjson.loads(r.stdout)["findings"]
         assert got == {kind: listed.count(kind) for kind in got}, trace.name
         assert set(got) >= set(listed) and sum(got.values()) == len(listed) > 0
-    table = run_cli("stats", str(FINDINGS / "hol_blocking.jsonl")).stdout.decode()
+    table = run_cli("stats", str(FINDINGS / "hol_blocking.jsonl"), "--findings").stdout.decode()
     assert "findings" in table and "1 (hol_blocking 1)" in table
 
 
-def test_stats_of_a_dump_says_its_findings_are_not_known_rather_than_none() -> None:
+def test_stats_counts_findings_only_when_asked_since_explaining_every_step_costs() -> None:
+    trace = FINDINGS / "hol_blocking.jsonl"
+    plain = orjson.loads(run_cli("stats", str(trace), "-f", "json").stdout)
+    asked = orjson.loads(run_cli("stats", str(trace), "--findings", "-f", "json").stdout)
+    assert "findings" not in plain and asked.pop("findings")["hol_blocking"] == 1
+    assert asked == plain  # the same replay's metrics, findings or not
+
+
+def test_stats_findings_of_a_dump_is_refused_rather_than_a_zero() -> None:
     dump = ROOT / "traces" / "golden" / "cancel-and-rejoin.dump.jsonl"
-    r = run_cli("stats", str(dump), "-f", "json")
-    assert r.returncode == 0 and orjson.loads(r.stdout)["findings"] is None
-    table = run_cli("stats", str(dump)).stdout.decode()
-    assert "findings need a trace" in table
+    r = run_cli("stats", str(dump), "--findings", "-f", "json")
+    assert r.returncode == 2 and r.stdout == b""
+    assert r.stderr.decode() == (
+        "schedcli: --findings needs a trace: a dump has no queue and no reasons to find them in\n"
+    )
+    assert "findings" not in orjson.loads(run_cli("stats", str(dump), "-f", "json").stdout)
 
 
 def test_stats_with_findings_is_byte_identical_compiled_and_pure() -> None:
-    args = ["stats", str(FINDINGS / "starvation.jsonl"), "-f", "json"]
+    args = ["stats", str(FINDINGS / "starvation.jsonl"), "--findings", "-f", "json"]
     fast = run_process(*args, env={"PYTHONHASHSEED": "1"})
     pure = run_process(*args, env={"SCHEDCLI_PURE_PYTHON": "1", "PYTHONHASHSEED": "2"})
     assert fast.returncode == pure.returncode == 0, fast.stderr

@@ -353,7 +353,7 @@ def test_a_report_marks_each_finding_on_the_timeline_with_a_legend_and_lists_it(
 ) -> None:
     trace = FINDINGS / f"{kind}.jsonl"
     listed = [json.loads(x) for x in (FINDINGS / f"{kind}.findings.jsonl").read_text().splitlines()]
-    page = _make_report(tmp_path, str(trace)).read_text()
+    page = _make_report(tmp_path, str(trace), "--findings").read_text()
     tokens = page[page.index('id="tokens"') : page.index('id="queue"')]
     group = re.search(rf'<g id="findings-{kind}">(.*?)\n   </g>', tokens, re.S)
     assert group is not None, "no marks of the kind on the tokens chart"
@@ -368,11 +368,19 @@ def test_a_reports_findings_are_those_findings_gives_at_both_levels(level_trace:
     from schedcli.app.report.runs import from_trace as _from_trace
     from schedcli.engine.findings import find
 
-    [run] = _from_trace(str(level_trace), [])
+    [run] = _from_trace(str(level_trace), [], findings=True)
     assert run.findings == find(str(level_trace))[0]
+    [plain] = _from_trace(str(level_trace), [])
+    assert plain.findings is None and plain.summary == run.summary
 
 
-def test_a_report_on_a_dump_says_findings_need_a_trace(tmp_path: Path) -> None:
-    page = _make_report(tmp_path, str(TRACES / "golden" / "rotation-fairness.dump.jsonl"))
-    text = page.read_text()
-    assert "Findings need a trace" in text and '<g id="findings-' not in text
+def test_a_report_marks_findings_only_when_asked_and_refuses_them_for_a_dump(
+    tmp_path: Path,
+) -> None:
+    page = _make_report(tmp_path, str(FINDINGS / "hol_blocking.jsonl")).read_text()
+    assert '<g id="findings-' not in page and "<h2>Findings" not in page
+    assert "Findings are marked with --findings" in page
+    dump = str(TRACES / "golden" / "rotation-fairness.dump.jsonl")
+    r = run_cli("report", dump, "--findings", "-o", str(tmp_path / "d.html"))
+    assert r.returncode == 2 and not (tmp_path / "d.html").exists()
+    assert r.stderr.decode().startswith("schedcli: --findings needs a trace: a dump")

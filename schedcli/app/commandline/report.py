@@ -24,6 +24,16 @@ ReportPolicyOption = Annotated[
     ),
 ]
 
+ReportFindingsOption = Annotated[
+    bool,
+    typer.Option(
+        "--findings",
+        help="Traces: mark each run's findings on its timeline and list them "
+        "(docs/findings.md); the policy explains every step, which costs several times "
+        "the replay.",
+    ),
+]
+
 
 def report(
     input_path: ReportInputPathOption,
@@ -33,6 +43,7 @@ def report(
     cost_b: o.CostBOption = o.DEFAULT_COST.b,
     cost_c: o.CostCOption = o.DEFAULT_COST.c,
     allow_incomplete: o.AllowIncompleteOption = False,
+    findings: ReportFindingsOption = False,
 ) -> None:
     """Write one self-contained HTML report (works offline): tokens per step against the
     budget, queue depth, wait per session and, for workloads, TTFT and TPOT per policy;
@@ -42,4 +53,11 @@ def report(
     from ..commands.report import report_command
 
     cost = CostModel(cost_a, cost_b, cost_c)
-    report_command(input_path, output, policy or [], cost, allow_incomplete=allow_incomplete)
+    report_command(
+        input_path,
+        output,
+        policy or [],
+        cost,
+        allow_incomplete=allow_incomplete,
+        findings=findings,
+    )

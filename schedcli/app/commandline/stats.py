@@ -13,6 +13,16 @@ StatsPolicyOption = Annotated[
     typer.Option("--policy", "-p", metavar="NAME", help="Traces: policy (default: the header's)."),
 ]
 
+FindingsOption = Annotated[
+    bool,
+    typer.Option(
+        "--findings",
+        help="Traces: count the findings by kind (docs/findings.md), at findings' default "
+        "bounds, in the same replay; the policy explains every step, which costs several "
+        "times the replay.",
+    ),
+]
+
 
 def stats(
     input_path: InputPathOption,
@@ -21,6 +31,7 @@ def stats(
     drain: o.DrainOption = False,
     allow_incomplete: o.AllowIncompleteOption = False,
     fmt: o.ViewFormatOption = o.ViewFormat.table,
+    findings: FindingsOption = False,
 ) -> None:
     """Step-based metrics of a recorded trace (replayed) or of a dump: waits in steps,
     utilisation, fairness, rejections and cancellations; at the request level, each
@@ -30,5 +41,11 @@ def stats(
 
     params = o.parse_params(param)
     stats_command(
-        input_path, policy, params, drain=drain, allow_incomplete=allow_incomplete, fmt=fmt
+        input_path,
+        policy,
+        params,
+        drain=drain,
+        allow_incomplete=allow_incomplete,
+        fmt=fmt,
+        findings=findings,
     )

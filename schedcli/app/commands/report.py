@@ -16,6 +16,7 @@ def report_command(
     cost: CostModel,
     *,
     allow_incomplete: bool,
+    findings: bool = False,
 ) -> None:
     """``schedcli report``: the page, written atomically, and its size said."""
     from ...streams.output import atomic_output
@@ -24,7 +25,12 @@ def report_command(
     progress = trace_progress("reporting", path)
     try:
         page = build_report(
-            path, configs, cost=cost, progress=progress, allow_incomplete=allow_incomplete
+            path,
+            configs,
+            cost=cost,
+            progress=progress,
+            allow_incomplete=allow_incomplete,
+            findings=findings,
         )
     finally:
         progress.stop()

@@ -1,5 +1,5 @@
-"""``schedcli stats``: the step-based metrics a recorded trace, or a dump, allows; a
-trace's findings counted by kind, from the same replay (a dump's are not known)."""
+"""``schedcli stats``: the step-based metrics a recorded trace, or a dump, allows; with
+``--findings``, a trace's findings counted by kind, from the same replay."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ...engine.requests.preemption import PreemptionTally
 from ...engine.run import replay_metrics
 from ...formats.dump import batch_tasks, read_dump
 from ...formats.kinds import kind_of_stream
-from ...model.errors import UsageError
+from ...model.errors import Option, UsageError
 from ...streams.source import display_name, looked_ahead, open_binary
 from ..views.progress import TraceProgress
 
@@ -36,7 +36,6 @@ def _dump_stats(path: str, stream: BinaryIO, allow_incomplete: bool) -> dict[str
     summary = metrics.summary()
     summary["rejected"] = rejected
     summary["queued"] = queued
-    summary["findings"] = None  # a dump has no queue and no reasons: findings need a trace
     if preemption.request_level:
         summary.update(preemption.summary())
     return summary
@@ -50,9 +49,12 @@ def stats_of(
     drain: bool = False,
     progress: TraceProgress | None = None,
     allow_incomplete: bool = False,
+    findings: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """Metrics of ``path`` and a title saying what they are of. The input is opened and
-    read once, what it is told from its first line on the way (so a pipe is read too)."""
+    read once, what it is told from its first line on the way (so a pipe is read too).
+    ``findings``: count the trace's findings by kind in the same replay (the policy then
+    explains every step, which costs several times the replay: asked for, never default)."""
     name = display_name(path)
     with open_binary(path, name) as opened:
         kind, stream = looked_ahead(opened, lambda s: kind_of_stream(s, name))
@@ -60,6 +62,11 @@ def stats_of(
             if policy is not None or params or drain:
                 raise UsageError(
                     "a dump is one schedule already: --policy, --param and --drain apply to traces"
+                )
+            if findings:
+                raise UsageError(
+                    Option("findings"),
+                    " needs a trace: a dump has no queue and no reasons to find them in",
                 )
             return _dump_stats(path, stream, allow_incomplete), f"{name} (dump)"
         return replay_metrics(
@@ -71,7 +78,7 @@ def stats_of(
             progress=progress,
             measure_preemption=True,
             stream=stream,
-            watch=CountingFindings(),
+            watch=CountingFindings() if findings else None,
         )
 
 
@@ -83,6 +90,7 @@ def stats_command(
     drain: bool,
     allow_incomplete: bool,
     fmt: str,
+    findings: bool = False,
 ) -> None:
     """``schedcli stats``: the metrics of a trace (replayed) or a dump, shown."""
     from ..console import show
@@ -92,7 +100,13 @@ def stats_command(
     progress = trace_progress("measuring", path)
     try:
         summary, title = stats_of(
-            path, policy, params, drain=drain, progress=progress, allow_incomplete=allow_incomplete
+            path,
+            policy,
+            params,
+            drain=drain,
+            progress=progress,
+            allow_incomplete=allow_incomplete,
+            findings=findings,
         )
     finally:
         progress.stop()

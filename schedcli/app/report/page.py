@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ...engine.cost import CostModel
 from ...formats.kinds import sniff_kind
-from ...model.errors import UsageError
+from ...model.errors import Option, UsageError
 from ...streams.source import display_name
 from ..views.progress import TraceProgress
 from .charts import (
@@ -55,9 +55,17 @@ def build_report(
     cost: CostModel | None = None,
     progress: TraceProgress | None = None,
     allow_incomplete: bool = False,
+    findings: bool = False,
 ) -> str:
-    """The report's HTML for a trace, a dump, a workload or sweep results."""
+    """The report's HTML for a trace, a dump, a workload or sweep results; ``findings``:
+    a trace's findings marked and listed (refused for anything else)."""
     kind = sniff_kind(path)
+    if findings and kind != "trace":
+        raise UsageError(
+            Option("findings"),
+            " needs a trace: a dump, a workload or sweep results hold no queue and no "
+            "policy's reasons to find them in",
+        )
     parsed = [parse_config(c) for c in configs]
     if kind == "sweep":
         if parsed:
@@ -66,7 +74,7 @@ def build_report(
     if kind == "dump" and parsed:
         raise UsageError("a dump is one schedule already: --policy applies to traces and workloads")
     if kind == "trace":
-        runs = from_trace(path, parsed, progress, allow_incomplete)
+        runs = from_trace(path, parsed, progress, allow_incomplete, findings)
         x_label = "step"
     elif kind == "dump":
         runs = from_dump(path, allow_incomplete)
@@ -84,7 +92,7 @@ def build_report(
                 + (
                     "; above them, a mark per finding at its step, a marker per kind "
                     "(docs/findings.md)."
-                    if kind == "trace"
+                    if findings
                     else "."
                 ),
                 tokens_chart(plt, runs, x_label),
@@ -127,15 +135,15 @@ def build_report(
             '<p class="note">Waits per session need submit times, which a dump does not hold: '
             "report on the trace to see them.</p>"
         )
-    if kind == "trace":
+    if findings:
         notes += (
             "<h2>Findings</h2><p>Each anomaly at the step that shows it (docs/findings.md), "
             "at its default bounds: who waited, who ran.</p>" + findings_html(runs, name)
         )
-    else:
+    elif kind == "trace":
         notes += (
-            '<p class="note">Findings need a trace: a dump or a workload holds no queue and no '
-            "policy's reasons to read them from.</p>"
+            '<p class="note">Findings are marked with --findings (docs/findings.md): the '
+            "policy then explains every step, which costs several times the replay.</p>"
         )
     policies = ", ".join(html.escape(r.label) for r in runs)
     preempted = preemption_html(runs)  # request-level runs only

@@ -17,7 +17,7 @@ from ...engine.run import open_replay
 from ...formats.dump import batch_tasks, read_dump
 from ...formats.workload import read_workload
 from ...model.errors import UsageError
-from ...model.records import Record
+from ...model.records import Record, discard
 from ...model.task import DECODE, Task
 from ...streams.source import display_name
 from ..views.progress import TraceProgress
@@ -123,9 +123,11 @@ def from_trace(
     configs: Sequence[tuple[str, dict[str, str]]],
     progress: TraceProgress | None = None,
     allow_incomplete: bool = False,
+    findings: bool = False,
 ) -> list[Run]:
-    """A trace (either level) replayed under each configuration, binned by step, with
-    its findings (at ``findings``' default bounds)."""
+    """A trace (either level) replayed under each configuration, binned by step; with
+    ``findings``, its findings too (at ``findings``' default bounds: the policy then
+    explains every step, which costs several times the replay)."""
     runs = []
     chosen: Sequence[tuple[str | None, dict[str, str]]] = configs or [(None, {})]
     for spec, params in chosen:
@@ -139,21 +141,27 @@ def from_trace(
                 progress.position = opened.reader.position
                 on_step = progress.on_step
             binning = _Binning(run, metrics)
-            # The bins come from the observer, the findings from the adapter (which reads
-            # a request level's step records; a task level then builds none).
-            detectors = Detectors(DEFAULTS)
-            hooks = step_hooks(opened, detectors.step, also=binning)
-            engine = opened.replayer(
-                hooks.emit,
-                observer=hooks.observer,
-                on_step=on_step,
-                measure_preemption=True,
-                on_left=hooks.on_left,
-                on_accepted=hooks.on_accepted,
-            )
+            if findings:
+                # The bins come from the observer, the findings from the adapter (which
+                # reads a request level's step records; a task level then builds none).
+                detectors = Detectors(DEFAULTS)
+                hooks = step_hooks(opened, detectors.step, also=binning)
+                engine = opened.replayer(
+                    hooks.emit,
+                    observer=hooks.observer,
+                    on_step=on_step,
+                    measure_preemption=True,
+                    on_left=hooks.on_left,
+                    on_accepted=hooks.on_accepted,
+                )
+            else:  # the bins come from the observer: the engine then builds no step records
+                engine = opened.replayer(
+                    discard, observer=binning, on_step=on_step, measure_preemption=True
+                )
             binning.queued = engine.queued_count
             engine.replay()
-            run.findings = detectors.finish()
+            if findings:
+                run.findings = detectors.finish()
             run.summary = metrics.summary() | engine.level_summary()
             if metrics.waits_known:  # a request's waits are not known from its steps
                 run.waits = sorted(metrics.session_mean_waits(), reverse=True)

@@ -40,10 +40,8 @@ def findings_lines(found: Sequence[Finding]) -> bytes:
     return b"".join(orjson.dumps(f.to_json()) + b"\n" for f in found)
 
 
-def findings_counted(tally: Mapping[str, int] | None) -> str:
-    """A replay's findings by kind, in words (stats): ``None`` is a dump's, not known."""
-    if tally is None:
-        return "not known: findings need a trace (a dump has no queue or reasons)"
+def findings_counted(tally: Mapping[str, int]) -> str:
+    """A replay's findings by kind, in words (stats --findings)."""
     found = {kind: n for kind, n in tally.items() if n}
     if not found:
         return "0 (none of any kind)"
