@@ -18,8 +18,8 @@ import orjson
 
 from ....formats.schema import FORMAT_VERSION, STATE_OP
 from ....formats.trace import Event
-from ....model.errors import InputError, UsageError
-from ....model.records import discard
+from ....model.errors import InputError, InvariantError, UsageError
+from ....model.records import Record, discard
 from ....streams.source import DEFAULT_MAX_LINE_BYTES, numbered_lines
 from ...clock import EXPLICIT, STEPPED
 from ...run import open_replay
@@ -170,10 +170,12 @@ def state_at(
     policy: str | None = None,
     params: Mapping[str, object] | None = None,
     data: bytes | None = None,
+    rest: bool = True,
 ) -> list[bytes]:
     """The trace at ``path`` cut at ``step``, begun from the policy's state there: its
-    lines (docs/trace-format.md, "Traces that begin from a state"). Bad usage where the
-    trace is not explicit, has no such step, or its policy has no snapshots."""
+    lines (docs/trace-format.md, "Traces that begin from a state"); without ``rest``, only
+    up to the step's own get_work. Bad usage where the trace is not explicit, has no such
+    step, or its policy has no snapshots."""
     with open_replay(path, policy=policy, params=params, data=data) as opened:
         if not isinstance(opened, OpenTrace):
             raise UsageError(f"{opened.name}: request-level policies have no snapshots")
@@ -181,4 +183,32 @@ def state_at(
         if taken is None:
             raise InputError(opened.name, None, f"there is no step {step} to take a state at")
         header = header_line(opened)
-    return cut_lines(path, taken, header, data=data)
+    return cut_lines(path, taken, header, until=None if rest else taken.line, data=data)
+
+
+def step_as_trace(
+    path: str,
+    step: int,
+    *,
+    policy: str | None = None,
+    params: Mapping[str, object] | None = None,
+    data: bytes | None = None,
+) -> list[bytes]:
+    """Step ``step`` from its state, as a standalone trace to keep as a regression test:
+    the header, the state line and the step's own get_work, its ``expect`` the batch the
+    policy gave there (so ``replay --check`` passes on it while the policy decides the
+    same). A step whose batch breaks the contract is written without an expect: its
+    replay is that break (exit 3)."""
+    lines = state_at(path, step, policy=policy, params=params, data=data, rest=False)
+    get_work = orjson.loads(lines[2])
+    get_work.pop("expect", None)
+    bare = b"".join(lines[:2]) + orjson.dumps(get_work) + b"\n"
+    records: list[Record] = []
+    try:
+        with open_replay("step", policy=policy, params=params, data=bare) as opened:
+            opened.replayer(records.append).replay()
+    except InvariantError:
+        return [*lines[:2], orjson.dumps(get_work) + b"\n"]
+    batch = next(r for r in records if "step" in r)
+    get_work["expect"] = [entry["tid"] for entry in batch["batch"]]
+    return [*lines[:2], orjson.dumps(get_work) + b"\n"]
