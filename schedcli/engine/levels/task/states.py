@@ -18,7 +18,7 @@ import orjson
 
 from ....formats.schema import FORMAT_VERSION, STATE_OP
 from ....formats.trace import Event
-from ....model.errors import InputError, InvariantError, UsageError
+from ....model.errors import InputError, InvariantError, SchedcliError, UsageError
 from ....model.records import Record, discard
 from ....streams.source import DEFAULT_MAX_LINE_BYTES, numbered_lines
 from ...clock import EXPLICIT, STEPPED
@@ -212,3 +212,20 @@ def step_as_trace(
     batch = next(r for r in records if "step" in r)
     get_work["expect"] = [entry["tid"] for entry in batch["batch"]]
     return [*lines[:2], orjson.dumps(get_work) + b"\n"]
+
+
+def states_at(
+    path: str, policy: str | None, params: Mapping[str, object], steps: list[int]
+) -> dict[int, Taken] | None:
+    """The state line before each of ``steps``' get_work in the trace at ``path`` (shrink's
+    stated windows); None where there are none to take: a request-level trace, a policy
+    without snapshots, a stepped or plain trace, a trace refused."""
+    try:
+        with open_replay(
+            path, policy=policy, params=params, note=lambda _: None, allow_incomplete=True
+        ) as opened:
+            if not isinstance(opened, OpenTrace):
+                return None
+            return take_states(opened, steps)
+    except SchedcliError:
+        return None
