@@ -23,7 +23,15 @@ from .bounded import Abandoned, Worker, can_bound
 from .candidates import HELD, SMALL, Candidate, Lines, Ranges
 from .failures import Failure, Test, failure_test, refusal
 from .focus import Queue, queues_at, window, window_steps
-from .stated import State, encode, reduce_state, states_at
+from .stated import (
+    State,
+    encode,
+    ids_named,
+    reduce_state,
+    states_at,
+    window_from,
+    with_state,
+)
 from .units import Keeping, Units, free, units_of
 
 # The queue at some steps of a trace (``focus.queues_at``, its policy bound).
@@ -205,7 +213,10 @@ class _Shrinker:
         while stated is not None:
             stated = self._reduce_state(failure)
             if stated is not None:
+                whole = stated[0]
                 self._passes(*stated, keep_expects)
+                if self.best == whole:
+                    break  # no line could go: the state, reduced with them, is as it was
 
     def _passes(self, candidate: Candidate, failure: Failure, keep_expects: bool) -> None:
         """Every pass after the windows, on ``candidate``."""
@@ -293,31 +304,12 @@ class _Shrinker:
             end = self.lines.index(taken[failure.step].line)
         else:
             return None
-        expects = self.lines.expects
         for step in steps:
-            if step not in taken:
-                continue
-            first = self.lines.index(taken[step].line)
-            if not 0 <= first <= end:
-                continue
-            stripped: Sequence[int] = ()
-            if not keep_expects:
-                stripped = expects[
-                    bisect.bisect_left(expects, first) : bisect.bisect_left(expects, end)
-                ]
-            lines = Candidate(Ranges([(first, end + 1)]), stripped)
-            data = self._with_state(lines, encode(taken[step].state_line))
-            if self.data_fails(data):
-                return self._adopt(data)
+            if step in taken:
+                data = window_from(self.lines, taken[step], end, keep_expects)
+                if data is not None and self.data_fails(data):
+                    return self._adopt(data)
         return None
-
-    def _with_state(self, candidate: Candidate, state: bytes) -> bytes:
-        """``candidate`` as a trace, the state line ``state`` first after the header."""
-        body = candidate.data(self.lines)
-        if self.lines.header is None:
-            return state + b"\n" + body
-        cut = len(self.lines.header) + 1
-        return body[:cut] + state + b"\n" + body[cut:]
 
     def _adopt(self, data: bytes) -> tuple[Candidate, Failure]:
         """The trace ``data`` becomes the one shrunk from here (a copy of its own, and a
@@ -351,15 +343,17 @@ class _Shrinker:
         rest = replace(best, kept=best.kept[1:])
 
         def fails(state_line: State) -> bool:
-            return self.data_fails(self._with_state(rest, encode(state_line)))
+            return self.data_fails(with_state(self.lines, rest, encode(state_line)))
 
-        def ddmin(items: Any, rebuild: Callable[[Any], Any]) -> Any:
-            return self.ddmin(items, rebuild, fails=fails)
+        def ddmin(items: Any, rebuild: Callable[[Any], Any], few: int) -> Any:
+            return self.ddmin(items, rebuild, few, fails=fails)
 
-        smaller = reduce_state(line, fails, ddmin)
+        # While the failing check is the only one, the tasks it expects must be queued.
+        needs = failure.needs if len(self._checks(best)) == 1 else frozenset()
+        smaller = reduce_state(line, fails, ddmin, needs, ids_named(self.signature))
         if smaller == line:
             return None
-        return self._adopt(self._with_state(rest, encode(smaller)))
+        return self._adopt(with_state(self.lines, rest, encode(smaller)))
 
     def _checks(self, candidate: Candidate) -> list[int]:
         """The lines of ``candidate`` whose expect it keeps."""

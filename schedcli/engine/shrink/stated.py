@@ -14,16 +14,29 @@ candidate that does not fail the same way: it is simply not kept.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from ...model.task import id_key
-from ..levels.task.states import states_at
+from ..levels.task.states import Taken, states_at
+from .candidates import Candidate, Lines, Ranges
 
-__all__ = ["State", "encode", "keeping", "plainer", "reduce_state", "states_at", "units_of_state"]
+__all__ = [
+    "State",
+    "encode",
+    "ids_named",
+    "keeping",
+    "plainer",
+    "reduce_state",
+    "states_at",
+    "units_of_state",
+    "window_from",
+    "with_state",
+]
 
 State = dict[str, Any]  # a state line: op, step, state, ledger
 
@@ -101,7 +114,7 @@ def _sid_kept(entry: Any, sessions: set[Any]) -> bool:
 def plainer(line: State) -> list[State]:
     """Plainer versions of ``line``, each tried in turn (the first that still fails the
     same way is kept): the ledger with nothing before but what is queued; every counter
-    less the least; each counter 0, then whole."""
+    less the least; every counter 0; each counter 0, then whole."""
     out: list[State] = []
     queued = sum(len(g) for g in line["state"].get("queued", []))
     bare = {"accepted": queued, "dispatched": 0, "cancelled": 0, "rejected": 0,
@@ -111,11 +124,16 @@ def plainer(line: State) -> list[State]:
     counters = line["state"].get("counters")
     if isinstance(counters, list) and counters:
         values = [c[1] for c in counters if isinstance(c, list) and len(c) == 2]
+        if len(values) == len(counters) and any(values):
+            zeros = [[c[0], 0.0] for c in counters]
+            out.append({**line, "state": {**line["state"], "counters": zeros}})
         least = min(values, default=0.0)
-        if least:
+        if least and len(values) == len(counters):
             shifted = [[c[0], c[1] - least] for c in counters]
             out.append({**line, "state": {**line["state"], "counters": shifted}})
         for k, c in enumerate(counters):
+            if not (isinstance(c, list) and len(c) == 2 and isinstance(c[1], int | float)):
+                continue
             for value in (0.0, float(math.floor(c[1]))):
                 if value != c[1]:
                     changed = [*counters[:k], [c[0], value], *counters[k + 1 :]]
@@ -123,26 +141,145 @@ def plainer(line: State) -> list[State]:
     return out
 
 
+def _session_of(unit: tuple[str, Any], line: State, tasks: dict[Any, Any]) -> Any:
+    """The session (its id_key) a unit belongs to, if it names one: a task's, or an entry
+    that starts with a session id (fair's ``[session, counter]``) or has ``sid``."""
+    kind, key = unit
+    if kind == "task":
+        return id_key(tasks[key]["sid"])
+    entry = line["state"][kind][key]
+    if isinstance(entry, dict) and "sid" in entry:
+        return id_key(entry["sid"])
+    first = entry[0] if isinstance(entry, list) and entry else None
+    if isinstance(first, int | str) and not isinstance(first, bool):
+        return id_key(first)
+    return None
+
+
 def reduce_state(
     line: State,
     fails: Callable[[State], bool],
-    ddmin: Callable[[Any, Callable[[Any], State]], Any],
+    ddmin: Callable[[Any, Callable[[Any], State], int], Any],
+    needs: frozenset[Any] = frozenset(),
+    named: frozenset[Any] = frozenset(),
 ) -> State:
-    """The state line with as few units as still fail the same way (``ddmin``), then made
-    plainer (``plainer``) while it still does, again until nothing changes: 1-minimal in
-    its units, each number as plain as it may be."""
+    """The state line with as few units as still fail the same way, then made plainer
+    (``plainer``) while it still does, again until nothing changes: 1-minimal in its units,
+    each number as plain as it may be. ``needs``: the tids (id_key) the failure needs
+    queued (the failing batch's expect), never tried without; ``named``: the tids its
+    signature names (one dispatched but not expected), whose sessions are tried first
+    with those of ``needs``.
+
+    Units go by session first (a session's tasks and entries together, as a policy keeps
+    them consistent): the sessions of what is needed alone, at once; then the others by
+    delta debugging; then what is left one unit at a time."""
+    tried: set[bytes] = set()  # each plainer state is tried once
+    first = True
+    while True:
+        smaller = _fewer_units(line, fails, ddmin, needs, named, first)
+        plain = _plainest(smaller, fails, tried)
+        if plain == line:
+            return line
+        # Plainer numbers may let another unit go: each tried alone again.
+        line, first = plain, False
+
+
+def _fewer_units(
+    line: State,
+    fails: Callable[[State], bool],
+    ddmin: Callable[[Any, Callable[[Any], State], int], Any],
+    needs: frozenset[Any],
+    named: frozenset[Any],
+    first: bool,
+) -> State:
+    """The state's units delta-debugged (``first``: by session, then one by one; later
+    rounds one by one only)."""
     units = units_of_state(line)
-    if units:
-        line = keeping(line, ddmin(units, lambda kept: keeping(line, list(kept))))
+    tasks = {id_key(t["tid"]): t for g in line["state"].get("queued", []) for t in g}
+    pinned = [u for u in units if u[0] == "task" and u[1] in needs]
+    sessions: dict[Any, list[tuple[str, Any]]] = {}
+    loose: list[tuple[str, Any]] = []
+    for unit in units:
+        if unit in pinned:
+            continue
+        sid = _session_of(unit, line, tasks)
+        if sid is None:
+            loose.append(unit)
+        else:
+            sessions.setdefault(sid, []).append(unit)
+    needed = {_session_of(u, line, tasks) for u in pinned}
+    needed |= {id_key(tasks[k]["sid"]) for k in named if k in tasks}
+
+    def by_session(kept: Any) -> State:
+        return keeping(line, [*pinned, *loose, *(u for sid in kept for u in sessions[sid])])
+
+    names = list(sessions)
+    if first and needed and len(needed) < len(names):
+        alone = [sid for sid in names if sid in needed]
+        if fails(by_session(alone)):
+            names = alone
+    if first and names:
+        names = list(ddmin(names, by_session, 0))
+    left = [*loose, *(u for sid in names for u in sessions[sid])]
+    if left:
+        few = 0 if first else len(left)  # later rounds: each alone
+        left = list(ddmin(left, lambda kept: keeping(line, [*pinned, *kept]), few))
+    return keeping(line, [*pinned, *left])
+
+
+def _plainest(line: State, fails: Callable[[State], bool], tried: set[bytes]) -> State:
     changed = True
     while changed:
         changed = False
         for simpler in plainer(line):
+            key = encode(simpler)
+            if key in tried:
+                continue
+            tried.add(key)
             if fails(simpler):
                 line, changed = simpler, True
                 break
     return line
 
 
+def ids_named(signature: Any) -> frozenset[Any]:
+    """The ids (as id_key pairs) a failure's signature names, however nested."""
+    found: set[Any] = set()
+    stack = [signature]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, tuple):
+            if len(value) == 2 and value[0] in (int, str):
+                found.add(value)
+            else:
+                stack.extend(value)
+    return frozenset(found)
+
+
 def encode(line: State) -> bytes:
     return orjson.dumps(line)
+
+
+def window_from(lines: Lines, taken: Taken, end: int, keep_expects: bool) -> bytes | None:
+    """The stated window from ``taken``'s step to line ``end`` of the copy: the header, the
+    state line, the lines from the step's get_work on, their expects dropped but ``end``'s
+    (unless ``keep_expects``); None where the step's get_work is not before ``end``."""
+    first = lines.index(taken.line)
+    if not 0 <= first <= end:
+        return None
+    stripped: Sequence[int] = ()
+    if not keep_expects:
+        expects = lines.expects
+        stripped = expects[bisect.bisect_left(expects, first) : bisect.bisect_left(expects, end)]
+    return with_state(
+        lines, Candidate(Ranges([(first, end + 1)]), stripped), encode(taken.state_line)
+    )
+
+
+def with_state(lines: Lines, candidate: Candidate, state: bytes) -> bytes:
+    """``candidate`` as a trace, the state line ``state`` first after the header."""
+    body = candidate.data(lines)
+    if lines.header is None:
+        return state + b"\n" + body
+    cut = len(lines.header) + 1
+    return body[:cut] + state + b"\n" + body[cut:]

@@ -60,6 +60,7 @@ def test_plainer_states_empty_the_ledger_and_round_the_counters() -> None:
     tried = plainer(line)
     assert tried[0]["ledger"] == {"accepted": 0, "dispatched": 0, "cancelled": 0,
                                   "rejected": 0, "rejected_tasks": 0, "tokens": 0}  # fmt: skip
-    assert tried[1]["state"]["counters"] == [["a", 2.5], ["b", 0.0]]
+    assert tried[1]["state"]["counters"] == [["a", 0.0], ["b", 0.0]]
+    assert tried[2]["state"]["counters"] == [["a", 2.5], ["b", 0.0]]
     assert [["a", 0.0], ["b", 10.0]] in [t["state"]["counters"] for t in tried]
     assert [["a", 12.0], ["b", 10.0]] in [t["state"]["counters"] for t in tried]
