@@ -6,11 +6,13 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from schedcli import DecodeFirstScheduler, QueueScheduler, Scheduler, Task
+from schedcli.model.errors import SnapshotUnsupported
 from schedcli.model.scheduler import Param
 from schedcli.model.task import Id, settle_outputs
+from schedcli.policies.fair import FairScheduler
 
 
 class OnePerBatch(Scheduler):
@@ -397,3 +399,16 @@ class BreakingTwin(Scheduler):
         for t in dropped:
             t.cancelled = True
         return dropped
+
+
+class FairWithoutSnapshots(FairScheduler):
+    """fair as a plugin that does not hand over its state (shrink windows it as before
+    snapshots)."""
+
+    name = "fair-without-snapshots"
+
+    def snapshot(self) -> dict[str, object]:
+        raise SnapshotUnsupported(self.name, "a plugin that keeps its state to itself")
+
+    def restore(self, state: Mapping[str, object]) -> None:
+        raise SnapshotUnsupported(self.name, "a plugin that keeps its state to itself")

@@ -24,11 +24,20 @@ class StepClock:
         self.trace_name = trace_name
         self.mode = PLAIN
         self._mode_line = 0
+        self._mode_cause = "get_work"  # what made the trace explicit, for a message
         # Explicit mode: the number the next get_work event gets.
         self.next_explicit = 0
         # Stepped and plain: the step the events being applied belong to (None: no event
         # yet). An event without a step belongs to the step of the one before (0 at first).
         self.current: int | None = None
+
+    def start(self, step: int, line: int) -> None:
+        """A trace that begins from a state (its line ``line``): explicit, its first
+        get_work numbered ``step`` (docs/trace-format.md)."""
+        self.mode = EXPLICIT
+        self._mode_line = line
+        self._mode_cause = "state line"
+        self.next_explicit = step
 
     def get_work_step(self, event: Event) -> int:
         """The step number of a get_work event; an error in a stepped trace."""
@@ -60,8 +69,8 @@ class StepClock:
                 raise InputError(
                     self.trace_name,
                     event.line,
-                    f"{event.op} with a step in an explicit trace (the get_work at line "
-                    f"{self._mode_line} made it one); a trace uses get_work events or steps, "
+                    f"{event.op} with a step in an explicit trace (the {self._mode_cause} at "
+                    f"line {self._mode_line} made it one); a trace uses get_work events or steps, "
                     "not both",
                 )
             self.mode = STEPPED

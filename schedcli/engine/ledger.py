@@ -12,7 +12,7 @@ from ..formats.writer import task_entry
 from ..model.errors import InvariantError
 from ..model.records import Record, TaskEntry
 from ..model.tally import SessionTally
-from ..model.task import DECODE, Id, Task, show_id
+from ..model.task import DECODE, Id, Task, same_id, show_id
 
 
 class Totals:
@@ -86,6 +86,14 @@ class Ledger:
         # tid -> the chunk of its session submitted just before it in the same group,
         # while both are queued: a chunk may not leave before the one ahead of it.
         self._behind: dict[Id, Task] = {}
+        # A trace that begins from a state (``seed``): tid -> the ledger's copy of a task
+        # restored from it, until the policy first hands back its own copy (``_claim``).
+        self._seeded: dict[Id, Task] = {}
+        # tid -> the tid of the chunk behind it in its group, for those seeded.
+        self._seeded_behind: dict[Id, Id] = {}
+        # Told (the ledger's copy, the policy's) of each such task taken: an observer
+        # that keys tasks by identity follows them across.
+        self.on_claim: Callable[[Task, Task], None] | None = None
 
     def __len__(self) -> int:
         return len(self.queued)
@@ -98,6 +106,45 @@ class Ledger:
             per_session.add(t.sid)
         if len(tasks) > 1:
             self._chain(tasks)
+
+    def seed(self, groups: list[list[Task]]) -> None:
+        """The tasks queued in the state a trace begins from, as the groups they were
+        submitted in: accepted and queued. The policy restored them from the same state
+        as objects of its own, so each is taken, the first time the policy hands it back,
+        for the copy here with the same fields (``_claim``)."""
+        for group in groups:
+            self.accept(group)
+            for t in group:
+                self._seeded[t.tid] = t
+        for behind, ahead in self._behind.items():
+            if self._seeded.get(ahead.tid) is ahead:
+                self._seeded_behind[ahead.tid] = behind
+
+    def _claim(self, t: Task, held: Task | None) -> bool:
+        """Whether ``t``, handed back where ``held`` is the ledger's task of its tid, is the
+        policy's copy of a task seeded from a state (the same fields): then it takes the
+        copy's place. Called only where identity fails, so a replay without a state pays
+        nothing for it."""
+        if not self._seeded or held is None or self._seeded.get(t.tid) is not held:
+            return False
+        if not (
+            same_id(t.sid, held.sid)
+            and t.kind is held.kind
+            and t.size == held.size
+            and bool(t.produce_output) == bool(held.produce_output)
+            and t.priority == held.priority
+        ):
+            return False
+        tid = t.tid
+        del self._seeded[tid]
+        if tid in self.queued:
+            self.queued[tid] = t
+        behind = self._seeded_behind.pop(tid, None)
+        if behind is not None and self._behind.get(behind) is held:
+            self._behind[behind] = t
+        if self.on_claim is not None:
+            self.on_claim(held, t)
+        return True
 
     def _chain(self, group: list[Task]) -> None:
         """Remember, for each prefill chunk of a group, the chunk of its session before it."""
@@ -112,7 +159,8 @@ class Ledger:
 
     def take_back(self, t: Task, call: str) -> None:
         tid = t.tid
-        if self.queued.get(tid) is not t:
+        held = self.queued.get(tid)
+        if held is not t and not self._claim(t, held):
             raise self._broken(
                 f"{call} returned task {show_id(tid)}, which is not queued "
                 "(returned twice, or never accepted)"
@@ -145,7 +193,8 @@ class Ledger:
         yet back). Only a task still waiting is progress: one given back again (or never
         accepted) is the contract broken, or the replay would ask for batches forever."""
         for t in batch:
-            if waiting.pop(t.tid, None) is not t:
+            held = waiting.pop(t.tid, None)
+            if held is not t and not self._claim(t, held):
                 raise self._broken(
                     f"get_work, asked after the trace for the tasks it holds, returned task "
                     f"{show_id(t.tid)}, which is not queued (returned twice, or never accepted)"
@@ -160,7 +209,8 @@ class Ledger:
         # get and del, not pop: compiled, dict.pop is a call by name, several times dearer.
         for t in batch:
             tid = t.tid
-            if queued.get(tid) is not t:
+            held = queued.get(tid)
+            if held is not t and not self._claim(t, held):
                 raise self._broken(
                     f"get_work returned task {show_id(tid)}, which is not queued "
                     "(returned twice, or never accepted)"

@@ -31,6 +31,13 @@ class Origins:
         self.line = 0
         self.steps = 0  # batches seen
         self.last = -1  # the last one's step number (an explicit trace may skip some)
+        # A trace that begins from a state: id of the policy's copy of a restored task ->
+        # id of the one accepted here (``claimed``), kept in its place in the queue.
+        self.alias: dict[int, int] = {}
+
+    def claimed(self, copy: Task, own: Task) -> None:
+        """The policy handed back its own copy of ``copy``, a task restored from a state."""
+        self.alias[id(own)] = id(copy)
 
     def accepted(self, tasks: list[Task], step: int) -> None:
         line = self._line()
@@ -45,17 +52,17 @@ class Origins:
             self.batch = batch
             self.line = self._line()
             raise Reached
-        queued = self.queued
+        queued, alias = self.queued, self.alias
         for t in batch:
-            queued.pop(id(t), None)
+            queued.pop(alias.pop(id(t), id(t)) if alias else id(t), None)
 
     def rejected(self, tasks: list[Task], step: int, reason: str) -> None:
         pass  # never queued
 
     def dropped(self, tasks: list[Task], step: int) -> None:
-        queued = self.queued
+        queued, alias = self.queued, self.alias
         for t in tasks:
-            queued.pop(id(t), None)
+            queued.pop(alias.pop(id(t), id(t)) if alias else id(t), None)
 
     def _line(self) -> int:
         engine = self.engine

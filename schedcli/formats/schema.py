@@ -128,6 +128,37 @@ class HeaderFields(Struct, forbid_unknown_fields=True):
     meta: Any = None
 
 
+class LedgerFields(Struct, forbid_unknown_fields=True):
+    """A state line's ledger: the replay's counts up to its step (the end record's)."""
+
+    accepted: Count
+    dispatched: Count
+    cancelled: Count
+    rejected: Count
+    rejected_tasks: Count
+    tokens: Count
+
+
+LedgerObject = Annotated[
+    LedgerFields, Meta(extra={"noun": "an object of the replay's counts", "prefix": "ledger."})
+]
+
+
+class StateFields(Struct, forbid_unknown_fields=True):
+    """A trace that begins from a policy's state: the line right after the header
+    (docs/trace-format.md, "Traces that begin from a state"). ``state`` is the policy's
+    ``snapshot()``, checked by its ``restore``; the rest is checked here."""
+
+    step: Count
+    state: dict[str, Any]
+    ledger: LedgerObject
+    t: Seconds | None = None
+    meta: Any = None
+
+
+STATE_OP: Final = "state"
+
+
 EventStruct = Submit | Cancel | GetWork | Clear
 EVENTS: dict[str, type[Struct]] = {"submit": Submit, "cancel": Cancel, "get_work": GetWork}
 EVENTS["clear"] = Clear

@@ -228,7 +228,10 @@ def test_shrink_keeps_the_failure_signature_and_the_expect_as_recorded(tmp_path:
     assert expects and all(json.dumps(x) in original for x in expects)  # never edited
     assert [] not in expects
     assert any(len(x) > 1 for x in expects)  # the reversed batch itself, as recorded
-    assert len({e["tid"] for e in kept if "tid" in e}) >= 2
+    # its tasks: submitted, or queued in the state it begins from (decode-first's rotation
+    # there decides the order)
+    queued = [t for e in kept if e.get("op") == "state" for g in e["state"]["queued"] for t in g]
+    assert len({e["tid"] for e in [*kept, *queued] if "tid" in e}) >= 2
 
 
 def test_shrink_keeps_each_kept_tasks_prepared_input(tmp_path: Path) -> None:
@@ -643,3 +646,62 @@ def test_explain_task_explains_a_rejection(cli: Cli) -> None:
     assert r.code == 0, r.stderr
     (life,) = orjson.loads(r.stdout)
     assert life["outcome"] == {"what": "rejected", "step": 0, "reason": "task 2 has size 0"}
+
+
+# --- explain --step N --as-trace ------------------------------------------------------------
+
+
+def test_explain_as_trace_writes_the_step_from_its_state_and_check_passes(
+    cli: Cli, tmp_path: Path
+) -> None:
+    trace = TRACES / "cancel-and-rejoin.jsonl"
+    for step, expect in ((0, [2, 4]), (1, [3, 5]), (2, [])):
+        out = tmp_path / f"step-{step}.jsonl"
+        r = cli("explain", trace, "--step", str(step), "--as-trace", "-o", out)
+        assert r.code == 0, r.stderr
+        header, state, get_work = (orjson.loads(line) for line in out.read_bytes().splitlines())
+        assert header["policy"] == "decode-first" and header["params"]["compat"] == "fixed"
+        assert (state["op"], state["step"]) == ("state", step)
+        assert get_work == {"op": "get_work", "expect": expect}
+        checked = cli("replay", out, "--check", "-f", "jsonl")
+        assert checked.code == 0, checked.stderr
+        assert orjson.loads(checked.lines[0])["step"] == step
+    stdout = cli("explain", trace, "--step", "1", "--as-trace")
+    assert stdout.stdout == (tmp_path / "step-1.jsonl").read_bytes()
+
+
+def test_explain_as_trace_of_a_policy_that_changed_fails_its_check(
+    cli: Cli, tmp_path: Path
+) -> None:
+    out = tmp_path / "step.jsonl"
+    trace = TRACES / "rotation-fairness.jsonl"
+    assert cli("explain", trace, "--step", "1", "--as-trace", "-o", out).code == 0
+    lines = out.read_text().splitlines()
+    get_work = json.loads(lines[2])
+    get_work["expect"] = list(reversed(get_work["expect"])) or [999]
+    out.write_text("\n".join([*lines[:2], json.dumps(get_work)]) + "\n")
+    assert cli("replay", out, "--check").code == 1
+
+
+def test_explain_as_trace_refuses_what_it_cannot_write(cli: Cli, tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes((TRACES / "cancel-and-rejoin.jsonl").read_bytes())
+    aliased = cli("explain", trace, "--step", "1", "--as-trace", "-o", trace)
+    assert aliased.code == 2 and "is the same file as TRACE" in aliased.stderr
+    unsnapshotted = cli(
+        "explain", trace, "--step", "1", "--as-trace", "-p", "tests.plugin_policies:OnePerBatch"
+    )
+    assert unsnapshotted.code == 2
+    assert "policy one-per-batch has no snapshots" in unsnapshotted.stderr
+    stepped = cli("explain", TRACES / "clear-shutdown.jsonl", "--step", "0", "--as-trace")
+    assert stepped.code == 2 and "a state is taken in explicit traces only" in stepped.stderr
+    alone = cli("explain", trace, "--task", "1", "--as-trace")
+    assert alone.code == 2 and "give --step N --as-trace" in alone.stderr
+    request = write_lines(
+        tmp_path / "r.jsonl",
+        [REQUEST_HEADER, {"op": "arrive", "rid": "a", "prompt_tokens": 4, "max_tokens": 2}],
+    )
+    refused_request = cli("explain", request, "--step", "0", "--as-trace")
+    assert refused_request.code == 2
+    assert "request-level policies have no snapshots" in refused_request.stderr
+    assert not list(tmp_path.glob("*.tmp*"))

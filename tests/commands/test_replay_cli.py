@@ -20,7 +20,7 @@ from schedcli import DecodeFirstScheduler, Task
 from schedcli.record import RecordingScheduler
 from tests.conftest import Cli
 from tests.formats.test_hostile_input import FUZZ, mutated_traces
-from tests.helpers import REQUEST_HEADER, ROOT, TOY, TRACES, run_cli, write_lines
+from tests.helpers import REQUEST_HEADER, ROOT, TOY, TRACES, refused, run_cli, write_lines
 
 EXAMPLES = sorted(TRACES.glob("*.jsonl"))
 
@@ -900,3 +900,95 @@ def test_a_get_works_own_step_skipping_numbers_never_renumbers_the_batches(
     assert steps == [0, 1]
     assert cli("explain", trace, "--step", "1", "-f", "json").code == 0
     assert cli("explain", trace, "--step", "9").code == 2
+
+
+# --- a trace that begins from a state (docs/trace-format.md) -------------------------------
+
+
+def _from_state(tmp_path: Path, trace: Path, step: int, **swap: object) -> Path:
+    """``trace`` cut at ``step`` (``state_at``), its state line's fields swapped."""
+    from schedcli.engine.levels.task.states import state_at
+
+    lines = [orjson.loads(line) for line in state_at(str(trace), step)]
+    lines[1].update(swap)
+    return write_lines(tmp_path / f"from-{step}.jsonl", lines)
+
+
+def test_a_trace_from_a_state_replays_the_full_replays_batches_and_end(tmp_path: Path) -> None:
+    trace = TRACES / "cancel-and-rejoin.jsonl"
+    full = records(run_cli("replay", str(trace), "-f", "jsonl").stdout)
+    for step in (0, 1, 2):
+        cut = _from_state(tmp_path, trace, step)
+        r = run_cli("replay", str(cut), "-f", "jsonl", "--check")
+        assert r.returncode == 0, r.stderr
+        got = records(r.stdout)
+        batches = [x for x in got if "step" in x]
+        assert batches == [x for x in full if "step" in x and x["step"] >= step]  # type: ignore[operator]
+        assert got[-1] == full[-1]  # the end record: the counts go on from the ledger's
+        assert b"checked" in r.stderr
+
+
+def _refused_alike(trace: Path, *args: str) -> str:
+    """replay's exit 2 at the state line, and validate's first problem in its words."""
+    err = refused(run_cli("replay", str(trace), *args)).splitlines()[-1]  # after any note
+    assert err.startswith(f"{trace}:"), err
+    said = refused(run_cli("validate", str(trace), *args)).splitlines()
+    assert err in said, (said, err)
+    return err
+
+
+def test_a_state_restores_only_into_the_policy_it_names(tmp_path: Path) -> None:
+    cut = _from_state(tmp_path, TRACES / "cancel-and-rejoin.jsonl", 1)
+    err = _refused_alike(cut, "-p", "fcfs")
+    assert err == (
+        f"{cut}:2: the state is of policy 'decode-first': a state restores only into the "
+        "policy it names, not into 'fcfs': replay it under decode-first"
+    )
+
+
+def test_a_policy_without_snapshots_cannot_replay_a_trace_from_a_state(tmp_path: Path) -> None:
+    cut = _from_state(tmp_path, TRACES / "cancel-and-rejoin.jsonl", 1)
+    err = _refused_alike(cut, "-p", "tests.plugin_policies:OnePerBatch")
+    assert "has no snapshots: it does not implement snapshot() and restore()" in err
+    assert err.startswith(f"{cut}:2: policy ")
+
+
+def test_a_bad_state_is_refused_at_its_line_naming_the_field(tmp_path: Path) -> None:
+    trace = TRACES / "cancel-and-rejoin.jsonl"
+    good = orjson.loads(_from_state(tmp_path, trace, 1).read_text().splitlines()[1])
+    state = good["state"]
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"state": {**state, "version": 9}}, "state.version: is 9"),
+        ({"state": {**state, "extra": 1}}, "state: has an unknown field 'extra'"),
+        ({"state": {**state, "decodes": [99]}}, "state.decodes[0]: tid 99"),
+        (
+            {"ledger": {**good["ledger"], "accepted": 9}},
+            "ledger: accepted 9 - dispatched 2 - cancelled 3 = 4 tasks still queued, but "
+            "the state holds 2",
+        ),
+    ]
+    for swap, said in cases:
+        cut = _from_state(tmp_path, trace, 1, **swap)
+        err = _refused_alike(cut)
+        assert err.startswith(f"{cut}:2: {said}"), err
+
+
+def test_a_trace_from_a_state_is_explicit_from_its_step(tmp_path: Path) -> None:
+    cut = _from_state(tmp_path, TRACES / "cancel-and-rejoin.jsonl", 1)
+    lines = cut.read_text().splitlines()
+    lines.insert(2, '{"op": "cancel", "sid": 1, "step": 4}')
+    cut.write_text("\n".join(lines) + "\n")
+    err = _refused_alike(cut)
+    assert err == (
+        f"{cut}:3: cancel with a step in an explicit trace (the state line at line 2 made it "
+        "one); a trace uses get_work events or steps, not both"
+    )
+
+
+def test_a_request_level_trace_cannot_begin_from_a_state(tmp_path: Path) -> None:
+    state = {"op": "state", "step": 0, "state": {}, "ledger": {"accepted": 0, "dispatched": 0,
+             "cancelled": 0, "rejected": 0, "rejected_tasks": 0, "tokens": 0}}  # fmt: skip
+    trace = write_lines(tmp_path / "r.jsonl", [REQUEST_HEADER, state])
+    err = _refused_alike(trace)
+    assert err == f"{trace}:2: request-level policies have no snapshots: a request-level trace " \
+        "cannot begin from a state"  # fmt: skip

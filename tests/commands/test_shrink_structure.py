@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from schedcli.engine.shrink import Shrunk, failure_test, shrink
 from schedcli.engine.shrink.candidates import Candidate, Lines, Ranges
+from schedcli.engine.shrink.stated import keeping, units_of_state
 from schedcli.engine.shrink.units import Keeping, units_of
 from tests.helpers import REQUEST_HEADER, run_in_process, write_lines
 
@@ -117,8 +118,10 @@ def shrunk_to(
     return shrunk, out
 
 
-def fails_like(path: Path, signature: tuple[Any, ...], until: str = "check") -> bool:
-    failure = failure_test(until, None, {})(str(path), None)
+def fails_like(
+    path: Path, signature: tuple[Any, ...], until: str = "check", policy: str | None = None
+) -> bool:
+    failure = failure_test(until, policy, {})(str(path), None)
     return failure is not None and failure.signature == signature
 
 
@@ -148,6 +151,15 @@ def test_a_shrunk_trace_fails_the_same_way_and_no_single_event_can_go(
             fewer = folder / "fewer.jsonl"
             fewer.write_bytes(b"\n".join([header, *events[:k], *events[k + 1 :]]) + b"\n")
             assert not fails_like(fewer, shrunk.signature), f"event {k + 2} could go"
+        # A state it begins from is 1-minimal too: no queued task, no counter can go.
+        if events and orjson.loads(events[0]).get("op") == "state":
+            line = orjson.loads(events[0])
+            units = units_of_state(line)
+            for k in range(len(units)):
+                fewer = folder / "fewer.jsonl"
+                smaller = keeping(line, units[:k] + units[k + 1 :])
+                fewer.write_bytes(b"\n".join([header, orjson.dumps(smaller), *events[1:]]) + b"\n")
+                assert not fails_like(fewer, shrunk.signature), f"state {units[k]} could go"
 
 
 def test_a_cause_in_the_middle_of_a_fair_recording_takes_tens_of_replays(
@@ -167,13 +179,9 @@ def test_a_cause_in_the_middle_of_a_fair_recording_takes_tens_of_replays(
     assert shrunk.tests <= 100, shrunk.tests
 
 
-def test_a_failing_step_that_needs_history_is_found_from_a_window_further_back(
-    tmp_path: Path,
-) -> None:
-    """fair serves the session with the lowest counter: which of two chunks a batch takes
-    depends on what each session was served before. The window at the failing step
-    alone (counters reset) takes the other chunk, so the shrunk trace keeps the step
-    that charged the other session's counter."""
+def _needs_history() -> list[Event]:
+    """fair serves the session with the lowest counter: which of two chunks the last batch
+    takes depends on what each session was served before."""
     params = {"max_batch_tokens": 201, "max_prefill_chunk_size": 200}
     header = {"schedcli": 1, "policy": "fair", "params": params}
     chunk = {"kind": "prefill", "size": 100}
@@ -190,11 +198,40 @@ def test_a_failing_step_that_needs_history_is_found_from_a_window_further_back(
         {"op": "submit", "tid": 6, "sid": "d", "kind": "decode", "size": 1},
         {"op": "get_work", "expect": [5, 6]},  # c's counter is lowest; a's chunk 2 fits too
     ]  # fmt: skip
-    trace = write_lines(tmp_path / "t.jsonl", lines)
+    return lines
+
+
+def test_a_failing_step_that_needs_history_begins_from_the_policys_state_there(
+    tmp_path: Path,
+) -> None:
+    """The window at the failing step alone (counters reset) takes the other chunk; the
+    state at that step holds the counters, so the shrunk trace is that state, reduced to
+    what decides the batch, and the failing get_work."""
+    trace = write_lines(tmp_path / "t.jsonl", _needs_history())
     assert run_in_process("replay", str(trace), "--check").returncode == 1
     shrunk, out = shrunk_to(trace, tmp_path / "small.jsonl")
     assert fails_like(out, shrunk.signature)
+    state, get_work = (orjson.loads(x) for x in events_of(out)[1:])
+    assert get_work == {"op": "get_work", "expect": [5, 6]}
+    assert (state["op"], state["step"]) == ("state", 9)
+    queued = [t["tid"] for g in state["state"]["queued"] for t in g]
+    assert 5 in queued and 6 in queued and len(queued) <= 4
+    assert not any(str(c[0]).startswith("z") for c in state["state"]["counters"])
+    assert state["ledger"]["dispatched"] == 0  # nothing before it matters
+    assert shrunk.tests <= 100, shrunk.tests
+
+
+def test_a_policy_without_snapshots_finds_its_window_further_back_as_before(
+    tmp_path: Path,
+) -> None:
+    """Without snapshots, the window at the failing step alone takes the other chunk, so
+    the shrunk trace keeps the step that charged the other session's counter."""
+    trace = write_lines(tmp_path / "t.jsonl", _needs_history())
+    policy = "tests.plugin_policies:FairWithoutSnapshots"
+    shrunk, out = shrunk_to(trace, tmp_path / "small.jsonl", policy=policy)
+    assert fails_like(out, shrunk.signature, policy=policy)
     kept = [orjson.loads(x) for x in events_of(out)]
+    assert not any(e.get("op") == "state" for e in kept)
     assert {"op": "get_work"} in kept, "the earlier step is needed, its expect dropped"
     assert not any(str(e.get("sid", "")).startswith("z") for e in kept)
 

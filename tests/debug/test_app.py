@@ -739,3 +739,26 @@ async def test_a_finding_breakpoint_of_an_unknown_kind_is_refused_with_the_kinds
         await typed(pilot, "b", "finding=")
         assert "not a kind of finding" in pilot.app.status_text
         assert pilot.app.breakpoints == []
+
+
+@in_loop
+async def test_shift_y_copies_the_step_from_its_state_as_a_trace_that_checks(
+    cli: Cli, tmp_path: Path
+) -> None:
+    async with driving(app_for(ROTATION)) as pilot:
+        app = pilot.app
+        await keys(pilot, "right", "right", "Y")
+        for _ in range(100):
+            if app.copied and app.copied.startswith("{"):
+                break
+            await pilot.pause(0.05)
+        assert app.copied is not None
+        assert "copied step 2 from its state" in app.status_text
+        lines = [json.loads(line) for line in app.copied.splitlines()]
+        assert [line.get("op") for line in lines] == [None, "state", "get_work"]
+        assert lines[1]["step"] == 2 and "expect" in lines[2]
+        trace = tmp_path / "step-2.jsonl"
+        trace.write_text(app.copied)
+        checked = cli("replay", trace, "--check", "-f", "jsonl")
+        assert checked.code == 0, checked.stderr
+        assert json.loads(checked.lines[0])["step"] == 2

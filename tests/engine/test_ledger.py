@@ -164,3 +164,44 @@ def test_tasks_still_queued_by_a_sound_policy_stay_still_queued(tmp_path: Path) 
     r = run_cli("replay", str(trace), "-p", "tests.plugin_policies:OnePerBatch", "-f", "jsonl")
     assert r.returncode == 0
     assert orjson.loads(r.stdout.splitlines()[-1])["end"]["still_queued"] == [1, 2]
+
+
+# --- a trace that begins from a state -----------------------------------------------------
+
+
+def _copy(t: Task) -> Task:
+    """The policy's own copy of a task it restored from a state (the same fields)."""
+    return Task(t.tid, t.sid, t.kind, t.size, produce_output=t.produce_output)
+
+
+def test_a_task_restored_from_a_state_comes_back_as_the_policys_copy() -> None:
+    ledger = _ledger()
+    first, second = _chunk(1, 7), _chunk(2, 7)
+    ledger.seed([[first, second], [_chunk(3, 8)]])
+    own_first, own_third = _copy(first), _copy(Task(3, 8, "prefill", 1))
+    own_third.produce_output = False
+    tokens, _ = ledger.dispatched([own_first, own_third])
+    assert tokens == 2
+    assert list(ledger.queued) == [2]
+    ledger.dispatched([_copy(second)])
+    assert not ledger.queued
+
+
+def test_a_restored_chunk_still_may_not_leave_before_the_one_ahead_of_it() -> None:
+    ledger = _ledger()
+    first, second = _chunk(1, 7), _chunk(2, 7)
+    ledger.seed([[first, second]])
+    with pytest.raises(InvariantError, match="chunk 2 of session 7 before chunk 1"):
+        ledger.dispatched([_copy(second)])
+
+
+def test_a_restored_task_handed_back_changed_or_twice_is_a_breach() -> None:
+    ledger = _ledger()
+    ledger.seed([[_chunk(1, 7)], [_chunk(2, 8)]])
+    changed = Task(1, 7, "prefill", 2)
+    with pytest.raises(InvariantError, match="returned task 1, which is not queued"):
+        ledger.dispatched([changed])
+    own = _copy(_chunk(2, 8))
+    ledger.dispatched([own])
+    with pytest.raises(InvariantError, match="returned task 2, which is not queued"):
+        ledger.dispatched([_copy(own)])

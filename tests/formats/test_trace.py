@@ -92,3 +92,65 @@ def test_a_null_sid_says_null_not_missing(tmp_path: Path) -> None:
     trace.write_text('{"op": "submit", "tid": 1, "sid": null, "kind": "decode", "size": 1}\n')
     r = run_cli("replay", str(trace), "-o", str(tmp_path / "d"))
     assert r.stderr.decode().strip() == f"{trace}:1: sid must be an integer or a string, not null"
+
+
+# --- a trace that begins from a state -------------------------------------------------------
+
+FAIR_HEADER = {
+    "schedcli": 1,
+    "policy": "fair",
+    "params": {"max_batch_tokens": 8, "max_prefill_chunk_size": 8},
+}
+LEDGER = {"accepted": 3, "dispatched": 2, "cancelled": 0, "rejected": 0, "rejected_tasks": 0,
+          "tokens": 2}  # fmt: skip
+STATE = {
+    "op": "state",
+    "step": 5,
+    "state": {
+        "version": 1,
+        "policy": "fair",
+        "queued": [[{"tid": 9, "sid": "a", "kind": "decode", "size": 1, "produce_output": True}]],
+        "backlog": ["a"],
+        "counters": [["a", 4.0]],
+    },
+    "ledger": LEDGER,
+}
+
+
+def test_a_state_line_after_the_header_is_read_as_where_the_trace_begins(tmp_path: Path) -> None:
+    from schedcli.formats.trace import open_trace
+
+    trace = write_lines(tmp_path / "t.jsonl", [FAIR_HEADER, STATE, {"op": "get_work"}])
+    with open_trace(str(trace)) as reader:
+        assert reader.state is not None
+        assert (reader.state.line, reader.state.step) == (2, 5)
+        assert reader.state.ledger == LEDGER
+        assert [e.op for e in reader] == ["get_work"]
+
+
+def test_a_state_line_anywhere_else_is_refused_at_its_line(tmp_path: Path) -> None:
+    trace = write_lines(tmp_path / "t.jsonl", [FAIR_HEADER, {"op": "get_work"}, STATE])
+    for command in ("replay", "validate"):
+        err = located(run_cli(command, str(trace)), trace)
+        assert err.startswith(f"{trace}:3: a state line is allowed only once, as the first line")
+
+
+def test_a_state_lines_own_fields_are_checked_at_its_line(tmp_path: Path) -> None:
+    cases: list[tuple[dict[str, object], str]] = [
+        ({**STATE, "step": -1}, "step must be >= 0, not -1"),
+        ({**STATE, "step": 2**63}, "step is beyond the 64-bit integer range"),
+        ({**STATE, "state": [1]}, "state must be an object, not an array"),
+        ({**STATE, "ledger": {**LEDGER, "tokens": "2"}}, "ledger.tokens must be an integer"),
+        ({**STATE, "ledger": {**LEDGER, "extra": 1}}, "unknown field 'extra' in ledger"),
+        ({k: v for k, v in STATE.items() if k != "ledger"}, "the state line has no ledger"),
+        ({**STATE, "stepp": 1}, "unknown field 'stepp' in the state line (did you mean 'step'?)"),
+        (
+            {**STATE, "ledger": {**LEDGER, "dispatched": 4}},
+            "ledger: dispatched 4 + cancelled 0 is more than accepted 3",
+        ),
+    ]
+    for line, said in cases:
+        trace = write_lines(tmp_path / "t.jsonl", [FAIR_HEADER, line, {"op": "get_work"}])
+        for command in ("replay", "validate"):
+            err = located(run_cli(command, str(trace)), trace)
+            assert err.startswith(f"{trace}:2: {said}"), (command, err)

@@ -42,8 +42,11 @@ def explain_command(
     policy: str | None,
     params: Mapping[str, object],
     fmt: str,
+    as_trace: bool = False,
+    output: str = "-",
 ) -> None:
-    """``schedcli explain``: exactly one of a step, a task's life or a session's, shown."""
+    """``schedcli explain``: exactly one of a step, a task's life or a session's, shown;
+    or (``as_trace``) the step from its state, as a trace written to ``output``."""
     from ..console import show
     from ..parsing import parse_id_option
     from ..views.render import lives_view, step_view
@@ -51,6 +54,14 @@ def explain_command(
     given = [v for v in (step, task, session) if v is not None]
     if len(given) != 1:
         raise UsageError("explain one thing: give exactly one of --step, --task, --session")
+    if as_trace or output != "-":
+        if step is None or not as_trace:
+            raise UsageError(
+                "--as-trace writes one step as a trace (and -o names its file): give "
+                "--step N --as-trace"
+            )
+        write_step_trace(path, step, policy, params, output)
+        return
     if step is not None:
         show(fmt, explain_step(path, step, policy, params), step_view, StepView.to_json)
         return
@@ -58,3 +69,16 @@ def explain_command(
     sid = parse_id_option(session) if session is not None else None
     lives = explain_lives(path, tid=tid, sid=sid, policy=policy, params=params)
     show(fmt, lives, lives_view, lambda found: [life.to_json() for life in found])
+
+
+def write_step_trace(
+    path: str, step: int, policy: str | None, params: Mapping[str, object], output: str
+) -> None:
+    """``explain --step N --as-trace``: the step from its state, with its expect, written
+    atomically to ``output`` (``-``: standard output)."""
+    from ...engine.levels.task.states import step_as_trace
+    from ...streams.output import atomic_output
+
+    lines = step_as_trace(path, step, policy=policy, params=params)
+    with atomic_output(output) as out:
+        out.write(b"".join(lines))

@@ -55,7 +55,11 @@ def validate_trace(
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
             header = reader.header
             level = level_of(header)
+            before = problems.total
             unfit = _check_policy(reader, collect, policy, params or {}, level)
+            if problems.total == before:  # the policy is one replay would build
+                for problem in level.start_check(reader, policy, params or {}):
+                    collect(problem)
             events, partial = level.events(reader, collect, unfit)
             if partial is not None and not allow_incomplete:
                 collect(InputError(name, partial[0], incomplete_trace(partial[1])))

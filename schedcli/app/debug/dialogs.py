@@ -24,6 +24,7 @@ KEYS = (
     ("b / B", "add a breakpoint / clear them all"),
     ("c / C", "continue / reverse-continue to a breakpoint"),
     ("y", "copy the command that shows this step (explain --step)"),
+    ("Y", "copy this step as a trace (--as-trace)"),
     ("r", "ask again for a view whose answer was lost"),
     ("t", "the policy's own state (decode queue, chunks, rotation) / the queue"),
     ("o", "with --against: the other policy's queue and state / the replay's"),

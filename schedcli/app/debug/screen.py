@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from ...engine.levels.table import DEFAULT, level_named
 from ...engine.travel import ServerGone, Travel, Unanswered
-from ...model.errors import UsageError
+from ...model.errors import SchedcliError, UsageError
 from ...model.task import show_id
 from . import panes
 from .dialogs import HelpScreen, LifeScreen, Prompt
@@ -78,6 +78,7 @@ class DebugApp(App[None]):
         _p("c", "go(1)", "cont", show=False),
         _p("C", "go(-1)", "rev", show=False),
         _p("y", "copy", "copy"),
+        _p("Y", "copy_trace", "copy as trace", show=False),
         _p("r", "retry", "ask again", show=False),
         _p("t", "state", "state", show=False),
         _p("o", "other_side", "other side", show=False),
@@ -472,6 +473,34 @@ class DebugApp(App[None]):
         self.copied = command
         self.copy_to_clipboard(command)
         self.say(f"copied: {command}")
+
+    def action_copy_trace(self) -> None:
+        """The step shown, from its state, as a standalone trace with its expect (what
+        ``explain --step N --as-trace`` writes): a regression test to paste into a file."""
+        if self.trace == "-":
+            self.say("the trace came from standard input: explain --as-trace needs its file")
+            return
+        self.say(f"taking step {self.step}'s state ...")
+        self._copy_trace(self.step)
+
+    @work(thread=True, group="copy")
+    def _copy_trace(self, step: int) -> None:
+        from ...engine.levels.task.states import step_as_trace
+
+        try:
+            lines = step_as_trace(self.trace, step, policy=self.policy, params=self.params)
+        except SchedcliError as e:
+            self.call_from_thread(self.say, f"step {step} as a trace: {e}")
+            return
+        self.call_from_thread(self._copied_trace, step, b"".join(lines).decode())
+
+    def _copied_trace(self, step: int, text: str) -> None:
+        self.copied = text
+        self.copy_to_clipboard(text)
+        self.say(
+            f"copied step {step} from its state as a trace: paste it into a file "
+            "(replay --check passes on it)"
+        )
 
     def action_state(self) -> None:
         """The right pane: the queue with its reasons, or the policy's own structures."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
 from ...catalog.choice import RecordedPolicy, policy_for_trace
 from ...catalog.registry import Level as LevelName
@@ -62,6 +62,11 @@ def trace_meta(policy: Policy, meta: Any) -> Any:
     """A simulated trace's meta: it says which outside runtime scheduled it
     (``Policy.made_by``: ``vllm``'s version)."""
     return {**meta, **type(policy).made_by()} if isinstance(meta, dict) else meta
+
+
+NO_REQUEST_SNAPSHOTS: Final = (
+    "request-level policies have no snapshots: a request-level trace cannot begin from a state"
+)
 
 
 # --- the facts a level hands back ----------------------------------------------------
@@ -270,6 +275,13 @@ class Level(Protocol):
         policy: str | None,
         params: Mapping[str, object],
     ) -> CheckEvent | None: ...  # validate: the policy's narrow interface, if any
+
+    def start_check(
+        self,
+        reader: TraceReader,
+        policy: str | None,
+        params: Mapping[str, object],
+    ) -> list[InputError]: ...  # validate: the state the trace begins from, as replay takes it
 
     def no_life(self, path: str, tid: Id | None, sid: Id | None) -> InputError: ...
 

@@ -13,17 +13,31 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
+import orjson
+
 from ...model.errors import InputError, Option, UsageError
 from ...model.task import id_key
 from ...streams.interrupt import Stopped
+from ..levels.task.states import Taken
 from .bounded import Abandoned, Worker, can_bound
 from .candidates import HELD, SMALL, Candidate, Lines, Ranges
 from .failures import Failure, Test, failure_test, refusal
 from .focus import Queue, queues_at, window, window_steps
+from .stated import (
+    State,
+    encode,
+    ids_named,
+    reduce_state,
+    states_at,
+    window_from,
+    with_state,
+)
 from .units import Keeping, Units, free, units_of
 
 # The queue at some steps of a trace (``focus.queues_at``, its policy bound).
 Observe = Callable[[str, list[int]], dict[int, Queue] | None]
+# The state line before some steps' get_work (``stated.states_at``, its policy bound).
+StatesAt = Callable[[str, list[int]], dict[int, Taken] | None]
 
 
 # At most this many items, delta debugging tries each alone (``_Shrinker._singles``).
@@ -52,9 +66,14 @@ class _Shrinker:
         progress: Callable[[int, int], None],
         observe: Observe | None = None,
         bounded: bool = False,
+        states: StatesAt | None = None,
     ) -> None:
         self.lines = lines
         self.observe = observe
+        self.states = states
+        self.retired: list[Lines] = []  # copies left behind by a stated window (closed last)
+        # The trace is no longer than the plain window at its failing step: no stated one.
+        self.plain_enough = False
         self.queued_sessions: set[Any] | None = None  # at the failing step, once known
         self._found: tuple[tuple[Candidate, frozenset[Any]], Units] | None = None
         self.test = test
@@ -89,6 +108,12 @@ class _Shrinker:
         """A candidate's failure (``("test", candidate)``) or the queues a watched replay
         of it sees (``("observe", candidate, steps)``)."""
         kind, candidate, *rest = job
+        if kind == "data":  # a trace held whole (a stated window, a state reduced)
+            return self.test(self.path, candidate)
+        if kind == "states":
+            assert self.states is not None
+            self.write(candidate)
+            return self.states(self.path, *rest)
         if kind == "observe":
             assert self.observe is not None
             self.write(candidate)
@@ -109,19 +134,37 @@ class _Shrinker:
         self.progress(self.tests, len(self.best))
         return same
 
-    def ddmin(self, items: Any, rebuild: Callable[[Any], Candidate], few: int = 0) -> Any:
+    def data_fails(self, data: bytes) -> bool:
+        """Whether the trace ``data`` fails the same way (``best`` is not changed: it is
+        a trace of the copy's lines)."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise _OutOfTime
+        self.tests += 1
+        failure: Failure | None = self._ask(("data", data))
+        self.progress(self.tests, len(self.best))
+        return failure is not None and failure.signature == self.signature
+
+    def ddmin(
+        self,
+        items: Any,
+        rebuild: Callable[[Any], Any],
+        few: int = 0,
+        fails: Callable[[Any], bool] | None = None,
+    ) -> Any:
         """Remove chunks while what is left still fails; halve the chunks when none can go.
         ``items``: anything sliced and added like a list (a list, an array, ``Ranges``).
         At most ``few`` items (``FEW`` unless given) are tried one at a time instead: what
-        is left of a trace by then is mostly needed, and chunks would fail in turn."""
+        is left of a trace by then is mostly needed, and chunks would fail in turn.
+        ``fails``: the test of what ``rebuild`` makes (``self.fails``, of a candidate)."""
+        test = fails or self.fails
         if len(items) <= (few or FEW):
-            return self._singles(items, rebuild)
+            return self._singles(items, rebuild, test)
         n = 2
         while len(items) >= 2:
             size = math.ceil(len(items) / n)
             for start in range(0, len(items), size):
                 rest = items[:start] + items[start + size :]
-                if rest and self.fails(rebuild(rest)):
+                if rest and test(rebuild(rest)):
                     items = rest
                     n = max(n - 1, 2)
                     break
@@ -131,7 +174,9 @@ class _Shrinker:
                 n = min(n * 2, len(items))
         return items
 
-    def _singles(self, items: Any, rebuild: Callable[[Any], Candidate]) -> Any:
+    def _singles(
+        self, items: Any, rebuild: Callable[[Any], Any], fails: Callable[[Any], bool]
+    ) -> Any:
         """Each item dropped alone, first to last, while what is left fails; again until
         a round drops none (then no single item can go)."""
         dropped = True
@@ -139,7 +184,7 @@ class _Shrinker:
             dropped, k = False, 0
             while k < len(items):
                 rest = items[:k] + items[k + 1 :]
-                if rest and self.fails(rebuild(rest)):
+                if rest and fails(rebuild(rest)):
                     items, dropped = rest, True
                 else:
                     k += 1
@@ -150,7 +195,31 @@ class _Shrinker:
         the checks of other batches, sessions, whole steps, get_works, clears; then lines,
         and the tasks of groups (lines once more if that let any go)."""
         self.queued_sessions = set(failure.present) or None
-        candidate = self.focus(candidate, failure, keep_expects)
+        # The window at the failing step, plain (its queue's submits: the most readable);
+        # else, where the policy has snapshots, one that begins from its state there; else
+        # plain windows further back.
+        stated = None
+        nearest = self.focus(candidate, failure, keep_expects, nearest=True)
+        if nearest == candidate and not self.plain_enough:
+            stated = self.from_state(candidate, failure, keep_expects)
+            if stated is None:
+                nearest = self.focus(candidate, failure, keep_expects)
+            else:
+                nearest, failure = stated
+        candidate = nearest
+        self._passes(candidate, failure, keep_expects)
+        # A stated window: its state reduced, then its lines again, until neither changes
+        # (the result is 1-minimal in both).
+        while stated is not None:
+            stated = self._reduce_state(failure)
+            if stated is not None:
+                whole = stated[0]
+                self._passes(*stated, keep_expects)
+                if self.best == whole:
+                    break  # no line could go: the state, reduced with them, is as it was
+
+    def _passes(self, candidate: Candidate, failure: Failure, keep_expects: bool) -> None:
+        """Every pass after the windows, on ``candidate``."""
         if not keep_expects:
             candidate = self._strip_expects(candidate)
         # What the failing check expects is needed while it is the only check: with
@@ -175,16 +244,19 @@ class _Shrinker:
             self._found = ((candidate, needs), units_of(candidate, self.lines, needs))
         return self._found[1]
 
-    def focus(self, candidate: Candidate, failure: Failure, keep_expects: bool) -> Candidate:
+    def focus(
+        self, candidate: Candidate, failure: Failure, keep_expects: bool, nearest: bool = False
+    ) -> Candidate:
         """The smallest window before the failing step that fails the same way, trying
-        the nearest first (``focus.py``); ``candidate`` if none does or none can be made.
-        The observed replay counts as a test."""
+        the nearest first (``focus.py``; ``nearest``: the one at the failing step only);
+        ``candidate`` if none does or none can be made. The observed replay counts as a
+        test."""
         if failure.step < 0 or self.observe is None:
             return candidate
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise _OutOfTime
         self.tests += 1
-        steps = window_steps(failure.step)
+        steps = [failure.step] if nearest else window_steps(failure.step)
         seen: dict[int, Queue] | None = self._ask(("observe", candidate, steps))
         if seen is None:
             return candidate
@@ -201,9 +273,87 @@ class _Shrinker:
                 smaller = window(self.lines, seen[step], end, keep_expects)
                 if smaller is None:
                     return candidate
-                if len(smaller) < len(candidate) and self.fails(smaller):
+                if len(smaller) >= len(candidate):
+                    # The trace is no longer than its window: plain as it is.
+                    self.plain_enough = nearest
+                    return candidate
+                if self.fails(smaller):
                     return smaller
         return candidate
+
+    # --- windows that begin from the policy's state (stated.py) ---------------------------
+
+    def from_state(
+        self, candidate: Candidate, failure: Failure, keep_expects: bool
+    ) -> tuple[Candidate, Failure] | None:
+        """The nearest stated window before the failing step that fails the same way,
+        adopted as the trace shrunk from here on (``_adopt``); None where the policy has
+        no snapshots, the trace no get_work to cut at, or no such window fails so."""
+        if failure.step < 0 or self.states is None:
+            return None
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise _OutOfTime
+        self.tests += 1
+        steps = window_steps(failure.step)
+        taken: dict[int, Taken] | None = self._ask(("states", candidate, steps))
+        if not taken:
+            return None
+        if failure.line > 0:
+            end = self.lines.index(failure.line)
+        elif failure.step in taken:
+            end = self.lines.index(taken[failure.step].line)
+        else:
+            return None
+        for step in steps:
+            if step in taken:
+                data = window_from(self.lines, taken[step], end, keep_expects)
+                if data is not None and self.data_fails(data):
+                    return self._adopt(data)
+        return None
+
+    def _adopt(self, data: bytes) -> tuple[Candidate, Failure]:
+        """The trace ``data`` becomes the one shrunk from here (a copy of its own, and a
+        worker that reads it), whole: the best so far."""
+        path = os.path.join(self.lines.folder, "stated.jsonl")
+        with open(path, "wb") as f:
+            f.write(data)
+        lines = Lines(path)
+        self.retired.append(self.lines)
+        self.lines, self._found = lines, None
+        self.path = os.path.join(lines.folder, "candidate.jsonl")
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = Worker(self._replay)
+        whole = Candidate(Ranges([(0, lines.count)] if lines.count else []))
+        self.best = whole
+        failure = self.run(whole)
+        assert failure is not None and failure.signature == self.signature  # as it just did
+        return whole, failure
+
+    def _reduce_state(self, failure: Failure) -> tuple[Candidate, Failure] | None:
+        """The state line of the best trace reduced (``stated.reduce_state``) and adopted;
+        None where it is gone or nothing of it could go."""
+        best = self.best
+        if not best.kept.spans or best.kept.spans[0][0] != 0:
+            return None
+        raw = next(best.lines(self.lines))[1]
+        line: State = orjson.loads(raw)
+        if line.get("op") != "state":
+            return None
+        rest = replace(best, kept=best.kept[1:])
+
+        def fails(state_line: State) -> bool:
+            return self.data_fails(with_state(self.lines, rest, encode(state_line)))
+
+        def ddmin(items: Any, rebuild: Callable[[Any], Any], few: int) -> Any:
+            return self.ddmin(items, rebuild, few, fails=fails)
+
+        # While the failing check is the only one, the tasks it expects must be queued.
+        needs = failure.needs if len(self._checks(best)) == 1 else frozenset()
+        smaller = reduce_state(line, fails, ddmin, needs, ids_named(self.signature))
+        if smaller == line:
+            return None
+        return self._adopt(with_state(self.lines, rest, encode(smaller)))
 
     def _checks(self, candidate: Candidate) -> list[int]:
         """The lines of ``candidate`` whose expect it keeps."""
@@ -334,9 +484,12 @@ def shrink(
             def observe(path: str, steps: list[int]) -> dict[int, Queue] | None:
                 return queues_at(path, policy, params, steps, drain)
 
+        def states(path: str, steps: list[int]) -> dict[int, Taken] | None:
+            return states_at(path, policy, params, steps)
+
         deadline = None if max_time is None else began + max_time
         try:
-            return _shrink(lines, until, test, deadline, keep_expects, progress, observe)
+            return _shrink(lines, until, test, deadline, keep_expects, progress, observe, states)
         except _NoFailure:
             # Said as what it is when the trace itself is bad input (a candidate's bad input
             # only means it does not fail): a refused header policy is not "nothing to shrink".
@@ -359,13 +512,25 @@ def _shrink(
     keep_expects: bool,
     progress: Callable[[int, int], None],
     observe: Observe | None,
+    states: StatesAt | None = None,
 ) -> Shrunk:
-    shrinker = _Shrinker(lines, test, deadline, progress, observe, bounded=can_bound())
+    shrinker = _Shrinker(
+        lines, test, deadline, progress, observe, bounded=can_bound(), states=states
+    )
+    ok = False
     try:
-        return _search(shrinker, lines, until, keep_expects)
+        result = _search(shrinker, lines, until, keep_expects)
+        ok = True
+        return result
     finally:
         if shrinker.worker is not None:
             shrinker.worker.close()
+        # The copies a stated window left behind: the result's is the last (the caller
+        # closes it); on an error the caller closes ``lines``, the first.
+        for old in shrinker.retired if ok else shrinker.retired[1:]:
+            old.close()
+        if not ok and shrinker.lines is not lines:
+            shrinker.lines.close()
 
 
 class _NoFailure(Exception):
@@ -407,7 +572,7 @@ def _search(shrinker: _Shrinker, lines: Lines, until: str, keep_expects: bool) -
         result.out_of_time, result.abandoned = True, e.seconds
     except Stopped as e:
         result.interrupted = e
-    result.best, result.tests = shrinker.best, shrinker.tests
+    result.lines, result.best, result.tests = shrinker.lines, shrinker.best, shrinker.tests
     if result.interrupted is None:
         shrinker.deadline, shrinker.until = None, end
         try:

@@ -12,7 +12,17 @@ explained), ``scan`` (a read decoded at once), ``reader`` (the streaming reader)
 
 from __future__ import annotations
 
-from .events import FORMAT_VERSION, Event, Header, Line, LineError, Run, as_event, to_event
+from .events import (
+    FORMAT_VERSION,
+    Event,
+    Header,
+    Line,
+    LineError,
+    Run,
+    StateLine,
+    as_event,
+    to_event,
+)
 from .lines import (
     check_duplicate_keys,
     decode_event,
@@ -20,6 +30,7 @@ from .lines import (
     explain_event,
     incomplete_trace,
     parse_header,
+    parse_state,
     partial_marker,
     partial_reason,
 )
@@ -33,6 +44,7 @@ __all__ = [
     "Line",
     "LineError",
     "Run",
+    "StateLine",
     "TraceReader",
     "as_event",
     "check_duplicate_keys",
@@ -43,6 +55,7 @@ __all__ = [
     "incomplete_trace",
     "open_trace",
     "parse_header",
+    "parse_state",
     "partial_marker",
     "partial_reason",
     "to_event",

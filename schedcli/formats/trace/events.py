@@ -32,6 +32,19 @@ class Header:
         self.level = level
 
 
+class StateLine:
+    """A trace's state line, read (docs/trace-format.md): the step its first batch is
+    (``step``), the policy's state to restore (``state``, checked by the policy), and
+    the ledger's counts up to it (``ledger``: accepted, dispatched, cancelled, rejected,
+    rejected_tasks, tokens). A plain class, as ``Header``."""
+
+    def __init__(self, line: int, step: int, state: dict[str, Any], ledger: dict[str, int]) -> None:
+        self.line = line
+        self.step = step
+        self.state = state
+        self.ledger = ledger
+
+
 class Event:
     """One scheduler call from the trace."""
 

@@ -15,7 +15,7 @@ from msgspec.structs import astuple
 from ...model.limits import MAX_DEPTH
 from .. import schema
 from ..schema import EVENTS, OPS, Submit, TaskFields, event_decoder, json_type
-from .events import FORMAT_VERSION, Event, Header, LineError, to_event
+from .events import FORMAT_VERSION, Event, Header, LineError, StateLine, to_event
 
 
 def partial_marker(raw: bytes) -> dict[str, Any] | None:
@@ -58,6 +58,8 @@ def explain_event(obj: dict[str, Any]) -> str:
         if problem is not None:
             return problem
         return "not a valid event"  # pragma: no cover - the schema and explain disagree
+    if op == schema.STATE_OP:
+        return "a state line is allowed only once, as the first line after the header"
     if op is None:
         if "schedcli" in obj:
             return "a header is only allowed on the first line"
@@ -94,6 +96,27 @@ def parse_header(obj: dict[str, Any], line: int) -> Header:
         )
     params = obj.get("params") or {}
     return Header(line, obj.get("policy"), params, obj.get("meta"), obj.get("level", "task"))
+
+
+def parse_state(obj: dict[str, Any], line: int) -> StateLine:
+    """A state line (``{"op": "state", ...}``), its fields checked; the policy's state
+    itself is checked by the policy that restores it."""
+    problem = schema.explain(obj, schema.StateFields, "the state line", skip=("op",))
+    if problem is not None:
+        raise LineError(problem)
+    ledger: dict[str, int] = obj["ledger"]
+    gone = ledger["dispatched"] + ledger["cancelled"]
+    if gone > ledger["accepted"]:
+        raise LineError(
+            f"ledger: dispatched {ledger['dispatched']} + cancelled {ledger['cancelled']} "
+            f"is more than accepted {ledger['accepted']}"
+        )
+    if ledger["rejected"] > ledger["rejected_tasks"]:
+        raise LineError(
+            f"ledger: rejected {ledger['rejected']} groups hold more than rejected_tasks "
+            f"{ledger['rejected_tasks']} tasks"
+        )
+    return StateLine(line, obj["step"], obj["state"], dict(ledger))
 
 
 # --- duplicate keys and nesting -------------------------------------------------------

@@ -16,13 +16,14 @@ from ...streams.source import (
     open_binary,
 )
 from ..kinds import check_kind
-from .events import Event, Header, Line, LineError, Run, as_event
+from .events import Event, Header, Line, LineError, Run, StateLine, as_event
 from .lines import (
     _key_total,
     check_duplicate_keys,
     decode_event,
     decode_object,
     parse_header,
+    parse_state,
     partial_marker,
 )
 from .scan import decode_chunk
@@ -57,7 +58,10 @@ class TraceReader:
         self._seen_event = False
         # The marker a writer that stopped early left as its last line: (line, what it says).
         self.partial: tuple[int, dict[str, Any]] | None = None
+        # The state the trace begins from: its first line after the header (or None).
+        self.state: StateLine | None = None
         self._read_header()
+        self._read_state()
 
     def _fail(self, line: int | None, message: str) -> None:
         err = InputError(self.name, line, message)
@@ -90,6 +94,31 @@ class TraceReader:
             except LineError as e:
                 self._fail(lineno, str(e))
             return
+
+    def _read_state(self) -> None:
+        """The first line after the header is a state line if its op is ``state``."""
+        lines = self._first_lines
+        if not lines:
+            for first_line, body, complete, _ in self._chunks:
+                lines = lines_of(first_line, body, complete, self.name, self._max_line_bytes)
+                if lines:
+                    break
+            self._first_lines = lines
+        if not lines or b'"state"' not in lines[0][1]:
+            return
+        lineno, raw, complete = lines[0]
+        try:
+            obj = decode_object(raw, complete)
+        except LineError:
+            return  # not JSON: the events' reading reports it
+        if obj.get("op") != "state":
+            return
+        self._first_lines = lines[1:]
+        try:
+            check_duplicate_keys(raw, _key_total(obj))
+            self.state = parse_state(obj, lineno)
+        except LineError as e:
+            self._fail(lineno, str(e))
 
     def _step_problem(self, event: Event) -> str | None:
         """Steps never go backwards: why the event's does, or None (and it is the latest)."""

@@ -14,6 +14,7 @@ from ....model.errors import InputError, Option, StepMismatch, UsageError
 from ....model.scheduler import Policy
 from ....model.task import Id
 from .. import (
+    NO_REQUEST_SNAPSHOTS,
     CheckEvent,
     Collect,
     OpenReplay,
@@ -65,6 +66,9 @@ class RequestLevel:
             )
         from .opened import OpenRequestTrace
 
+        if reader.state is not None:
+            raise InputError(name, reader.state.line, NO_REQUEST_SNAPSHOTS)
+
         built, label, _ = choose_policy(header, name, policy, params, note, self.policy_level)
         try:
             policy_built = cast("RequestScheduler", built)
@@ -95,6 +99,12 @@ class RequestLevel:
         params: Mapping[str, object],
     ) -> CheckEvent | None:
         return None  # a request-level policy takes whatever a trace can say
+
+    def start_check(
+        self, reader: TraceReader, policy: str | None, params: Mapping[str, object]
+    ) -> list[InputError]:
+        start = reader.state
+        return [] if start is None else [InputError(reader.name, start.line, NO_REQUEST_SNAPSHOTS)]
 
     def no_life(self, path: str, tid: Id | None, sid: Id | None) -> InputError:
         return InputError(path, None, f"no arrive in this trace holds request {sid!r}")

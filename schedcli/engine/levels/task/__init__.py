@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from ....catalog.registry import policy_reference
 from ....formats.trace import Header, TraceReader
 from ....formats.writer import TraceWriter
-from ....model.errors import InputError, StepMismatch
+from ....model.errors import InputError, StepMismatch, UsageError
 from ....model.scheduler import Policy, Scheduler
 from ....model.task import Id
 from ...clock import StepClock
@@ -67,6 +67,8 @@ class TaskLevel:
         """The valid events, their steps checked by replay's rules (``StepClock``) and
         their tasks by the policy's interface; and the partial marker."""
         clock = StepClock(reader.name)
+        if reader.state is not None:
+            clock.start(reader.state.step, reader.state.line)
         events = 0
         for event in reader:
             try:
@@ -88,6 +90,25 @@ class TaskLevel:
         params: Mapping[str, object],
     ) -> CheckEvent | None:
         return interface_check(header, trace_name, policy, params)
+
+    def start_check(
+        self, reader: TraceReader, policy: str | None, params: Mapping[str, object]
+    ) -> list[InputError]:
+        """The state the trace begins from restored as replay restores it (a freshly built
+        policy): the same refusals, at the state's line."""
+        start = reader.state
+        if start is None:
+            return []
+        from .replay import restore_state
+
+        try:
+            built, _, _ = choose_policy(reader.header, reader.name, policy, params, _silent)
+            restore_state(cast(Scheduler, built), start, reader.name)
+        except InputError as e:
+            return [e]
+        except UsageError as e:
+            return [InputError(reader.name, start.line, str(e))]
+        return []
 
     def no_life(self, path: str, tid: Id | None, sid: Id | None) -> InputError:
         what = f"task {tid!r}" if tid is not None else f"session {sid!r}"
@@ -161,6 +182,10 @@ class TaskLevel:
         writer = TraceWriter(out)
         writer.header(policy_reference(type(policy)), params, trace_meta(policy, meta))
         return writer
+
+
+def _silent(_: str) -> None:
+    pass
 
 
 LEVEL = TaskLevel()

@@ -137,6 +137,7 @@ class OpenTrace:
             allow_incomplete=self.allow_incomplete,
             inputs=self.reader.runs,
             before_close=self.check_complete,
+            start=self.reader.state,
         )
 
     @property
@@ -249,6 +250,12 @@ class _Watcher:
         self.lives: dict[int, Life] = {}  # by object id
         self.policy = ""
 
+    def claimed(self, copy: Task, own: Task) -> None:
+        """The policy handed back its own copy of ``copy``, a task restored from a state."""
+        life = self.lives.pop(id(copy), None)
+        if life is not None:
+            self.lives[id(own)] = life
+
     def accepted(self, tasks: list[Task], step: int) -> None:
         from ..facts import Life
 
@@ -293,6 +300,11 @@ class _Accepted:
         self, inner: Observer | None, on_accepted: Callable[[list[Task], int], None]
     ) -> None:
         self.inner, self.on_accepted = inner, on_accepted
+
+    def claimed(self, copy: Task, own: Task) -> None:
+        claimed = getattr(self.inner, "claimed", None)
+        if claimed is not None:
+            claimed(copy, own)
 
     def accepted(self, tasks: list[Task], step: int) -> None:
         self.on_accepted(tasks, step)

@@ -12,13 +12,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import final
 
 from ....formats.step_lines import StepLines
-from ....formats.trace import Event, Line, Run, as_event
+from ....formats.trace import Event, Line, Run, StateLine, as_event
 from ....model.errors import (
+    BadSnapshot,
     InputError,
     InvariantError,
     PolicyAborted,
     Said,
     SchedcliError,
+    SnapshotUnsupported,
     UnfitTask,
 )
 from ....model.records import Left, Record, discard
@@ -94,9 +96,12 @@ class Replayer(ReplayDriver):
         allow_incomplete: bool = False,
         inputs: Callable[[], Iterable[Run]] = tuple,
         before_close: Callable[[], None] | None = None,
+        start: StateLine | None = None,
     ) -> None:
-        """``inputs``: the lines of the trace it replays (``replay``, ``lockstep``), read
-        when called; ``before_close`` runs after the last of them (and may refuse).
+        """``start``: the state the trace begins from (its state line), restored into the
+        policy before the first event. ``inputs``: the lines of the trace it replays
+        (``replay``, ``lockstep``), read when called; ``before_close`` runs after the last
+        of them (and may refuse).
         ``recorded_outcomes``: the trace is a recording that marks every rejected submit
         (``meta.rejected``), so under ``check`` an unmarked submit must be accepted. Under
         ``check``, a call the recorded scheduler raised in (``meta.raised``) fails the
@@ -137,6 +142,34 @@ class Replayer(ReplayDriver):
         self.get_work_events = 0  # get_work events read (explicit mode)
         self.outcomes_checked = 0  # submits whose accepted/rejected outcome was compared
         self.two_output_batches = 0
+        if start is not None:
+            self._begin(start)
+
+    def _begin(self, start: StateLine) -> None:
+        """The policy restored from the state; the ledger holds its queued tasks as accepted
+        and queued, the totals its counts, and the clock is explicit from its step, so the
+        replay goes on as the full one did from there (docs/trace-format.md)."""
+        self._line = start.line
+        groups = restore_state(self.policy, start, self.clock.trace_name)
+        self.ledger.seed(groups)
+        counts = start.ledger
+        totals = self.totals
+        totals.steps = start.step
+        totals.accepted = counts["accepted"]
+        totals.dispatched = counts["dispatched"]
+        totals.cancelled = counts["cancelled"]
+        totals.rejected = counts["rejected"]
+        totals.rejected_tasks = counts["rejected_tasks"]
+        totals.tokens = counts["tokens"]
+        self.clock.start(start.step, start.line)
+        self._next_step = start.step
+        observer = self.observer
+        if observer is not None:
+            for group in groups:
+                observer.accepted(group, start.step)
+            claimed = getattr(observer, "claimed", None)
+            if claimed is not None:  # it keys tasks by identity (origins, lives)
+                self.ledger.on_claim = claimed
 
     # --- the rest of the driver protocol (engine/run.py, Driver) ----------------------
 
@@ -462,6 +495,64 @@ class Replayer(ReplayDriver):
                     "tasks it accepted are still queued at the end, and asked for batches "
                     f"after the trace, it {why}. Stuck: {stuck_text(list(waiting), (), 'task')}"
                 )
+
+
+def restore_state(policy: Scheduler, start: StateLine, trace_name: str) -> list[list[Task]]:
+    """``start``'s state restored into ``policy`` (freshly built), and its queued tasks as
+    the groups they were submitted in; whatever is wrong is bad input at the state's line
+    (exit 2), in the same words for ``replay`` and ``validate``. A state is its policy's
+    own: it restores only into the policy it names."""
+    line = start.line
+    state = start.state
+    named = state.get("policy")
+    try:
+        policy.restore(state)
+    except SnapshotUnsupported as e:
+        raise InputError(
+            trace_name, line, f"{e}; this trace begins from a state, which it must restore"
+        ) from None
+    except BadSnapshot as e:
+        if named != policy.name:  # the first thing wrong with another policy's state
+            raise InputError(trace_name, line, _not_its_own(named, policy.name)) from None
+        raise InputError(trace_name, line, _field(e)) from None
+    if named != policy.name:  # a plugin's restore need not check it
+        raise InputError(trace_name, line, _not_its_own(named, policy.name))
+    from ....model.snapshot import a_list, a_task
+
+    groups: list[list[Task]] = []
+    try:
+        for i, g in enumerate(a_list(state.get("queued"), "queued")):
+            items = a_list(g, f"queued[{i}]")
+            groups.append([a_task(v, f"queued[{i}][{j}]")[0] for j, v in enumerate(items)])
+    except BadSnapshot as e:
+        raise InputError(trace_name, line, _field(e)) from None
+    counts = start.ledger
+    held = counts["accepted"] - counts["dispatched"] - counts["cancelled"]
+    queued = sum(len(g) for g in groups)
+    if held != queued:
+        raise InputError(
+            trace_name,
+            line,
+            f"ledger: accepted {counts['accepted']} - dispatched {counts['dispatched']} - "
+            f"cancelled {counts['cancelled']} = {held} tasks still queued, but the state "
+            f"holds {queued}",
+        )
+    return groups
+
+
+def _field(e: BadSnapshot) -> str:
+    """A refused state's field, as the state line spells its path."""
+    where = "state" if e.field in ("", "state") else f"state.{e.field}"
+    return f"{where}: {e.why}"
+
+
+def _not_its_own(named: object, policy: str) -> str:
+    if not isinstance(named, str):
+        return f"state.policy must name the policy the state is of, not {named!r}"
+    return (
+        f"the state is of policy {named!r}: a state restores only into the policy it names, "
+        f"not into {policy!r}: replay it under {named}"
+    )
 
 
 def _some(tasks: dict[Id, Task]) -> str:

@@ -1,0 +1,134 @@
+"""engine/levels/task/states.py: a trace cut at any step and begun from the policy's state
+there replays to exactly the full replay's batches from that step on, and its end record
+(every built-in, both decode-first modes, every step, both cores, and across them)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedcli._compiled import CORE, PURE_ENV
+from schedcli.engine.levels.task.states import state_at
+from schedcli.engine.run import open_replay
+from schedcli.model.records import Record
+from tests.helpers import ROOT
+from tests.policies.test_snapshot import PARAMS, POLICIES, Op, _random_op, ops
+
+
+def trace_of(name: str, sequence: list[Op]) -> bytes:
+    """The ops as an explicit trace under policy ``name`` (``decode-first/reference``:
+    decode-first with compat=reference)."""
+    header = {"schedcli": 1, "policy": name.partition("/")[0], "params": PARAMS[name]}
+    lines: list[dict[str, Any]] = [header]
+    for op in sequence:
+        if op[0] == "submit":
+            tasks = []
+            for tid, sid, kind, size, priority, output in op[1]:
+                task = {"tid": tid, "sid": sid, "kind": kind}
+                task["size"] = 1 if kind == "decode" and size < 5 else size
+                if priority:
+                    task["priority"] = priority
+                if output is not None:
+                    task["produce_output"] = output
+                tasks.append(task)
+            lines.append({"op": "submit", "tasks": tasks})
+        elif op[0] == "cancel":
+            lines.append({"op": "cancel", "sid": op[1]})
+        elif op[0] == "clear":
+            lines.append({"op": "clear"})
+        else:
+            lines.append({"op": "get_work"})
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+
+
+def dump(data: bytes, explaining: bool = False) -> list[bytes]:
+    """The replay's dump lines (the records as the JSONL dump writes them)."""
+    out: list[Record] = []
+    with open_replay("t.jsonl", data=data) as opened:
+        if explaining:
+            opened.explain()
+        opened.replayer(out.append, drain=True).replay()
+    return [orjson.dumps(r) for r in out]
+
+
+def batches_from(lines: list[bytes], step: int) -> list[bytes]:
+    return [x for x in lines if x.startswith(b'{"step"') and orjson.loads(x)["step"] >= step]
+
+
+def steps_of(data: bytes) -> int:
+    return data.count(b'"op":"get_work"')
+
+
+def check_every_step(data: bytes, explaining: bool) -> None:
+    full = dump(data, explaining)
+    for step in range(steps_of(data)):
+        cut = b"".join(state_at("t.jsonl", step, data=data))
+        replayed = dump(cut, explaining)
+        assert batches_from(replayed, step) == batches_from(full, step), (step, cut)
+        assert replayed[-1] == full[-1], (step, cut)  # the end record
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(sequence=ops, explaining=st.booleans())
+def test_a_trace_cut_at_any_step_from_its_state_replays_the_full_replays_batches(
+    name: str, sequence: list[Op], explaining: bool
+) -> None:
+    check_every_step(trace_of(name, sequence), explaining)
+
+
+# --- both cores --------------------------------------------------------------------------
+
+
+def cuts(seed: int) -> list[bytes]:
+    """For each policy and a seeded run of ops: its trace cut at every step, as lines."""
+    rng = random.Random(seed)
+    out: list[bytes] = []
+    for name in POLICIES:
+        data = trace_of(name, [_random_op(rng) for _ in range(40)])
+        for step in range(steps_of(data)):
+            out.append(
+                orjson.dumps(
+                    [data.decode(), step, b"".join(state_at("t", step, data=data)).decode()]
+                )
+            )
+    return out
+
+
+def test_a_state_the_other_core_wrote_replays_here_to_the_same_batches() -> None:
+    env = dict(os.environ)
+    pure_here = "pure" in CORE
+    if pure_here:
+        env.pop(PURE_ENV, None)
+    else:
+        env[PURE_ENV] = "1"
+    script = (
+        "import sys\n"
+        "from schedcli._compiled import CORE\n"
+        "from tests.engine.test_states import cuts\n"
+        "sys.stdout.write(CORE + '\\n')\n"
+        "for line in cuts(11):\n"
+        "    sys.stdout.buffer.write(line + b'\\n')\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, check=True
+    )
+    core, _, body = run.stdout.partition(b"\n")
+    if ("pure" in core.decode()) == pure_here:
+        pytest.skip(f"the other core is not here ({core.decode()})")
+    theirs = body.splitlines()
+    assert theirs == cuts(11)  # the same state lines, byte for byte
+    for line in theirs:
+        data, step, cut = orjson.loads(line)
+        full = dump(data.encode())
+        replayed = dump(cut.encode())
+        assert batches_from(replayed, step) == batches_from(full, step)
+        assert replayed[-1] == full[-1]
