@@ -992,3 +992,29 @@ def test_a_request_level_trace_cannot_begin_from_a_state(tmp_path: Path) -> None
     err = _refused_alike(trace)
     assert err == f"{trace}:2: request-level policies have no snapshots: a request-level trace " \
         "cannot begin from a state"  # fmt: skip
+
+
+def test_tokens_dispatched_past_int64_are_refused_as_input_not_an_internal_error(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """Each size is within its bound; their sum is written in the end record (and stats):
+    past 2^63-1 it is the trace's limit (exit 2), never an exit 4 from the JSON writer."""
+    half = 2**62
+    trace = write_lines(
+        tmp_path / "t.jsonl",
+        [{"op": "submit", "tid": i, "sid": i, "kind": "prefill", "size": half} for i in range(5)],
+    )
+    params = ["-P", f"max_batch_tokens={2**63 - 1}", "-P", f"max_prefill_chunk_size={half}"]
+    r = cli("replay", trace, *params, "-f", "jsonl")
+    assert r.code == 2, r.stderr
+    assert r.stderr == (
+        f"{trace}: the tokens dispatched up to step 1 add up to {2**63}, past {2**63 - 1} "
+        "(2^63-1), the largest count schedcli writes\n"
+    )
+    assert b'"partial"' in r.lines[-1]
+    assert cli("stats", trace, *params).code == 2
+    one = write_lines(
+        tmp_path / "one.jsonl",
+        [{"op": "submit", "tid": 0, "sid": 0, "kind": "prefill", "size": half}],
+    )
+    assert cli("replay", one, *params, "-f", "jsonl").code == 0

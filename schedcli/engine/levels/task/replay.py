@@ -23,6 +23,7 @@ from ....model.errors import (
     SnapshotUnsupported,
     UnfitTask,
 )
+from ....model.limits import INT_MAX
 from ....model.records import Left, Record, discard
 from ....model.scheduler import Scheduler
 from ....model.task import Id, Task, same_id, show_id
@@ -52,6 +53,16 @@ class Replayer(ReplayDriver):
 
     def _where(self) -> str:
         return f"line {self._line}" if self._line else "the end of the trace"
+
+    def _past_int64(self, step: int) -> SchedcliError:
+        """The tokens dispatched add up past what a count is written in: the trace's sizes
+        are each within bounds, their sum is not (a bound on the input, exit 2)."""
+        return InputError(
+            self.clock.trace_name,
+            self._line or None,
+            f"the tokens dispatched up to step {step} add up to {self.totals.tokens}, past "
+            f"{INT_MAX} (2^63-1), the largest count schedcli writes",
+        )
 
     def _crash(self, call: str, e: Exception) -> SchedcliError:
         if isinstance(e, PolicyAborted):
@@ -307,6 +318,8 @@ class Replayer(ReplayDriver):
         totals.steps += 1
         totals.dispatched += len(batch)
         totals.tokens += tokens
+        if totals.tokens > INT_MAX:  # every count a dump, stats or a view writes is int64
+            raise self._past_int64(step)
         if tokens > totals.peak_tokens:
             totals.peak_tokens = tokens
         self._next_step = step + 1
