@@ -1485,3 +1485,44 @@ def test_a_cpp_policy_holding_hundreds_of_crowding_tids_hands_back_the_very_task
             assert a.cancelled == b.cancelled
             assert held.pop(a.tid) == id(a)
     assert twin.has_work() == ours.has_work() == bool(held)
+
+
+def test_findings_reads_a_cpp_policys_steps_as_it_reads_fcfs(
+    cli: Cli, cxx: str, tmp_path: Path
+) -> None:
+    """findings needs only the replay's facts: under the C++ twin of fcfs (which gives no
+    reasons of its own) the priority inversion fcfs shows is found, the same bytes."""
+    ops: list[dict[str, object]] = [
+        {"op": "submit", "tid": 1, "sid": 1, "kind": "prefill", "size": 4, "priority": 5},
+        {"op": "submit", "tid": 2, "sid": 2, "kind": "prefill", "size": 4},
+        {"op": "submit", "tid": 3, "sid": 3, "kind": "prefill", "size": 4},
+        {"op": "get_work"},
+    ]
+    for step in range(4):  # later steps with nothing to find
+        ops.append(
+            {
+                "op": "submit",
+                "tid": 10 + 2 * step,
+                "sid": 10 + 2 * step,
+                "kind": "prefill",
+                "size": 4,
+            }
+        )
+        ops.append(
+            {
+                "op": "submit",
+                "tid": 11 + 2 * step,
+                "sid": 11 + 2 * step,
+                "kind": "prefill",
+                "size": 4,
+            }
+        )
+        ops.append({"op": "get_work"})
+    trace = write(tmp_path / "t.jsonl", {"schedcli": 1}, ops)
+    params = ["-P", "max_batch_tokens=8", "-P", "max_prefill_chunk_size=8", "-P", "max_num_seqs=64"]
+    ours = cli("findings", trace, "-p", "fcfs", *params, "-f", "json")
+    twin = cli("findings", trace, "-p", fifo(b=8, n=64, c=8), "-f", "json")
+    assert ours.code == twin.code == 0, twin.stderr
+    kinds = {orjson.loads(x)["kind"] for x in twin.lines}
+    assert "priority_inversion" in kinds, twin.stdout
+    assert twin.stdout == ours.stdout
