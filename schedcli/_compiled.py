@@ -24,6 +24,7 @@ COMPILED_MODULES = (
     "schedcli.model.task",
     "schedcli.model.scheduler",
     "schedcli.model.tally",
+    "schedcli.model.steps",
     "schedcli.policies._queues",
     "schedcli.policies._rotation",
     "schedcli.policies._decode_first_reference",

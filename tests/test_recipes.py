@@ -24,7 +24,8 @@ from schedcli.engine.replay import ReplayDriver
 from schedcli.engine.run import open_replay
 from schedcli.formats import schema
 from schedcli.kit import MAX_BATCH_TOKENS
-from schedcli.model.records import Record, discard
+from schedcli.model.records import discard
+from schedcli.model.steps import Emitted, Step
 from schedcli.policies import BUILTIN_POLICIES
 from tests.helpers import TRACES, run_cli
 
@@ -104,8 +105,8 @@ class CountView(Output):
         self.out = out
         self.batches = 0
 
-    def record(self, record: Record) -> None:
-        self.batches += "batch" in record
+    def record(self, record: Emitted) -> None:
+        self.batches += isinstance(record, Step)
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
         if totals is not None:

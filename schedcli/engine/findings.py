@@ -14,7 +14,8 @@ from typing import Any, Final, NamedTuple
 
 from ..formats.dump import slice_position
 from ..model.errors import Option, UsageError
-from ..model.records import Left, Record, discard
+from ..model.records import Left, discard
+from ..model.steps import Emitted, Step
 from ..model.task import Id, Task, id_key
 from .levels import OpenReplay
 from .replay import Emit, Observer
@@ -194,10 +195,10 @@ def step_hooks(
             if output or (output is None and t.is_decode):
                 sampled.append(item)
 
-    def emit(record: Record) -> None:
-        if "batch" in record:
+    def emit(record: Emitted) -> None:
+        if isinstance(record, Step):
             _, ran, preempted, sampled, done = begin()
-            for entry in record["batch"]:
+            for entry in record.batch:
                 item = queued.get(id_key(entry["sid"]))
                 if item is None:
                     continue
@@ -207,11 +208,11 @@ def step_hooks(
                 item.computed = max(item.computed, position + size)
                 if position + size >= item.known:
                     sampled.append(item)
-            for rid in record["preempted"]:
+            for rid in record.preempted or ():
                 item = queued.get(id_key(rid))
                 if item is not None:
                     preempted.append(item)
-            done.extend(record["finished"])
+            done.extend(record.finished or ())
         elif record.get("op") == "abort":
             queued.pop(id_key(record["rid"]), None)
         elif record.get("op") == "update":
@@ -252,7 +253,7 @@ def step_hooks(
         for rid in done:
             queued.pop(id_key(rid), None)
 
-    def emitted(record: Record) -> None:
+    def emitted(record: Emitted) -> None:
         emit(record)
         emit_also(record)  # type: ignore[misc]
 

@@ -17,6 +17,7 @@ from typing import Any, Final, Protocol
 
 from ..model.errors import InvariantError, Option, Said, UsageError
 from ..model.records import Left, Record
+from ..model.steps import Emitted
 from ..model.task import Task
 from .clock import EXPLICIT, PLAIN, STEPPED
 from .ledger import Totals
@@ -24,7 +25,7 @@ from .lockstep import few_collections
 from .recorded import OutcomeMismatch, RecordingRaised
 from .stall import Repeat, Watch, opaque_said, repeat_text, stall_steps
 
-Emit = Callable[[Record], None]
+Emit = Callable[[Emitted], None]
 Runs = Iterable[tuple[int, Iterable[Any]]]  # runs of inputs, each with its first line
 
 # Warnings of one kind shown before the rest are only counted.

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import orjson
 
 from ..model.errors import InputError
 from ..model.limits import INT_MAX, INT_MIN, BoundError, depth_within
 from ..model.records import Record
+from ..model.steps import Emitted, Step
 from ..model.task import Id, Task, same_id
 from ..streams.source import display_name, numbered_lines, open_binary
 from .kinds import check_kind
@@ -28,7 +29,7 @@ class RecordFilter:
 
     def __init__(
         self,
-        emit: Callable[[Record], None],
+        emit: Callable[[Emitted], None],
         *,
         steps: Container[int] | None,
         session: Id | None,
@@ -40,17 +41,16 @@ class RecordFilter:
         self.upcoming_step = upcoming_step
         self.passed = 0  # records that got through, ``end`` aside
 
-    def __call__(self, record: Record) -> None:
+    def __call__(self, record: Emitted) -> None:
+        if isinstance(record, Step):
+            self._step(record)
+            return
         if "end" in record:
             self.emit(record)
             return
         steps, sid = self.steps, self.session
-        if steps is not None:
-            step = record.get("step")
-            if step is None:
-                step = self.upcoming_step()
-            if step not in steps:
-                return
+        if steps is not None and self.upcoming_step() not in steps:
+            return
         if sid is not None:
             record = self._only_session(record, sid)
             if not record:
@@ -58,11 +58,20 @@ class RecordFilter:
         self.passed += 1
         self.emit(record)
 
+    def _step(self, step: Step) -> None:
+        if self.steps is not None and step.step not in self.steps:
+            return
+        sid = self.session
+        if sid is not None:
+            mine = [e for e in step.batch if same_id(e["sid"], sid)]
+            if not mine:
+                return
+            step = step.with_batch(mine)
+        self.passed += 1
+        self.emit(step)
+
     @staticmethod
     def _only_session(record: Record, sid: Id) -> Record:
-        if "batch" in record:
-            mine = [e for e in record["batch"] if same_id(e["sid"], sid)]
-            return {**record, "batch": mine} if mine else {}
         op = record.get("op")
         if op == "cancel":
             return record if same_id(record["sid"], sid) else {}
@@ -92,7 +101,7 @@ def _entry_ok(e: object) -> bool:
     )
 
 
-def slice_position(entry: Record) -> int:
+def slice_position(entry: Mapping[str, Any]) -> int:
     """A request-level batch entry's position: its tid is ``RID@POSITION``, its sid RID
     (``read_dump`` has checked it)."""
     return int(entry["tid"].rpartition("@")[2])

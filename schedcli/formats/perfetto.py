@@ -14,6 +14,7 @@ from typing import IO, Any
 import orjson
 
 from ..model.records import TaskEntry
+from ..model.steps import Emitted, Step
 from ..model.task import Id, id_key, show_id
 
 STEP_US = 1000.0  # a replayed step on the timeline
@@ -151,15 +152,13 @@ class PerfettoWriter:
                 }
             )
 
-    def record(self, record: dict[str, Any]) -> None:
-        """A replay dump record (batch records become slices; others are not drawn)."""
-        if "batch" in record:
-            step = record["step"]
-            self.batch(
-                step, step * STEP_US, STEP_US, record["batch"], record["tokens"], record["queued"]
-            )
-            if record.get("preempted"):
-                self.preempted(step, step * STEP_US, record["preempted"])
+    def record(self, record: Emitted) -> None:
+        """A replay's record (steps become slices; others are not drawn)."""
+        if isinstance(record, Step):
+            step = record.step
+            self.batch(step, step * STEP_US, STEP_US, record.batch, record.tokens, record.queued)
+            if record.preempted:
+                self.preempted(step, step * STEP_US, record.preempted)
 
     __call__ = record
 

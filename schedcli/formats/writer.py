@@ -12,6 +12,7 @@ from typing import IO, Any, Final
 import orjson
 
 from ..model.records import TaskEntry
+from ..model.steps import Emitted, Step
 from ..model.task import Id, Task
 from ..streams.interrupt import guard, raise_held, whole_write
 
@@ -69,12 +70,14 @@ class JsonlWriter:
         # four times cheaper a line).
         self._buffer: LineBuffer | None = out if isinstance(out, LineBuffer) else None
 
-    def __call__(self, record: dict[str, Any]) -> None:
+    def __call__(self, record: Emitted) -> None:
         self.write(record)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Emitted) -> None:
         """The same as calling the writer; compiled callers reach it without the generic
-        call path."""
+        call path. A replay's step is written as its dump record (``Step.record``)."""
+        if isinstance(record, Step):
+            record = record.record()
         self.write_line(self._dumps(record, None, _NEWLINE))
 
     def write_line(self, data: bytes) -> None:

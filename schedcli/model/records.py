@@ -21,7 +21,7 @@ Left = list[tuple[Task, str, str]] | None
 order; None when the policy gives no reasons."""
 
 
-def discard(record: Record) -> None:
+def discard(record: object) -> None:
     """The emit of a replay whose records nobody reads: the engine then builds no step
     records at all (its checks still run)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -25,6 +26,7 @@ from schedcli.formats.trace import open_trace
 from schedcli.formats.workload import Request
 from schedcli.formats.writer import JsonlWriter
 from schedcli.model.errors import InputError, StepMismatch
+from schedcli.model.steps import Step
 from tests.helpers import TOY_NAME, UPDATE_GOLDENS
 
 # The policy each level's traces are simulated and replayed under (one that needs no extra).
@@ -200,3 +202,21 @@ def test_validate_agrees_with_replay_about_the_first_bad_line(
     with pytest.raises(InputError) as caught:
         replay(b"".join(lines))
     assert caught.value.line == at + 1 and str(caught.value) == str(problems[0])
+
+
+@levels
+def test_a_replay_hands_its_outputs_a_typed_step_for_each_batch(level: str) -> None:
+    """Every step the engine emits is a ``Step`` (its other records JSON objects), and
+    writing each as the dump does gives the level's pinned dump."""
+    emitted: list[Any] = []
+    with open_replay(NAME, data=record(level, FIXED), note=lambda _: None) as opened:
+        totals = opened.replayer(emitted.append, check=True, drain=True).replay()
+    steps = [r for r in emitted if isinstance(r, Step)]
+    assert len(steps) == totals.steps > 0
+    assert [s.step for s in steps] == sorted(s.step for s in steps)
+    assert all(type(r) is dict and "batch" not in r for r in emitted if not isinstance(r, Step))
+    out = io.BytesIO()
+    write = JsonlWriter(out)
+    for r in emitted:
+        write(r)
+    assert out.getvalue() == replay(record(level, FIXED), check=True, drain=True)[0]

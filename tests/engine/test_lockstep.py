@@ -12,6 +12,7 @@ import pytest
 from schedcli.engine.lockstep import twin
 from schedcli.engine.run import open_replay
 from schedcli.formats.trace import Event
+from schedcli.model.steps import Step
 from tests.helpers import EXAMPLES, pf
 
 HEADER = {"schedcli": 1, "policy": "decode-first", "params": {"max_batch_tokens": 8,
@@ -44,7 +45,7 @@ def test_a_line_that_runs_several_steps_runs_them_in_turns() -> None:
     lines = [HEADER, {"op": "submit", "step": 0, "tasks": tasks}, late]
     data = b"".join(orjson.dumps(x) + b"\n" for x in lines)
     log, _ = in_lockstep(data, "fcfs")
-    steps = [(side, r["step"]) for side, r in log if "batch" in r]
+    steps = [(side, r.step) for side, r in log if isinstance(r, Step)]
     # Each step of side a is followed by the same step of side b before a moves on.
     assert steps[:8] == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2),
                          ("a", 3), ("b", 3)]  # fmt: skip

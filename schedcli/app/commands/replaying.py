@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
-from ...engine.replay import Record, Totals
+from ...engine.replay import Totals
 from ...engine.run import Driver, OpenReplay, open_replay
 from ...formats.writer import JsonlWriter
 from ...model.errors import (
@@ -22,6 +22,7 @@ from ...model.errors import (
     UsageError,
 )
 from ...model.records import Left
+from ...model.steps import Emitted
 from ...model.task import Id
 from ...streams.interrupt import Stopped
 from ...streams.output import atomic_output, output_stream
@@ -211,7 +212,7 @@ class GoldenUpdate(Output):
     def opened(self, trace: Opened) -> None:
         self._steps = trace.steps
 
-    def record(self, record: Record) -> None:
+    def record(self, record: Emitted) -> None:
         self._write(record)
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
@@ -251,7 +252,7 @@ class GoldenCheck(Output):
         )
         self._name = trace.name
 
-    def record(self, record: Record) -> None:
+    def record(self, record: Emitted) -> None:
         assert self.comparison is not None
         self.comparison(record)
 

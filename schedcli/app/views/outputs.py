@@ -21,6 +21,7 @@ from ...formats.perfetto import PerfettoWriter
 from ...formats.writer import JsonlWriter
 from ...model.errors import InvariantError
 from ...model.records import Left, Record, discard
+from ...model.steps import Emitted
 from ...streams.interrupt import stop_reason
 from ...streams.output import atomic_output
 from ..console import data_console
@@ -52,7 +53,7 @@ class Output:
     def opened(self, trace: Opened) -> None:
         """The trace is open (before the first record)."""
 
-    def record(self, record: Record) -> None:
+    def record(self, record: Emitted) -> None:
         raise NotImplementedError
 
     def left(self, step: int, left: Left) -> None:
@@ -78,7 +79,7 @@ class DumpView(Output):
     def opened(self, trace: Opened) -> None:
         self._steps = trace.steps
 
-    def record(self, record: Record) -> None:
+    def record(self, record: Emitted) -> None:
         self._write(record)
 
     def close(self, totals: Totals | None, stopped: BaseException | None) -> None:
@@ -107,7 +108,7 @@ class TableView(Output):
         self._trace = trace
         self._view = TableRows(self.console, trace.budget)
 
-    def record(self, record: Record) -> None:
+    def record(self, record: Emitted) -> None:
         assert self._view is not None  # opened before the first record
         self._view(record)
 
@@ -157,7 +158,7 @@ class Filtered(Output):
     def opened(self, trace: Opened) -> None:
         self.view.opened(trace)
 
-    def record(self, record: Record) -> None:
+    def record(self, record: Emitted) -> None:
         self._filter(record)
 
     def left(self, step: int, left: Left) -> None:
@@ -180,7 +181,7 @@ class Timeline(Output):
         title = f"schedcli replay {trace.name} ({trace.policy_name})"
         self._writer = PerfettoWriter(self._out, title=title, budget=trace.budget)
 
-    def record(self, record: Record) -> None:
+    def record(self, record: Emitted) -> None:
         assert self._writer is not None
         self._writer(record)
 
@@ -199,7 +200,7 @@ class Fanout:
     def __init__(self, outputs: list[Output]) -> None:
         self.outputs = outputs
         records = [o.record for o in outputs]
-        self.emit: Callable[[Record], None] = records[0] if len(records) == 1 else self._all
+        self.emit: Callable[[Emitted], None] = records[0] if len(records) == 1 else self._all
         self._records = records
         listeners = [o.left for o in outputs if o.wants_reasons]
         self._listeners = listeners
@@ -210,7 +211,7 @@ class Fanout:
         only = outputs[0] if len(outputs) == 1 else None
         self.dump = only.step_lines if isinstance(only, DumpView) else None
 
-    def _all(self, record: Record) -> None:
+    def _all(self, record: Emitted) -> None:
         for emit in self._records:
             emit(record)
 

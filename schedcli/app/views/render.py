@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ...engine.replay import Totals
 from ...model.records import Left, Record
+from ...model.steps import Emitted, Step
 from ...model.task import Id, id_key, show_id
 from ...streams.interrupt import whole_write
 
@@ -59,22 +60,22 @@ class TableRows:
             counts[code] = counts.get(code, 0) + 1
         self._left = " ".join(f"{code}:{n}" for code, n in counts.items()) or "-"
 
-    def __call__(self, record: Record) -> None:
-        if "batch" in record:
+    def __call__(self, record: Emitted) -> None:
+        if isinstance(record, Step):
             self._batch(record)
         elif "end" in record:
             return
         else:
             self._event(record)
 
-    def _batch(self, record: Record) -> None:
+    def _batch(self, record: Step) -> None:
         decodes, chunks = [], []
-        for e in record["batch"]:
+        for e in record.batch:
             if e["kind"] == "decode":
                 decodes.append(f"{show_id(e['sid'])}:{show_id(e['tid'])}")
             else:
                 chunks.append(f"{show_id(e['sid'])}:{show_id(e['tid'])} ({e['size']})")
-        tokens = record["tokens"]
+        tokens = record.tokens
         if self.budget:
             style = "bold" if tokens == self.budget else ""
             used = Text(f"{tokens}/{self.budget}", style=style)
@@ -83,11 +84,11 @@ class TableRows:
         table = _step_table(not self._header_done)
         self._header_done = True
         table.add_row(
-            str(record["step"]),
+            str(record.step),
             Text(" ".join(decodes) or "-", style="cyan" if decodes else "dim"),
             Text(" ".join(chunks) or "-", style="green" if chunks else "dim"),
             used,
-            str(record["queued"]),
+            str(record.queued),
             Text(self._left, style="yellow" if self._left != "-" else "dim"),
         )
         with whole_write():

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...formats.dump import read_dump
 from ...model.records import Left, Record
+from ...model.steps import Emitted
 from ..diff import Aligner, DiffResult
 from ..run import Driver
 
@@ -55,7 +56,7 @@ class GoldenComparison:
         self._golden_sink(record)
         return True
 
-    def __call__(self, record: Record) -> None:
+    def __call__(self, record: Emitted) -> None:
         self.records += 1
         self._replay_sink(record)
         self._pull()

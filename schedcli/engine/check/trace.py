@@ -13,7 +13,8 @@ from pathlib import Path
 from ...formats.dump import partial_record
 from ...formats.writer import JsonlWriter
 from ...model.errors import CheckFailed, InputError, InvariantError, SchedcliError, StepMismatch
-from ...model.records import Left, Record
+from ...model.records import Left
+from ...model.steps import Emitted, Step
 from ...streams.interrupt import stop_reason
 from ...streams.output import atomic_output
 from ..diff import DiffResult
@@ -126,9 +127,9 @@ class _Tee:
     """The replay's records to each sink."""
 
     def __init__(self) -> None:
-        self.sinks: list[Callable[[Record], None]] = []
+        self.sinks: list[Callable[[Emitted], None]] = []
 
-    def __call__(self, record: Record) -> None:
+    def __call__(self, record: Emitted) -> None:
         for sink in self.sinks:
             sink(record)
 
@@ -280,8 +281,8 @@ class NewGolden:
             Path(self.golden).parent.mkdir(parents=True, exist_ok=True)
             self._write = JsonlWriter(self._stack.enter_context(atomic_output(self.golden)))
 
-    def __call__(self, record: Record) -> None:
-        if "batch" in record:
+    def __call__(self, record: Emitted) -> None:
+        if isinstance(record, Step):
             self.steps += 1
         if self._write is not None:
             self._write(record)

@@ -22,6 +22,7 @@ from ...formats.trace import Event, Header, TraceReader
 from ...model.errors import InputError, StepMismatch
 from ...model.records import Left, Record
 from ...model.scheduler import Policy
+from ...model.steps import Step
 from ...model.task import Id, Task
 from ..origins import Queues
 from ..replay import Emit, Observer, Totals
@@ -83,7 +84,7 @@ Follow = Callable[[list[tuple[Id, Id]], int, int], None]  # (tid, sid)s, line, s
 
 
 class Sink(Protocol):
-    def stepped(self, side: int, record: Record) -> None: ...
+    def stepped(self, side: int, step: Step) -> None: ...
 
     def event(self, side: int, record: Record, step: int) -> None: ...
 

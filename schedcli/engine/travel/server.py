@@ -37,6 +37,7 @@ import orjson
 
 from ...model.errors import InvariantError, Said, SchedcliError
 from ...model.records import Record
+from ...model.steps import Step
 from ..run import OpenReplay, open_replay
 from .session import Compare, Session
 from .wire import receive, said_out, send, whole, write_all
@@ -178,7 +179,7 @@ class Server:
 
     # --- the session's hooks, while serving -------------------------------------------------
 
-    def side_step(self, side: int, step: int, record: Record) -> None:
+    def side_step(self, side: int, step: int, record: Step) -> None:
         pass
 
     def event(self, record: Record, step: int) -> None:

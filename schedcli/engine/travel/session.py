@@ -17,6 +17,7 @@ from typing import Any, Final, Protocol
 from ...formats.dump import partial_record, read_dump
 from ...model.errors import InvariantError, Option, Said
 from ...model.records import Record
+from ...model.steps import Step
 from ...model.task import show_id
 from ...streams.interrupt import stop_reason
 from ..diff import Aligner, DiffResult, RecordDifference, same
@@ -46,7 +47,7 @@ class Compare:
 
 
 class Hooks(Protocol):
-    def side_step(self, side: int, step: int, record: Record) -> None: ...
+    def side_step(self, side: int, step: int, record: Step) -> None: ...
 
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None: ...
 
@@ -212,9 +213,12 @@ class Session:
 
     # --- the sides' sink -----------------------------------------------------------------
 
-    def stepped(self, side: int, record: Record) -> None:
-        step = record["step"]
-        self.hooks.side_step(side, step, record)
+    def stepped(self, side: int, done: Step) -> None:
+        step = done.step
+        self.hooks.side_step(side, step, done)
+        # Aligned, compared and shown as the dump has it (a golden's records are dicts; the
+        # debugger's client is sent JSON).
+        record = done.record()
         if self._plain:  # one side, compared with nothing: the index's common case
             self.steps = step + 1
             self.hooks.aligned(step, [record], None)
@@ -224,8 +228,8 @@ class Session:
             expect = self.sides[0].expect_batch()
             if expect is not None:
                 self._expects[step] = expect
-            if record.get("preempted"):
-                shown = ", ".join(show_id(r) for r in record["preempted"][:3])
+            if done.preempted:
+                shown = ", ".join(show_id(r) for r in done.preempted[:3])
                 self.hooks.mark(step, "preempt", f"preempted {shown}")
         if self._sinks:
             self._sinks[side](record)

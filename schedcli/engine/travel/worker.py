@@ -16,6 +16,7 @@ from typing import Any
 
 from ...model.errors import Said
 from ...model.records import Record
+from ...model.steps import Step
 from ...model.task import Id, id_key, same_id
 from .session import Session
 
@@ -49,7 +50,7 @@ class _Worker:
         for side in self.session.sides:
             side.explain_from(step)
 
-    def side_step(self, side: int, step: int, record: Record) -> None:
+    def side_step(self, side: int, step: int, record: Step) -> None:
         pass
 
     def aligned(self, step: int, records: list[Record | None], other: Any) -> None:
@@ -114,7 +115,7 @@ class _Scan(_Worker):
             self.explain_from(self.a)
         self.found: dict[str, Any] | None = None
 
-    def side_step(self, side: int, step: int, record: Record) -> None:
+    def side_step(self, side: int, step: int, record: Step) -> None:
         super().side_step(side, step, record)
         if side != 0 or step < self.a:
             return
@@ -130,7 +131,7 @@ class _Scan(_Worker):
         if step == self.b:
             self.answer({"found": self.found})
 
-    def _holds(self, cond: dict[str, Any], step: int, record: Record) -> str | None:
+    def _holds(self, cond: dict[str, Any], step: int, record: Step) -> str | None:
         side = self.session.sides[0]
         kind = cond["kind"]
         if kind == "wait":
@@ -138,7 +139,7 @@ class _Scan(_Worker):
             if oldest is not None and step - oldest > cond["k"]:
                 return f"a task has waited {step - oldest} steps (since step {oldest})"
         elif kind == "session":
-            if any(same_id(e["sid"], cond["sid"]) for e in record["batch"]):
+            if any(same_id(e["sid"], cond["sid"]) for e in record.batch):
                 return "the session is dispatched"
         elif kind == "reason":
             for tid, _, code, _ in side.reasons():
@@ -146,7 +147,7 @@ class _Scan(_Worker):
                     return f"{code} given for {tid}"
         elif kind == "find":
             match = _matches(cond)
-            if any(match(e["tid"], e["sid"]) for e in record["batch"]):
+            if any(match(e["tid"], e["sid"]) for e in record.batch):
                 return "in the batch"
             if any(match(tid, sid) for tid, sid, _, _ in side.queued_now()):
                 return "queued"
@@ -181,23 +182,23 @@ class _Life(_Worker):
                     self.events.append([step, "submitted", tid, f"line {line}"])
                     self.live[id_key(tid)] = True
 
-    def side_step(self, side: int, step: int, record: Record) -> None:
+    def side_step(self, side: int, step: int, record: Step) -> None:
         super().side_step(side, step, record)
         if side != 0 or step < self.a:
             return
         if step > self.b:
             self.answer({"life": self.events, "to": self.b})
-        for e in record["batch"]:
+        for e in record.batch:
             if self.match(e["tid"], e["sid"]):
                 self.events.append([step, "dispatched", e["tid"], f"{e['kind']} {e['size']}"])
                 self.live.pop(id_key(e["tid"]), None)
         for tid, sid, code, detail in self.session.sides[0].reasons():
             if self.match(tid, sid):
                 self.events.append([step, "passed over", tid, f"{code}: {detail}"])
-        for rid in record.get("preempted", ()):
+        for rid in record.preempted or ():
             if self.match(rid, rid):
                 self.events.append([step, "preempted", rid, ""])
-        for rid in record.get("finished", ()):
+        for rid in record.finished or ():
             if self.match(rid, rid):
                 self.events.append([step, "finished", rid, ""])
         if step == self.b:

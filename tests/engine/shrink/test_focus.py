@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from schedcli.engine.run import open_replay
 from schedcli.engine.shrink.candidates import Lines
 from schedcli.engine.shrink.focus import Queue, queues_at, window, window_steps
+from schedcli.model.steps import Step
 
 TRACE = str(Path(__file__).resolve().parents[3] / "traces" / "rotation-fairness.jsonl")
 
@@ -36,7 +37,11 @@ def test_the_queue_at_each_step_asked_with_submit_lines_and_ids() -> None:
 def replayed(data: bytes) -> list[list[int]]:
     batches: list[list[int]] = []
     with open_replay("w.jsonl", data=data, note=lambda _: None) as opened:
-        emit = lambda r: batches.append([t["tid"] for t in r["batch"]]) if "batch" in r else None  # noqa: E731
+
+        def emit(r: object) -> None:
+            if isinstance(r, Step):
+                batches.append([t["tid"] for t in r.batch])
+
         opened.replayer(emit, check=True).replay()
     return batches
 

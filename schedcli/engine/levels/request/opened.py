@@ -15,6 +15,7 @@ from ....formats.trace import TraceReader, incomplete_trace
 from ....model.errors import InputError, Option, UsageError
 from ....model.records import Left, Record
 from ....model.requests import RequestScheduler
+from ....model.steps import Emitted, Step
 from ....model.task import DECODE, PREFILL, Id, Task, id_key
 from ...origins import Queues
 from ...replay import Observer
@@ -54,7 +55,7 @@ class OpenRequestTrace:
 
     def replayer(
         self,
-        emit: Callable[[Record], None],
+        emit: Callable[[Emitted], None],
         *,
         check: bool = False,
         drain: bool = False,
@@ -173,7 +174,7 @@ class _Follow:
         # rid -> (line, step) of its accepted arrival; a rejected one is never recorded
         self.arrived: dict[tuple[type, Id], tuple[int, int]] = {}
         self.arriving: tuple[Arrive, int] | None = None  # the arrival being fed, its step
-        self.record: Record | None = None
+        self.record: Step | None = None
         self.left: Left = None
         self.held: list[Id] = []
         self.life: Life | None = None
@@ -203,25 +204,22 @@ class _Follow:
         life.reason = reason
         self.life = life
 
-    def emit(self, record: Record) -> None:
-        if record.get("op") == "arrive":  # a rejected arrival: accepted ones have no record
-            if id_key(record["rid"]) == self.key:
+    def emit(self, record: Emitted) -> None:
+        if not isinstance(record, Step):
+            # A rejected arrival (accepted ones have no record).
+            if record.get("op") == "arrive" and id_key(record["rid"]) == self.key:
                 self.rejected(record)
             return
-        if "batch" in record:
-            self.record = record
-            if self.draining and record["step"] + 1 == self.step:
-                self.held = self.policy.held()  # as the next step begins
-            life = self.life
-            if life is not None:
-                mine = [e for e in record["batch"] if id_key(e["sid"]) == self.key]
-                if mine:
-                    life.outcome, life.outcome_step = (
-                        f"ran {mine[0]['size']} tokens",
-                        record["step"],
-                    )
-                if any(id_key(r) == self.key for r in record["finished"]):
-                    life.outcome, life.outcome_step = "finished", record["step"]
+        self.record = record
+        if self.draining and record.step + 1 == self.step:
+            self.held = self.policy.held()  # as the next step begins
+        life = self.life
+        if life is not None:
+            mine = [e for e in record.batch if id_key(e["sid"]) == self.key]
+            if mine:
+                life.outcome, life.outcome_step = f"ran {mine[0]['size']} tokens", record.step
+            if any(id_key(r) == self.key for r in record.finished or ()):
+                life.outcome, life.outcome_step = "finished", record.step
 
     def on_left(self, step: int, left: Left) -> None:
         self.left = left
@@ -271,11 +269,11 @@ def request_step(opened: OpenRequestTrace, step: int) -> StepView:
     follow = _Follow(step, None, opened.policy)
     _follow(opened, follow)
     record = follow.record
-    if record is None or record["step"] != step:
+    if record is None or record.step != step:
         raise InputError(
             opened.name, None, f"there is no step {step} among the trace's step events"
         )
-    ran = {id_key(e["sid"]): e for e in record["batch"]}
+    ran = {id_key(e["sid"]): e for e in record.batch}
     queue: list[Queued] = []
     batch: list[Task] = []
     by_rid: dict[tuple[type, Id], Task] = {}

@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ....formats.dump import batch_tasks
 from ....formats.requests import RequestEvent, arrival, expect_of
 from ....formats.requests.schema import Abort, Arrive, Schedule, Step, Update
 from ....model.errors import InvariantError, Said, StepMismatch
-from ....model.records import Left, Record
+from ....model.records import Left, Record, TaskEntry
 from ....model.requests import RequestScheduler, StepPlan
+from ....model.steps import Emitted
+from ....model.steps import Step as StepRecord
 from ....model.task import DECODE, PREFILL, Id
 from ...ledger import Totals
 from ...replay import Observer, PolicyCrashed, ReplayDriver
@@ -51,8 +52,8 @@ class RequestExpectMismatch(StepMismatch):
         )
 
 
-def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> Record:
-    entries = [
+def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> StepRecord:
+    entries: list[TaskEntry] = [
         {
             "tid": f"{s.rid}@{s.position}",
             "sid": s.rid,
@@ -61,15 +62,7 @@ def batch_record(step: int, plan: StepPlan, running: int, waiting: int) -> Recor
         }
         for s in plan.batch
     ]
-    return {
-        "step": step,
-        "batch": entries,
-        "tokens": plan.tokens,
-        "queued": waiting,
-        "running": running,
-        "preempted": plan.preempted,
-        "finished": plan.finished,
-    }
+    return StepRecord(step, entries, plan.tokens, waiting, running, plan.preempted, plan.finished)
 
 
 class RequestReplayer(ReplayDriver):
@@ -82,7 +75,7 @@ class RequestReplayer(ReplayDriver):
     def __init__(
         self,
         policy: RequestScheduler,
-        emit: Callable[[Record], None],
+        emit: Callable[[Emitted], None],
         *,
         policy_name: str,
         check: bool = False,
@@ -278,7 +271,7 @@ class RequestReplayer(ReplayDriver):
         if self.preemption is not None:
             self.preemption.planned(step, plan)
         if self.observer is not None:  # a request's waits are not a task's: dispatches only
-            self.observer.dispatched(batch_tasks(record), step)
+            self.observer.dispatched(record.tasks(), step)
         self.emit(record)
         if self.on_step is not None:
             self.on_step(step)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ....formats.requests.schema import Arrive, Schedule, Step
-from ....model.records import Record
+from ....model.steps import Emitted
+from ....model.steps import Step as StepRecord
 from ....model.task import Id, id_key
 from ...travel.state import shown
 from .. import Entry, Follow, Sink
@@ -88,14 +89,14 @@ class RequestSide:
     def close(self) -> None:
         self.engine.close()
 
-    def _emit(self, record: Record) -> None:
-        if "batch" in record:
-            step = self.last_step = record["step"]
+    def _emit(self, record: Emitted) -> None:
+        if isinstance(record, StepRecord):
+            step = self.last_step = record.step
             if step == self._want:
                 self.view = self._view(record)
-            for e in record["batch"]:
+            for e in record.batch:
                 self.unstarted.pop(id_key(e["sid"]), None)
-            self._forget(record.get("finished", ()))
+            self._forget(record.finished or ())
             self.sink.stepped(self.index, record)
             return
         op = record.get("op")
@@ -114,8 +115,8 @@ class RequestSide:
             self.arrived.pop(id_key(rid), None)
             self.unstarted.pop(id_key(rid), None)
 
-    def _view(self, record: Record) -> list[Entry]:
-        ran = {id_key(e["sid"]): e for e in record["batch"]}
+    def _view(self, record: StepRecord) -> list[Entry]:
+        ran = {id_key(e["sid"]): e for e in record.batch}
         why = {id_key(rid): (code, detail) for rid, code, detail in self.policy.reasons()}
         entries = []
         for rid, line, since in self.seen:

@@ -26,6 +26,7 @@ from ....model.errors import (
 from ....model.limits import INT_MAX
 from ....model.records import Left, Record, discard
 from ....model.scheduler import Scheduler
+from ....model.steps import Step
 from ....model.task import Id, Task, same_id, show_id
 from ...clock import EXPLICIT, StepClock
 from ...ledger import Ledger, Totals
@@ -338,9 +339,7 @@ class Replayer(ReplayDriver):
                 mismatch = Mismatch(step, event.line, event.expect, batch, queued, left)
                 raise ExpectMismatch(mismatch, self.clock.trace_name)
         if self._listing:
-            self.emit(
-                {"step": step, "batch": entries, "tokens": tokens, "queued": len(self.ledger)}
-            )
+            self.emit(Step(step, entries, tokens, len(self.ledger)))
         elif self.dump is not None:
             self.dump.write(step, batch, tokens, len(self.ledger))
         if self.on_step is not None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ....formats.trace import Event
-from ....model.records import Record
 from ....model.scheduler import Scheduler
+from ....model.steps import Emitted, Step
 from ....model.task import Id, Task, same_id
 from ...lockstep import few_collections
 from ...travel.state import policy_state
@@ -126,15 +126,15 @@ class TaskSide:
     def close(self) -> None:
         self.engine.close()
 
-    def _emit(self, record: Record) -> None:
-        if "batch" in record:
-            step = self.last_step = record["step"]
+    def _emit(self, record: Emitted) -> None:
+        if isinstance(record, Step):
+            step = self.last_step = record.step
             if step == self.queue.want:
-                self.view = self._view(record)
+                self.view = self._view()
             self.sink.stepped(self.index, record)
             expect = self.expect
             if expect is not None:
-                got = [e["tid"] for e in record["batch"]]
+                got = [e["tid"] for e in record.batch]
                 if len(got) != len(expect) or not all(map(same_id, got, expect)):
                     self.sink.diverged(self.index, step, expect)
         elif "end" not in record:
@@ -142,7 +142,7 @@ class TaskSide:
         else:
             self.sink.ended(self.index, record)
 
-    def _view(self, record: Record) -> list[Entry]:
+    def _view(self) -> list[Entry]:
         still = self.queue.queued  # after the batch left it
         why = {id(t): (code, detail) for t, code, detail in self.policy.left_behind() or ()}
         return [
