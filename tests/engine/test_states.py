@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from schedcli._compiled import CORE, PURE_ENV
 from schedcli.engine.levels.task.states import state_at
 from schedcli.engine.run import open_replay
-from schedcli.model.records import Record
+from schedcli.model.steps import Emitted, as_record
 from tests.helpers import ROOT
 from tests.policies.test_snapshot import PARAMS, POLICIES, Op, _random_op, ops
 
@@ -51,12 +51,12 @@ def trace_of(name: str, sequence: list[Op]) -> bytes:
 
 def dump(data: bytes, explaining: bool = False) -> list[bytes]:
     """The replay's dump lines (the records as the JSONL dump writes them)."""
-    out: list[Record] = []
+    out: list[Emitted] = []
     with open_replay("t.jsonl", data=data) as opened:
         if explaining:
             opened.explain()
         opened.replayer(out.append, drain=True).replay()
-    return [orjson.dumps(r) for r in out]
+    return [orjson.dumps(as_record(r)) for r in out]
 
 
 def batches_from(lines: list[bytes], step: int) -> list[bytes]:

@@ -19,7 +19,8 @@ import orjson
 from ....formats.schema import FORMAT_VERSION, STATE_OP
 from ....formats.trace import Event
 from ....model.errors import InputError, InvariantError, SchedcliError, UsageError
-from ....model.records import Record, discard
+from ....model.records import discard
+from ....model.steps import Emitted, Step
 from ....streams.source import DEFAULT_MAX_LINE_BYTES, numbered_lines
 from ...clock import EXPLICIT, STEPPED
 from ...run import open_replay
@@ -203,14 +204,14 @@ def step_as_trace(
     get_work = orjson.loads(lines[2])
     get_work.pop("expect", None)
     bare = b"".join(lines[:2]) + orjson.dumps(get_work) + b"\n"
-    records: list[Record] = []
+    records: list[Emitted] = []
     try:
         with open_replay("step", policy=policy, params=params, data=bare) as opened:
             opened.replayer(records.append).replay()
     except InvariantError:
         return [*lines[:2], orjson.dumps(get_work) + b"\n"]
-    batch = next(r for r in records if "step" in r)
-    get_work["expect"] = [entry["tid"] for entry in batch["batch"]]
+    batch = next(r for r in records if isinstance(r, Step))
+    get_work["expect"] = [entry["tid"] for entry in batch.batch]
     return [*lines[:2], orjson.dumps(get_work) + b"\n"]
 
 
