@@ -76,6 +76,10 @@ class Replayer(ReplayDriver):
             f"({self._where()}): {type(e).__name__}: {e}"
         )
 
+    def crashed(self, call: str, e: Exception) -> SchedcliError:
+        """The policy raised in ``call`` (snapshot(), for a state taken): as ``_crash``."""
+        return self._crash(call, e)
+
     def _broken(self, message: str, *more: Said) -> InvariantError:
         where = f"at step {self._next_step} ({self._where()})"
         return InvariantError(
@@ -527,6 +531,13 @@ def restore_state(policy: Scheduler, start: StateLine, trace_name: str) -> list[
         if named != policy.name:  # the first thing wrong with another policy's state
             raise InputError(trace_name, line, _not_its_own(named, policy.name)) from None
         raise InputError(trace_name, line, _field(e)) from None
+    except SchedcliError:
+        raise
+    except Exception as e:  # the policy's own code raised: reported as a get_work raising is
+        raise PolicyCrashed(
+            f"policy {policy.name!r} raised in restore() restoring the state "
+            f"(line {line}): {type(e).__name__}: {e}"
+        ) from e
     if named != policy.name:  # a plugin's restore need not check it
         raise InputError(trace_name, line, _not_its_own(named, policy.name))
     from ....model.snapshot import a_list, a_task
