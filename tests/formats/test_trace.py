@@ -153,6 +153,10 @@ def test_a_state_lines_own_fields_are_checked_at_its_line(tmp_path: Path) -> Non
             f"state.queued[0][0].tid: must be an integer from {-(2**63)}",
         ),
         (
+            {**STATE, "ledger": {**LEDGER, "rejected": 0, "rejected_tasks": 2}},
+            "ledger: rejected 0 groups hold no tasks, not rejected_tasks 2",
+        ),
+        (
             {**STATE, "ledger": {**LEDGER, "dispatched": 4}},
             "ledger: dispatched 4 + cancelled 0 is more than accepted 3",
         ),

@@ -138,6 +138,11 @@ def parse_state(obj: dict[str, Any], line: int, raw: bytes | None = None) -> Sta
             f"ledger: dispatched {ledger['dispatched']} + cancelled {ledger['cancelled']} "
             f"is more than accepted {ledger['accepted']}"
         )
+    if ledger["rejected"] == 0 < ledger["rejected_tasks"]:  # each rejected group holds one+
+        raise LineError(
+            f"ledger: rejected 0 groups hold no tasks, not rejected_tasks "
+            f"{ledger['rejected_tasks']}"
+        )
     if ledger["rejected"] > ledger["rejected_tasks"]:
         raise LineError(
             f"ledger: rejected {ledger['rejected']} groups hold more than rejected_tasks "
