@@ -208,3 +208,16 @@ def test_a_plugin_whose_snapshot_is_not_json_broke_the_contract_naming_the_value
     assert r.returncode == 3, r.stderr
     assert b"broke the Scheduler contract" in r.stderr
     assert b"state.order[0] of type object (not JSON)" in r.stderr
+
+
+def test_a_cut_trace_under_a_plugin_names_it_by_its_import_string_as_a_recording_does(
+    tmp_path: Any,
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(PLUGIN_TRACE)
+    out = tmp_path / "cut.jsonl"
+    r = _cli("explain", str(trace), "--step", "1", "--as-trace", "-o", str(out), "-p", SNAPSHOTS)
+    assert r.returncode == 0, r.stderr
+    assert orjson.loads(out.read_bytes().splitlines()[0])["policy"] == SNAPSHOTS
+    r = _cli("replay", "--check", str(out), "-p", SNAPSHOTS)
+    assert r.returncode == 0, r.stderr

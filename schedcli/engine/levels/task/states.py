@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from ....catalog.registry import policy_reference
 from ....formats.schema import FORMAT_VERSION, STATE_OP
 from ....formats.trace import Event
 from ....model.errors import InputError, InvariantError, SchedcliError, UsageError
@@ -97,9 +98,12 @@ def state_line(engine: Replayer, step: int) -> dict[str, Any]:
 def header_line(opened: OpenTrace) -> dict[str, Any]:
     """A cut trace's header: the policy it ran under with every parameter, and the
     trace's own meta (a recorder's ``recorded_by`` keeps its submits' outcomes checked)."""
+    # A plugin with no registered name is written as its import string, as the recorder
+    # writes it: its class's own name is no policy a replay can load.
+    reference = policy_reference(type(opened.policy))
     header: dict[str, Any] = {
         "schedcli": FORMAT_VERSION,
-        "policy": opened.policy_name,
+        "policy": reference if ":" in reference else opened.policy_name,
         "params": opened.full_params,
     }
     meta = opened.reader.header.meta if opened.reader.header is not None else None
