@@ -962,6 +962,10 @@ def test_a_bad_state_is_refused_at_its_line_naming_the_field(tmp_path: Path) -> 
         ({"state": {**state, "extra": 1}}, "state: has an unknown field 'extra'"),
         ({"state": {**state, "decodes": [99]}}, "state.decodes[0]: tid 99"),
         (
+            {"ledger": {**good["ledger"], "tokens": 2**63 - 1}},
+            f"ledger: tokens {2**63 - 1} + the 8 tokens the state holds queued is past ",
+        ),
+        (
             {"ledger": {**good["ledger"], "accepted": 9}},
             "ledger: accepted 9 - dispatched 2 - cancelled 3 = 4 tasks still queued, but "
             "the state holds 2",

@@ -560,6 +560,14 @@ def restore_state(policy: Scheduler, start: StateLine, trace_name: str) -> list[
             f"cancelled {counts['cancelled']} = {held} tasks still queued, but the state "
             f"holds {queued}",
         )
+    held_tokens = sum(t.size for g in groups for t in g)
+    if counts["tokens"] + held_tokens > INT_MAX:  # replay and validate refuse alike, here
+        raise InputError(
+            trace_name,
+            line,
+            f"ledger: tokens {counts['tokens']} + the {held_tokens} tokens the state holds "
+            f"queued is past {INT_MAX} (2^63-1), the largest count schedcli writes",
+        )
     return groups
 
 
