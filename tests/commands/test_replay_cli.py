@@ -996,6 +996,9 @@ def test_a_request_level_trace_cannot_begin_from_a_state(tmp_path: Path) -> None
     err = _refused_alike(trace)
     assert err == f"{trace}:2: request-level policies have no snapshots: a request-level trace " \
         "cannot begin from a state"  # fmt: skip
+    no_policy = {"schedcli": 1, "level": "request"}  # replay refuses the state first
+    trace = write_lines(tmp_path / "r.jsonl", [no_policy, state, {"op": "step"}])
+    assert _refused_alike(trace) == err
 
 
 def test_tokens_dispatched_past_int64_are_refused_as_input_not_an_internal_error(
