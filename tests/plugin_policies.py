@@ -412,3 +412,37 @@ class FairWithoutSnapshots(FairScheduler):
 
     def restore(self, state: Mapping[str, object]) -> None:
         raise SnapshotUnsupported(self.name, "a plugin that keeps its state to itself")
+
+
+class Snapshots(Forgets):
+    """A plugin with snapshots: one queue in submit order, all of it each batch (it
+    forgets no task; the broken variants below break its snapshot or restore)."""
+
+    name = "snapshots"
+    STATE_FIELDS: tuple[str, ...] = ("order",)
+
+    def enqueue(self, task: Task) -> None:
+        self._queue.append(task)
+
+    def snapshot_queues(self) -> dict[str, object]:
+        return {"order": [t.tid for t in self._queue]}
+
+    def restore_queues(self, fields: dict[str, object], queued: list[Task]) -> None:
+        by_tid = {t.tid: t for t in queued}
+        order = fields["order"]
+        assert isinstance(order, list)
+        self._queue = [by_tid[tid] for tid in order]  # a KeyError for a tid not queued
+
+
+class SnapshotRaises(Snapshots):
+    name = "snapshot-raises"
+
+    def snapshot_queues(self) -> dict[str, object]:
+        raise ValueError("no state today")
+
+
+class SnapshotNotJson(Snapshots):
+    name = "snapshot-not-json"
+
+    def snapshot_queues(self) -> dict[str, object]:
+        return {"order": [object()]}

@@ -11,6 +11,7 @@ from typing import Final
 
 from ..formats.trace import Event
 from ..model.errors import InputError
+from ..model.limits import INT_MAX
 
 EXPLICIT: Final = "explicit"
 STEPPED: Final = "stepped"
@@ -53,6 +54,14 @@ class StepClock:
             self.mode = EXPLICIT
             self._mode_line = event.line
         step = self.next_explicit
+        if step > INT_MAX:  # every step a replay writes is int64 (a state's step sets it)
+            raise InputError(
+                self.trace_name,
+                event.line,
+                f"this get_work would be step {step}, past {INT_MAX} (2^63-1), the largest "
+                f"step schedcli writes (the {self._mode_cause} at line {self._mode_line} "
+                "numbers the steps from its own)",
+            )
         self.next_explicit = step + 1
         return step
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Protocol
 
 from ..model.errors import InvariantError, Option, Said, UsageError
+from ..model.limits import INT_MAX
 from ..model.records import Left, Record
 from ..model.steps import Emitted
 from ..model.task import Task
@@ -163,6 +164,11 @@ class ReplayDriver:
         # what was seen is said, at the bound.
         empty_run = 0
         while (until is None or step < until) and self.has_work():
+            if step > INT_MAX:  # every step a replay writes is int64 (a state's step sets it)
+                raise UsageError(
+                    f"draining would take step {step}, past {INT_MAX} (2^63-1), the largest "
+                    "step schedcli writes"
+                )
             progress, empty = self.step_once(step)
             if progress:
                 empty_run = 0

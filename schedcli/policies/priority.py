@@ -46,6 +46,12 @@ class PriorityScheduler(FcfsScheduler):
             entry = a_dict(v, where, ("tid", "priority"))
             t = placed.take(an_id(entry["tid"], f"{where}.tid"), f"{where}.tid")
             key = an_int(entry["priority"], f"{where}.priority")
+            if key < t.priority:  # queued at its own or an earlier task's, never lower
+                why = (
+                    f"{key} is below task {show_id(t.tid)}'s own priority {t.priority}: a task "
+                    "is queued at its own priority or its session's earlier task's"
+                )
+                raise refuse(f"{where}.priority", why)
             if before is not None and key < before:
                 why = f"{key} after {before}: the queue is in priority order"
                 raise refuse(f"{where}.priority", why)

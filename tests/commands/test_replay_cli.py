@@ -962,6 +962,10 @@ def test_a_bad_state_is_refused_at_its_line_naming_the_field(tmp_path: Path) -> 
         ({"state": {**state, "extra": 1}}, "state: has an unknown field 'extra'"),
         ({"state": {**state, "decodes": [99]}}, "state.decodes[0]: tid 99"),
         (
+            {"ledger": {**good["ledger"], "tokens": 2**63 - 1}},
+            f"ledger: tokens {2**63 - 1} + the 8 tokens the state holds queued is past ",
+        ),
+        (
             {"ledger": {**good["ledger"], "accepted": 9}},
             "ledger: accepted 9 - dispatched 2 - cancelled 3 = 4 tasks still queued, but "
             "the state holds 2",
@@ -992,6 +996,9 @@ def test_a_request_level_trace_cannot_begin_from_a_state(tmp_path: Path) -> None
     err = _refused_alike(trace)
     assert err == f"{trace}:2: request-level policies have no snapshots: a request-level trace " \
         "cannot begin from a state"  # fmt: skip
+    no_policy = {"schedcli": 1, "level": "request"}  # replay refuses the state first
+    trace = write_lines(tmp_path / "r.jsonl", [no_policy, state, {"op": "step"}])
+    assert _refused_alike(trace) == err
 
 
 def test_tokens_dispatched_past_int64_are_refused_as_input_not_an_internal_error(
@@ -1018,3 +1025,20 @@ def test_tokens_dispatched_past_int64_are_refused_as_input_not_an_internal_error
         [{"op": "submit", "tid": 0, "sid": 0, "kind": "prefill", "size": half}],
     )
     assert cli("replay", one, *params, "-f", "jsonl").code == 0
+
+
+def test_a_state_whose_step_numbers_get_work_past_int64_is_refused_at_that_line(
+    tmp_path: Path,
+) -> None:
+    cut = _from_state(tmp_path, TRACES / "cancel-and-rejoin.jsonl", 0)
+    lines = cut.read_text().splitlines()
+    state = orjson.loads(lines[1])
+    state["step"] = 2**63 - 1  # the first get_work is step 2^63-1, the next one past it
+    lines[1] = orjson.dumps(state).decode()
+    cut.write_text("\n".join(lines) + "\n")
+    err = _refused_alike(cut)
+    assert err.startswith(f"{cut}:10: this get_work would be step {2**63}, past "), err
+    cut.write_text("\n".join(lines[:3]) + "\n")  # one get_work; --drain takes the next step
+    r = run_cli("replay", str(cut), "--drain", "-f", "jsonl")
+    assert r.returncode == 2 and b"would take step 9223372036854775808" in r.stderr, r.stderr
+    assert all(x.get("step", 0) <= 2**63 - 1 for x in records(r.stdout))  # type: ignore[operator]

@@ -132,3 +132,92 @@ def test_a_state_the_other_core_wrote_replays_here_to_the_same_batches() -> None
         replayed = dump(cut.encode())
         assert batches_from(replayed, step) == batches_from(full, step)
         assert replayed[-1] == full[-1]
+
+
+SNAPSHOTS = "tests.plugin_policies:Snapshots"
+PLUGIN_TRACE = (
+    b'{"schedcli": 1, "params": {"max_batch_tokens": 20}}\n'
+    b'{"op":"submit","tid":1,"sid":1,"kind":"prefill","size":8}\n'
+    b'{"op":"submit","tid":2,"sid":2,"kind":"prefill","size":4}\n'
+    b'{"op":"get_work"}\n{"op":"submit","tid":3,"sid":1,"kind":"prefill","size":8}\n'
+    b'{"op":"get_work"}\n{"op":"get_work"}\n'
+)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    from tests.helpers import run_cli
+
+    return run_cli(*args)
+
+
+def test_a_plugin_whose_restore_raises_is_reported_as_its_crash_not_an_internal_error(
+    tmp_path: Any,
+) -> None:
+    trace = tmp_path / "boom.jsonl"
+    trace.write_bytes(
+        b'{"schedcli":1,"policy":"snapshots","params":{"max_batch_tokens":20}}\n'
+        b'{"op":"state","step":1,"state":{"version":1,"policy":"snapshots","queued":'
+        b'[[{"tid":2,"sid":1,"kind":"prefill","size":8,"produce_output":true}]],'
+        b'"order":[99]},"ledger":{"accepted":4,"dispatched":3,"cancelled":0,"rejected":0,'
+        b'"rejected_tasks":0,"tokens":13}}\n{"op":"get_work","expect":[2]}\n'
+    )
+    for command in ("replay", "validate"):
+        r = _cli(command, str(trace), "-p", SNAPSHOTS)
+        assert r.returncode == 2, r.stderr
+        assert b"policy 'snapshots' raised in restore()" in r.stderr
+        assert b"KeyError: 99" in r.stderr and b"internal error" not in r.stderr
+
+
+def test_a_plugin_whose_snapshot_raises_is_reported_as_its_crash(tmp_path: Any) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(PLUGIN_TRACE)
+    out = str(tmp_path / "cut.jsonl")
+    r = _cli(
+        "explain",
+        str(trace),
+        "--step",
+        "1",
+        "--as-trace",
+        "-o",
+        out,
+        "-p",
+        "tests.plugin_policies:SnapshotRaises",
+    )
+    assert r.returncode == 2, r.stderr
+    assert b"policy 'snapshot-raises' raised in snapshot() at step 1" in r.stderr
+    assert b"ValueError: no state today" in r.stderr
+
+
+def test_a_plugin_whose_snapshot_is_not_json_broke_the_contract_naming_the_value(
+    tmp_path: Any,
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(PLUGIN_TRACE)
+    out = str(tmp_path / "cut.jsonl")
+    r = _cli(
+        "explain",
+        str(trace),
+        "--step",
+        "1",
+        "--as-trace",
+        "-o",
+        out,
+        "-p",
+        "tests.plugin_policies:SnapshotNotJson",
+    )
+    assert r.returncode == 3, r.stderr
+    assert b"broke the Scheduler contract" in r.stderr
+    assert b"state.order[0] of type object (not JSON)" in r.stderr
+
+
+def test_a_cut_trace_under_a_plugin_names_it_by_its_import_string_as_a_recording_does(
+    tmp_path: Any,
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(PLUGIN_TRACE)
+    out = tmp_path / "cut.jsonl"
+    r = _cli("explain", str(trace), "--step", "1", "--as-trace", "-o", str(out), "-p", SNAPSHOTS)
+    assert r.returncode == 0, r.stderr
+    assert orjson.loads(out.read_bytes().splitlines()[0])["policy"] == SNAPSHOTS
+    r = _cli("replay", "--check", str(out), "-p", SNAPSHOTS)
+    assert r.returncode == 0, r.stderr

@@ -145,6 +145,18 @@ def test_a_state_lines_own_fields_are_checked_at_its_line(tmp_path: Path) -> Non
         ({k: v for k, v in STATE.items() if k != "ledger"}, "the state line has no ledger"),
         ({**STATE, "stepp": 1}, "unknown field 'stepp' in the state line (did you mean 'step'?)"),
         (
+            {**STATE, "state": {**STATE["state"], "counters": [["a", 2**70]]}},  # type: ignore[dict-item]
+            f"state.counters[0][1]: must be an integer from {-(2**63)} to {2**63 - 1}, not {2**70}",
+        ),
+        (
+            {**STATE, "state": {**STATE["state"], "queued": [[{"tid": -(2**64)}]]}},  # type: ignore[dict-item]
+            f"state.queued[0][0].tid: must be an integer from {-(2**63)}",
+        ),
+        (
+            {**STATE, "ledger": {**LEDGER, "rejected": 0, "rejected_tasks": 2}},
+            "ledger: rejected 0 groups hold no tasks, not rejected_tasks 2",
+        ),
+        (
             {**STATE, "ledger": {**LEDGER, "dispatched": 4}},
             "ledger: dispatched 4 + cancelled 0 is more than accepted 3",
         ),

@@ -431,3 +431,14 @@ def test_the_example_states_in_the_docs_restore_and_read_back_the_same() -> None
         policy = build_policy(state["policy"])
         policy.restore(state)
         assert policy.snapshot() == state
+
+
+def test_a_priority_task_queued_below_its_own_priority_is_refused() -> None:
+    state = _state("priority")
+    for entry in state["queue"]:
+        entry["priority"] = -5  # still in priority order; below every task's own
+    first = state["queue"][0]["tid"]
+    assert refused("priority", state) == (
+        f"queue[0].priority: -5 is below task {first}'s own priority 0: a task is queued at "
+        "its own priority or its session's earlier task's"
+    )

@@ -55,6 +55,8 @@ def validate_trace(
         with open_trace(path, max_line_bytes=max_line_bytes, on_error=collect) as reader:
             header = reader.header
             level = level_of(header)
+            for problem in level.state_check(reader):  # first, as replay refuses it first
+                collect(problem)
             before = problems.total
             unfit = _check_policy(reader, collect, policy, params or {}, level)
             if problems.total == before:  # the policy is one replay would build

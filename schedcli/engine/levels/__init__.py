@@ -277,6 +277,9 @@ class Level(Protocol):
         params: Mapping[str, object],
     ) -> CheckEvent | None: ...  # validate: the policy's narrow interface, if any
 
+    # validate: what replay refuses in the state line before it chooses a policy (its order)
+    def state_check(self, reader: TraceReader) -> list[InputError]: ...
+
     def start_check(
         self,
         reader: TraceReader,

@@ -4,6 +4,7 @@ structs refuse is not an event, in the schema's own terms."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,7 +13,7 @@ import orjson
 from msgspec import Struct
 from msgspec.structs import astuple
 
-from ...model.limits import MAX_DEPTH
+from ...model.limits import INT_MAX, INT_MIN, MAX_DEPTH
 from .. import schema
 from ..schema import EVENTS, OPS, Submit, TaskFields, event_decoder, json_type
 from .events import FORMAT_VERSION, Event, Header, LineError, StateLine, to_event
@@ -98,9 +99,35 @@ def parse_header(obj: dict[str, Any], line: int) -> Header:
     return Header(line, obj.get("policy"), params, obj.get("meta"), obj.get("level", "task"))
 
 
-def parse_state(obj: dict[str, Any], line: int) -> StateLine:
+def _wide_integer(value: Any, field: str) -> str | None:
+    """The first integer under ``value`` past signed 64 bits, as ``field: why``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if INT_MIN <= value <= INT_MAX:
+            return None
+        return f"{field}: must be an integer from {INT_MIN} to {INT_MAX}, not {value}"
+    if isinstance(value, list):
+        items: Any = ((f"{field}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, dict):
+        items = ((f"{field}.{k}", v) for k, v in value.items())
+    else:
+        return None
+    for where, v in items:
+        found = _wide_integer(v, where)
+        if found is not None:
+            return found
+    return None
+
+
+def parse_state(obj: dict[str, Any], line: int, raw: bytes | None = None) -> StateLine:
     """A state line (``{"op": "state", ...}``), its fields checked; the policy's state
-    itself is checked by the policy that restores it."""
+    itself is checked by the policy that restores it. ``raw``, the line's bytes: orjson
+    reads an integer past 64 bits as a float, so a state would take 2^70 as a number and
+    write it back as one; every integer in the state must be within signed 64 bits."""
+    if raw is not None and re.search(rb"[0-9]{19}", raw):  # 19 digits: maybe past int64
+        exact = json.loads(raw)  # the schema below bounds the line's own integers
+        wide = _wide_integer(exact.get("state"), "state") if type(exact) is dict else None
+        if wide is not None:
+            raise LineError(wide)
     problem = schema.explain(obj, schema.StateFields, "the state line", skip=("op",))
     if problem is not None:
         raise LineError(problem)
@@ -110,6 +137,11 @@ def parse_state(obj: dict[str, Any], line: int) -> StateLine:
         raise LineError(
             f"ledger: dispatched {ledger['dispatched']} + cancelled {ledger['cancelled']} "
             f"is more than accepted {ledger['accepted']}"
+        )
+    if ledger["rejected"] == 0 < ledger["rejected_tasks"]:  # each rejected group holds one+
+        raise LineError(
+            f"ledger: rejected 0 groups hold no tasks, not rejected_tasks "
+            f"{ledger['rejected_tasks']}"
         )
     if ledger["rejected"] > ledger["rejected_tasks"]:
         raise LineError(

@@ -116,7 +116,7 @@ class TraceReader:
         self._first_lines = lines[1:]
         try:
             check_duplicate_keys(raw, _key_total(obj))
-            self.state = parse_state(obj, lineno)
+            self.state = parse_state(obj, lineno, raw)
         except LineError as e:
             self._fail(lineno, str(e))
 

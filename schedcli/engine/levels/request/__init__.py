@@ -100,11 +100,15 @@ class RequestLevel:
     ) -> CheckEvent | None:
         return None  # a request-level policy takes whatever a trace can say
 
+    def state_check(self, reader: TraceReader) -> list[InputError]:
+        """A state line at all: replay refuses it before it looks at the header's policy."""
+        start = reader.state
+        return [] if start is None else [InputError(reader.name, start.line, NO_REQUEST_SNAPSHOTS)]
+
     def start_check(
         self, reader: TraceReader, policy: str | None, params: Mapping[str, object]
     ) -> list[InputError]:
-        start = reader.state
-        return [] if start is None else [InputError(reader.name, start.line, NO_REQUEST_SNAPSHOTS)]
+        return []  # state_check refused any state
 
     def no_life(self, path: str, tid: Id | None, sid: Id | None) -> InputError:
         return InputError(path, None, f"no arrive in this trace holds request {sid!r}")

@@ -91,6 +91,9 @@ class TaskLevel:
     ) -> CheckEvent | None:
         return interface_check(header, trace_name, policy, params)
 
+    def state_check(self, reader: TraceReader) -> list[InputError]:
+        return []  # a task-level state is checked by the policy it restores into
+
     def start_check(
         self, reader: TraceReader, policy: str | None, params: Mapping[str, object]
     ) -> list[InputError]:

@@ -76,6 +76,10 @@ class Replayer(ReplayDriver):
             f"({self._where()}): {type(e).__name__}: {e}"
         )
 
+    def crashed(self, call: str, e: Exception) -> SchedcliError:
+        """The policy raised in ``call`` (snapshot(), for a state taken): as ``_crash``."""
+        return self._crash(call, e)
+
     def _broken(self, message: str, *more: Said) -> InvariantError:
         where = f"at step {self._next_step} ({self._where()})"
         return InvariantError(
@@ -527,6 +531,13 @@ def restore_state(policy: Scheduler, start: StateLine, trace_name: str) -> list[
         if named != policy.name:  # the first thing wrong with another policy's state
             raise InputError(trace_name, line, _not_its_own(named, policy.name)) from None
         raise InputError(trace_name, line, _field(e)) from None
+    except SchedcliError:
+        raise
+    except Exception as e:  # the policy's own code raised: reported as a get_work raising is
+        raise PolicyCrashed(
+            f"policy {policy.name!r} raised in restore() restoring the state "
+            f"(line {line}): {type(e).__name__}: {e}"
+        ) from e
     if named != policy.name:  # a plugin's restore need not check it
         raise InputError(trace_name, line, _not_its_own(named, policy.name))
     from ....model.snapshot import a_list, a_task
@@ -548,6 +559,14 @@ def restore_state(policy: Scheduler, start: StateLine, trace_name: str) -> list[
             f"ledger: accepted {counts['accepted']} - dispatched {counts['dispatched']} - "
             f"cancelled {counts['cancelled']} = {held} tasks still queued, but the state "
             f"holds {queued}",
+        )
+    held_tokens = sum(t.size for g in groups for t in g)
+    if counts["tokens"] + held_tokens > INT_MAX:  # replay and validate refuse alike, here
+        raise InputError(
+            trace_name,
+            line,
+            f"ledger: tokens {counts['tokens']} + the {held_tokens} tokens the state holds "
+            f"queued is past {INT_MAX} (2^63-1), the largest count schedcli writes",
         )
     return groups
 

@@ -11,14 +11,17 @@ replay's batch records from S on, and its end record.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import orjson
 
+from ....catalog.registry import policy_reference
 from ....formats.schema import FORMAT_VERSION, STATE_OP
 from ....formats.trace import Event
 from ....model.errors import InputError, InvariantError, SchedcliError, UsageError
+from ....model.limits import INT_MAX, INT_MIN
 from ....model.records import discard
 from ....model.steps import Emitted, Step
 from ....streams.source import DEFAULT_MAX_LINE_BYTES, numbered_lines
@@ -26,6 +29,34 @@ from ...clock import EXPLICIT, STEPPED
 from ...run import open_replay
 from .opened import OpenTrace
 from .replay import Replayer
+
+
+def not_json(value: object, field: str) -> str | None:
+    """The first value under ``value`` that a state cannot hold, as ``field = value``: a
+    state is plain JSON (objects with string keys, lists, strings, booleans, null, finite
+    floats, and integers within signed 64 bits, which JSON readers keep exact)."""
+    if value is None or isinstance(value, bool | str):
+        return None
+    if isinstance(value, int):
+        ok = INT_MIN <= value <= INT_MAX
+        return None if ok else f"{field} = {value} (an integer past signed 64 bits)"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{field} = {value!r} (not finite)"
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            bad = not_json(v, f"{field}[{i}]")
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"{field} with the key {k!r} (not a string)"
+            bad = not_json(v, f"{field}.{k}")
+            if bad is not None:
+                return bad
+        return None
+    return f"{field} of type {type(value).__name__} (not JSON)"
 
 
 class Taken:
@@ -40,10 +71,19 @@ class Taken:
 def state_line(engine: Replayer, step: int) -> dict[str, Any]:
     """The state line of a replay standing just before its get_work numbered ``step``."""
     totals = engine.totals
+    try:
+        state = engine.policy.snapshot()
+    except SchedcliError:
+        raise
+    except Exception as e:  # the policy's own code raised, as in get_work
+        raise engine.crashed("snapshot()", e) from e
+    bad = not_json(state, "state")
+    if bad is not None:  # a state is written as JSON: anything else breaks the contract
+        raise engine.broken(f"snapshot() returned {bad}, which a state cannot hold (plain JSON)")
     return {
         "op": STATE_OP,
         "step": step,
-        "state": engine.policy.snapshot(),
+        "state": state,
         "ledger": {
             "accepted": totals.accepted,
             "dispatched": totals.dispatched,
@@ -58,9 +98,12 @@ def state_line(engine: Replayer, step: int) -> dict[str, Any]:
 def header_line(opened: OpenTrace) -> dict[str, Any]:
     """A cut trace's header: the policy it ran under with every parameter, and the
     trace's own meta (a recorder's ``recorded_by`` keeps its submits' outcomes checked)."""
+    # A plugin with no registered name is written as its import string, as the recorder
+    # writes it: its class's own name is no policy a replay can load.
+    reference = policy_reference(type(opened.policy))
     header: dict[str, Any] = {
         "schedcli": FORMAT_VERSION,
-        "policy": opened.policy_name,
+        "policy": reference if ":" in reference else opened.policy_name,
         "params": opened.full_params,
     }
     meta = opened.reader.header.meta if opened.reader.header is not None else None
