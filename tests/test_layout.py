@@ -350,7 +350,8 @@ def _level_checks(source: str) -> list[int]:
                 for side in sides
                 for v in [side, *getattr(side, "elts", [])]
             )
-            if named and any("level" in n.lower() for n in _names(node)):
+            said = _names(node)
+            if named and ("mode" in said or any("level" in n.lower() for n in said)):
                 found.append(node.lineno)
         elif isinstance(node, ast.Call):
             func = node.func
@@ -378,6 +379,7 @@ def test_the_level_check_finder_sees_each_kind_of_check() -> None:
         "if opened.level.name == 'request': pass",
         "if header.level in ('task', 'request'): pass",
         "if 'request' != level: pass",
+        "if record['end'].get('mode') == 'request': pass",
         "if isinstance(engine, RequestReplayer): pass",
         "if isinstance(policy, (Scheduler, int)): pass",
         "if isinstance(opened, levels.OpenRequestTrace): pass",

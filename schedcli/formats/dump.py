@@ -260,3 +260,10 @@ def pins_break(record: Record) -> bool:
 def batch_tasks(record: Record) -> list[Task]:
     """The tasks of a batch record read by :func:`read_dump`."""
     return [Task(e["tid"], e["sid"], e["kind"], e["size"]) for e in record["batch"]]
+
+
+def ends_request_level(record: Record) -> bool:
+    """``record`` is the end record of a request-level replay's dump (its ``mode`` names
+    the level): a dump's reader tells the level here, where levels are told."""
+    end = record.get("end")
+    return isinstance(end, dict) and end.get("mode") == "request"

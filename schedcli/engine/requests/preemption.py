@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...formats.dump import slice_position
+from ...formats.dump import ends_request_level, slice_position
 from ...model.records import Record
 from ...model.requests import StepPlan
 from ...model.task import Id
@@ -164,7 +164,7 @@ class PreemptionTally:
             self.request_level = True
             if record.get("was") is not None:
                 self.ended([record["rid"]])
-        elif isinstance(record.get("end"), dict) and record["end"].get("mode") == "request":
+        elif ends_request_level(record):
             self.request_level = True
 
     def summary(self) -> dict[str, Any]:

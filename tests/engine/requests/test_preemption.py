@@ -301,3 +301,17 @@ def test_vllm_preempting_in_a_small_kv_cache_shows_what_it_recomputes(
     assert computed == orjson.loads(dump.lines[-1])["end"]["tokens"]
     # Prefix caching keeps a victim's full blocks: some resume past position 0.
     assert any(v["resumed_at"] for v in s["victims"])
+
+
+def test_a_dump_that_only_ends_is_request_level_by_its_end_records_mode() -> None:
+    from schedcli.engine.requests.preemption import PreemptionTally
+    from schedcli.formats.dump import ends_request_level
+
+    request_end = {"end": {"steps": 0, "mode": "request"}}
+    task_end = {"end": {"steps": 0, "mode": "explicit"}}
+    assert ends_request_level(request_end) and not ends_request_level(task_end)
+    assert not ends_request_level({"end": "request"}) and not ends_request_level({"step": 0})
+    for record, level in ((request_end, True), (task_end, False)):
+        tally = PreemptionTally()
+        tally.record(record)
+        assert tally.request_level is level
