@@ -157,3 +157,32 @@ def task_trace(tmp_path: Path) -> Path:
             {"op": "get_work"},
         ],
     )
+
+
+def lines_from_the_other_core(module: str, function: str, arg: int) -> list[bytes]:
+    """The lines ``module.function(arg)`` gives (each bytes) in a process running the
+    other core (pure Python here compiled, compiled here pure); the test is skipped where
+    the other core is not built."""
+    from schedcli._compiled import CORE, PURE_ENV
+
+    env = dict(os.environ)
+    pure_here = "pure" in CORE
+    if pure_here:
+        env.pop(PURE_ENV, None)
+    else:
+        env[PURE_ENV] = "1"
+    script = (
+        "import sys\n"
+        "from schedcli._compiled import CORE\n"
+        f"from {module} import {function}\n"
+        "sys.stdout.write(CORE + '\\n')\n"
+        f"for line in {function}({arg}):\n"
+        "    sys.stdout.buffer.write(line + b'\\n')\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, check=True
+    )
+    core, _, body = run.stdout.partition(b"\n")
+    if ("pure" in core.decode()) == pure_here:
+        pytest.skip(f"the other core is not here ({core.decode()})")
+    return body.splitlines()

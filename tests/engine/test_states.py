@@ -4,10 +4,8 @@ there replays to exactly the full replay's batches from that step on, and its en
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
-import sys
 from typing import Any
 
 import orjson
@@ -15,11 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedcli._compiled import CORE, PURE_ENV
 from schedcli.engine.levels.task.states import state_at
 from schedcli.engine.run import open_replay
 from schedcli.model.steps import Emitted, as_record
-from tests.helpers import ROOT
+from tests.helpers import lines_from_the_other_core
 from tests.policies.test_snapshot import PARAMS, POLICIES, Op, _random_op, ops
 
 
@@ -104,27 +101,7 @@ def cuts(seed: int) -> list[bytes]:
 
 
 def test_a_state_the_other_core_wrote_replays_here_to_the_same_batches() -> None:
-    env = dict(os.environ)
-    pure_here = "pure" in CORE
-    if pure_here:
-        env.pop(PURE_ENV, None)
-    else:
-        env[PURE_ENV] = "1"
-    script = (
-        "import sys\n"
-        "from schedcli._compiled import CORE\n"
-        "from tests.engine.test_states import cuts\n"
-        "sys.stdout.write(CORE + '\\n')\n"
-        "for line in cuts(11):\n"
-        "    sys.stdout.buffer.write(line + b'\\n')\n"
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, check=True
-    )
-    core, _, body = run.stdout.partition(b"\n")
-    if ("pure" in core.decode()) == pure_here:
-        pytest.skip(f"the other core is not here ({core.decode()})")
-    theirs = body.splitlines()
+    theirs = lines_from_the_other_core("tests.engine.test_states", "cuts", 11)
     assert theirs == cuts(11)  # the same state lines, byte for byte
     for line in theirs:
         data, step, cut = orjson.loads(line)

@@ -4,10 +4,7 @@ naming its field; a policy that cannot says so."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from typing import Any
 
 import orjson
@@ -16,11 +13,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from schedcli import build_policy
-from schedcli._compiled import CORE, PURE_ENV
 from schedcli.model.errors import BadSnapshot, SnapshotUnsupported
 from schedcli.model.scheduler import Policy, QueueScheduler, Scheduler
 from schedcli.model.task import Task
-from tests.helpers import ROOT
+from tests.helpers import ROOT, lines_from_the_other_core
 
 # Small limits, so that batches fill, chunks are refused and sessions wait.
 PARAMS: dict[str, dict[str, Any]] = {
@@ -223,27 +219,7 @@ def _random_op(rng: random.Random) -> Op:
 
 
 def test_a_snapshot_is_the_same_json_in_both_cores_and_restores_in_the_other() -> None:
-    env = dict(os.environ)
-    pure_here = "pure" in CORE
-    if pure_here:
-        env.pop(PURE_ENV, None)
-    else:
-        env[PURE_ENV] = "1"
-    script = (
-        "import sys, orjson\n"
-        "from schedcli._compiled import CORE\n"
-        "from tests.policies.test_snapshot import transcript\n"
-        "sys.stdout.write(CORE + '\\n')\n"
-        "for line in transcript(7):\n"
-        "    sys.stdout.buffer.write(line + b'\\n')\n"
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, check=True
-    )
-    core, _, body = run.stdout.partition(b"\n")
-    if ("pure" in core.decode()) == pure_here:
-        pytest.skip(f"the other core is not here ({core.decode()})")
-    theirs = body.splitlines()
+    theirs = lines_from_the_other_core("tests.policies.test_snapshot", "transcript", 7)
     assert theirs == transcript(7)
     for line in theirs:  # each of the other core's snapshots restores here
         name, state = orjson.loads(line)
